@@ -1,0 +1,5 @@
+"""`python -m agentbox` runs the CLI."""
+
+from agentbox.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,42 @@
+"""The CLI face: parse arguments, call a core service, print, map errors to exit codes.
+
+Handlers live in `agentbox/cli/<command>.py` and are imported only when their command
+runs, so `agentbox --version` and non-TUI commands stay fast and never load Textual.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+from agentbox.cli.parser import build_parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one CLI command; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    target: str | None = getattr(args, "handler", None)
+    if target is None:
+        if getattr(args, "command", None) is None:
+            target = "agentbox.cli.tui:run_default"
+        else:
+            parser.parse_args([*(argv or sys.argv[1:]), "--help"])
+            return 2
+    from agentbox.core.errors import AgentboxError
+
+    module_name, _, function_name = target.partition(":")
+    try:
+        handler = getattr(importlib.import_module(module_name), function_name)
+        return int(handler(args) or 0)
+    except AgentboxError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,137 @@
+"""The argument parser of every command (argparse only: nothing heavy is imported here)."""
+
+from __future__ import annotations
+
+import argparse
+
+from agentbox import __version__
+
+
+def _cmd(sub: argparse._SubParsersAction, name: str, handler: str, help_text: str, **kw: object) -> argparse.ArgumentParser:
+    parser = sub.add_parser(name, help=help_text, description=help_text, **kw)  # type: ignore[arg-type]
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def _json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole CLI: `agentbox [--project DIR] COMMAND ...`."""
+    parser = argparse.ArgumentParser(
+        prog="agentbox",
+        description="A workbench for project-level teams of CLI coding agents. "
+        "With no command inside a project, opens the dashboard.",
+    )
+    parser.add_argument("--version", action="version", version=f"agentbox {__version__}")
+    parser.add_argument("--project", metavar="DIR", help="the project directory (default: nearest .agent-box/ above the cwd)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    # --- project and profiles
+    p = _cmd(sub, "init", "agentbox.cli.project:init", "create .agent-box/ here from the example project")
+    p.add_argument("directory", nargs="?", default=".", help="where to create it (default: .)")
+
+    profile = sub.add_parser("profile", help="manage profiles in $AGENT_BOX_HOME/profiles")
+    psub = profile.add_subparsers(dest="profile_command", metavar="ACTION", required=True)
+    p = _cmd(psub, "list", "agentbox.cli.profile:list_", "list user, v1 and bundled profiles")
+    _json(p)
+    p = _cmd(psub, "show", "agentbox.cli.profile:show", "show one profile")
+    p.add_argument("name")
+    _json(p)
+    p = _cmd(psub, "add", "agentbox.cli.profile:add", "create a profile from a bundled template")
+    p.add_argument("name")
+    p.add_argument("--from", dest="template", required=True, metavar="TEMPLATE", help="bundled template (claude, codex, opencode, hermes, scripted, ...)")
+    p = _cmd(psub, "rm", "agentbox.cli.profile:rm", "delete a user profile (its config and credentials)")
+    p.add_argument("name")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p = _cmd(psub, "adopt", "agentbox.cli.profile:adopt", "write profile.yaml for an agent-box v1 profile (moves nothing)")
+    p.add_argument("name")
+
+    role = sub.add_parser("role", help="manage the crew's roles in crew.yaml")
+    rsub = role.add_subparsers(dest="role_command", metavar="ACTION", required=True)
+    p = _cmd(rsub, "list", "agentbox.cli.project:role_list", "list the crew's roles")
+    _json(p)
+    p = _cmd(rsub, "add", "agentbox.cli.project:role_add", "add a role (keeps crew.yaml's comments)")
+    p.add_argument("name")
+    p.add_argument("--profile", required=True)
+    p.add_argument("--instructions", help="instructions file relative to .agent-box/")
+    p.add_argument("--writes", action="append", metavar="GLOB", help="a path the role may write (repeatable)")
+    p.add_argument("--read-only", action="store_true", help="the role may not write the project")
+    p = _cmd(rsub, "rm", "agentbox.cli.project:role_rm", "remove a role")
+    p.add_argument("name")
+
+    p = _cmd(sub, "schema", "agentbox.cli.project:schema", "print the JSON Schema of profile.yaml, crew.yaml or a work graph")
+    p.add_argument("kind", choices=["profile", "crew", "graph"], nargs="?", default="crew")
+
+    p = _cmd(sub, "doctor", "agentbox.cli.doctor:doctor", "check bwrap, agent CLIs, AGENT_BOX_HOME and the project")
+    _json(p)
+
+    # --- agents
+    p = _cmd(sub, "invoke", "agentbox.cli.agents:invoke", "run one prompt through a role or profile:NAME, headless, sandboxed")
+    p.add_argument("target", help="a role of the project, or profile:NAME")
+    p.add_argument("prompt", help="the prompt ('-' reads stdin)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--session", metavar="UUID", help="resume this agentbox session")
+    group.add_argument("--continue", dest="continue_", action="store_true", help="resume the latest session of this role/profile")
+    group.add_argument("--new", action="store_true", help="start a new session (default)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the agent after this long")
+    _json(p)
+
+    sessions = _cmd(sub, "sessions", "agentbox.cli.agents:sessions", "session history per role (or profile)")
+    sessions.add_argument("role", nargs="?", help="a role (or profile:NAME); 'show UUID' shows one session")
+    sessions.add_argument("session_id", nargs="?", help=argparse.SUPPRESS)
+    _json(sessions)
+
+    p = _cmd(sub, "attach", "agentbox.cli.agents:attach", "open a role's tool interactively, resuming its session, in its sandbox")
+    p.add_argument("role")
+    p.add_argument("session_id", nargs="?", metavar="UUID")
+    p = _cmd(sub, "launch", "agentbox.cli.agents:launch", "open a profile's tool interactively in its sandbox (agent-box v1's launch)")
+    p.add_argument("profile")
+    p.add_argument("--session", metavar="UUID", help="resume this agentbox session")
+
+    # --- runs
+    p = _cmd(sub, "run", "agentbox.cli.runs:run", "start a run of the crew on a goal (or --resume one)")
+    p.add_argument("goal", nargs="?", help="what the crew should achieve")
+    p.add_argument("--mode", choices=["sequential", "hierarchical", "group_chat", "handoff", "graph"])
+    p.add_argument("--graph", metavar="NAME|FILE", help="work graph for graph mode")
+    p.add_argument("--detach", action="store_true", help="run in the background; print the run id")
+    p.add_argument("--resume", metavar="RUN", help="continue a run from disk")
+    p.add_argument("--quiet", action="store_true", help="no live progress")
+    p = _cmd(sub, "runs", "agentbox.cli.runs:runs", "list the project's runs")
+    _json(p)
+    p = _cmd(sub, "status", "agentbox.cli.runs:status", "show a run (default: the latest)")
+    p.add_argument("run", nargs="?")
+    _json(p)
+    p = _cmd(sub, "approve", "agentbox.cli.runs:approve", "approve a task in review (or the plan checkpoint)")
+    p.add_argument("task")
+    p.add_argument("--run")
+    p.add_argument("--note", default="approved by a human")
+    p = _cmd(sub, "rework", "agentbox.cli.runs:rework", "send a task in review back for rework")
+    p.add_argument("task")
+    p.add_argument("--run")
+    p.add_argument("--note", required=True)
+    p = _cmd(sub, "answer", "agentbox.cli.runs:answer", "answer a checkpoint")
+    p.add_argument("run", help="run id (or 'latest')")
+    p.add_argument("checkpoint")
+    p.add_argument("text")
+    p = _cmd(sub, "cancel", "agentbox.cli.runs:cancel", "cancel a run or one task")
+    p.add_argument("target", help="a run id or a task id")
+    p.add_argument("--run", help="the run of the task")
+    p = _cmd(sub, "pause", "agentbox.cli.runs:pause", "pause a run (running turns finish)")
+    p.add_argument("run", nargs="?")
+    p = _cmd(sub, "resume", "agentbox.cli.runs:resume_run", "resume a paused run")
+    p.add_argument("run", nargs="?")
+
+    graph = sub.add_parser("graph", help="work graphs")
+    gsub = graph.add_subparsers(dest="graph_command", metavar="ACTION", required=True)
+    p = _cmd(gsub, "check", "agentbox.cli.runs:graph_check", "validate a work graph by the five rules")
+    p.add_argument("file")
+    _json(p)
+
+    # --- faces
+    _cmd(sub, "tui", "agentbox.cli.tui:tui", "open the dashboard")
+    p = _cmd(sub, "demo", "agentbox.cli.tui:demo", "run the demo crew in a temp project and watch it")
+    p.add_argument("--no-tui", action="store_true", help="print progress instead of opening the dashboard")
+    p.add_argument("--keep", action="store_true", help="keep the temp project")
+    return parser

@@ -1,0 +1,1 @@
+"""The headless core of agentbox: never imports textual or agentbox.tui."""

@@ -1,0 +1,473 @@
+"""The employee contract: `invoke(agent, prompt, session_id) -> InvokeResult`.
+
+invoke is async (many run at once) and never raises for agent failures: a missing
+binary, a non-zero exit, a timeout, a hang, garbage or a flood of output all come back
+as a result with a status and an error kind. The session record is written before the
+process starts; the process runs in its own process group (inside bwrap unless the
+profile explicitly says `sandbox: none`) and the whole group is killed on timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import signal
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from agentbox.core import sandbox
+from agentbox.core.errors import UsageError
+from agentbox.core.profiles import ProfileInfo, ensure_state
+from agentbox.core.runtimes import adapter_for, find_executable
+from agentbox.core.runtimes.base import CapturedOutput, ParseError, ToolCommand, TurnRequest, Usage
+from agentbox.core.sessions import SessionRecord, SessionStore, now
+
+ErrorKind = Literal["spawn_failed", "timeout", "killed", "nonzero_exit", "tool_error", "parse_error"]
+
+HEAD_BYTES = 1 << 20
+"""Bytes kept from the start of each stream (native ids come first)."""
+TAIL_BYTES = 4 << 20
+"""Bytes kept from the end of each stream (results come last)."""
+LOG_CAP_BYTES = 64 << 20
+"""Most bytes of a stream written to its log file."""
+KILL_GRACE_S = 2.0
+"""Time between SIGTERM and SIGKILL of a timed-out process group."""
+
+
+@dataclass(frozen=True)
+class Agent:
+    """Who runs a turn: a profile, optionally as a role of a project."""
+
+    profile: ProfileInfo
+    label: str
+    """The session owner: a role name, or `profile:NAME`."""
+    cwd: Path
+    """Working directory (the project root), at the same path inside the sandbox."""
+    sessions: SessionStore
+    role: str | None = None
+    instructions: str | None = None
+    """Role instructions and shared knowledge for a session's first turn."""
+    model: str | None = None
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    writes: tuple[str, ...] | None = None
+    """Write scopes (globs relative to cwd); None = all of cwd; () = read-only."""
+    protected: tuple[Path, ...] = ()
+    """Paths that stay read-only even inside write scopes (the project's .agent-box/)."""
+    extra_rw: tuple[Path, ...] = ()
+    """More writable dirs (the run's artifact dir)."""
+    timeout_s: float | None = None
+
+    @property
+    def read_only(self) -> bool:
+        """The agent may not write its working directory."""
+        return self.writes is not None and len(self.writes) == 0
+
+
+@dataclass(frozen=True)
+class InvokeResult:
+    """The outcome of one turn, success or not."""
+
+    status: Literal["ok", "error"]
+    session_id: str
+    text: str = ""
+    error_kind: ErrorKind | None = None
+    error: str | None = None
+    native_id: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    duration_s: float = 0.0
+    exit_code: int | None = None
+    log_path: str | None = None
+    turn: int = 0
+    role: str | None = None
+    profile: str = ""
+    tool: str = ""
+    sandboxed: bool = True
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when the agent answered without error."""
+        return self.status == "ok"
+
+    @property
+    def cost_usd(self) -> float | None:
+        """Cost reported by the tool (None when unknown)."""
+        return self.usage.cost_usd
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready mapping (`agentbox invoke --json`)."""
+        return {
+            "status": self.status,
+            "error_kind": self.error_kind,
+            "error": self.error,
+            "text": self.text,
+            "session_id": self.session_id,
+            "native_id": self.native_id,
+            "usage": self.usage.as_dict(),
+            "cost_usd": self.cost_usd,
+            "duration_s": round(self.duration_s, 3),
+            "exit_code": self.exit_code,
+            "log_path": self.log_path,
+            "turn": self.turn,
+            "role": self.role,
+            "profile": self.profile,
+            "tool": self.tool,
+            "sandboxed": self.sandboxed,
+            "truncated": self.truncated,
+        }
+
+
+class _Stream:
+    """Drains one pipe: head and tail kept in memory, everything (capped) in a log file."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.head = bytearray()
+        self.tail: deque[bytes] = deque()
+        self.tail_size = 0
+        self.total = 0
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+
+    def feed(self, chunk: bytes) -> None:
+        if self.total < LOG_CAP_BYTES:
+            self._log.write(chunk[: LOG_CAP_BYTES - self.total])
+        self.total += len(chunk)
+        room = HEAD_BYTES - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail.append(chunk)
+            self.tail_size += len(chunk)
+            while self.tail_size - len(self.tail[0]) >= TAIL_BYTES:
+                self.tail_size -= len(self.tail.popleft())
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + self.tail_size
+
+    def text(self) -> str:
+        head = bytes(self.head).decode("utf-8", errors="replace")
+        if not self.tail:
+            return head
+        tail = b"".join(self.tail)
+        if self.truncated:
+            cut = tail.find(b"\n")
+            tail = tail[cut + 1 :] if cut >= 0 else b""
+            return head + "\n" + tail.decode("utf-8", errors="replace")
+        return head + tail.decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        self._log.close()
+
+
+async def _drain(reader: asyncio.StreamReader, stream: _Stream) -> None:
+    while chunk := await reader.read(1 << 16):
+        stream.feed(chunk)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process group and every descendant that left it."""
+    descendants = []
+    with contextlib.suppress(Exception):
+        import psutil
+
+        descendants = psutil.Process(pid).children(recursive=True)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    for child in descendants:
+        with contextlib.suppress(Exception):
+            child.kill()
+
+
+@contextlib.contextmanager
+def _session_lock(path: Path):  # type: ignore[no-untyped-def]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"session {path.stem} is busy with another turn",
+                             "wait for it to finish, or start a new session") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def new_session_id() -> str:
+    """A fresh agentbox session UUID."""
+    return str(uuid.uuid4())
+
+
+def _prepare_session(agent: Agent, session_id: str | None) -> SessionRecord:
+    store = agent.sessions
+    if session_id is not None:
+        record = store.find(session_id)
+        if record.owner != agent.label:
+            raise UsageError(f"session {session_id} belongs to {record.owner}, not {agent.label}")
+        return record
+    created = now()
+    return SessionRecord(
+        id=new_session_id(), owner=agent.label, role=agent.role, profile=agent.profile.name,
+        tool=agent.profile.tool, cwd=str(agent.cwd), created=created, updated=created,
+        sandboxed=agent.profile.profile.sandbox != "none",
+    )
+
+
+def _classify_exit(code: int | None, sandboxed: bool) -> ErrorKind | None:
+    """killed (by a signal from outside), nonzero_exit, or None for success."""
+    if code is None:
+        return "killed"
+    if code < 0:
+        return "killed" if -code in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP) else "nonzero_exit"
+    if code == 0:
+        return None
+    if sandboxed and code - 128 in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        return "killed"
+    return "nonzero_exit"
+
+
+@dataclass
+class Prepared:
+    """A turn ready to start: the record, the request, the final argv and environment."""
+
+    record: SessionRecord
+    request: TurnRequest
+    argv: list[str]
+    env: dict[str, str]
+    stdin: bytes | None
+    logs: Path
+    scratch: Path
+
+
+def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bool = False) -> Prepared:
+    """Build the sandboxed command of the next turn of `record` (raises SandboxError, UsageError)."""
+    profile = agent.profile
+    adapter = adapter_for(profile.tool)
+    ensure_state(profile)
+    turn = record.turns + 1
+    logs = agent.sessions.logs_dir(record)
+    scratch = logs / f"turn-{turn}.scratch"
+    scratch.mkdir(parents=True, exist_ok=True)
+    home = Path.home()
+    runtime = profile.profile.runtime
+    executable = find_executable(profile.tool, runtime.command)
+    homes, home_env = adapter.homes(profile.config_dir, home)
+    request = TurnRequest(
+        prompt=prompt, session_id=record.id, native_id=record.native_id,
+        first_turn=record.native_id is None, instructions=agent.instructions,
+        model=agent.model or runtime.model, extra_args=(*runtime.extra_args, *agent.extra_args),
+        read_only=agent.read_only, cwd=agent.cwd, home=home, scratch=scratch,
+        executable=str(executable) if executable else adapter.executable_name,
+        config_dir=profile.config_dir, scenario=profile.scenario_path,
+        adapter_state=dict(record.adapter_state),
+    )
+    command: ToolCommand = adapter.interactive(request) if interactive else adapter.build(request)
+    agentbox_env = {"AGENTBOX_SESSION_ID": record.id, "AGENTBOX_PROFILE": profile.name,
+                    "AGENTBOX_ROLE": agent.role or ""}
+    env = sandbox.sandbox_env(sandbox.host_env(), home,
+                              {**adapter.env_defaults, **home_env, **runtime.env, **agent.env,
+                               **command.env, **agentbox_env})
+    for bind in homes:
+        if bind.is_file:
+            bind.source.parent.mkdir(parents=True, exist_ok=True)
+            bind.source.touch(exist_ok=True)
+        else:
+            bind.source.mkdir(parents=True, exist_ok=True)
+    if profile.profile.sandbox == "none":
+        for bind in homes:  # without a sandbox the tool reads its config where the env points
+            env.update({k: str(bind.source) if v == str(bind.target) else v for k, v in env.items()})
+        return Prepared(record, request, command.argv, env, command.stdin, logs, scratch)
+    policy = profile.profile.sandbox
+    hidden = tuple(sorted(p for p in {home, _agent_box_home()} if p != Path("/")))
+    needs = set()
+    if executable is not None:
+        needs |= sandbox.install_roots(executable)
+    if profile.tool == "scripted":
+        needs |= sandbox.python_roots()
+        if profile.scenario_path is not None:
+            needs.add(profile.scenario_path.parent.resolve())
+    needs |= {Path(p).expanduser() for p in policy.ro_binds}
+    spec = sandbox.SandboxSpec(
+        project_root=agent.cwd,
+        writable=sandbox.resolve_write_scopes(agent.cwd, list(agent.writes) if agent.writes is not None else None),
+        protected=agent.protected,
+        extra_rw=(*agent.extra_rw, scratch),
+        homes=tuple(homes),
+        hidden=hidden,
+        ro_binds=sandbox.binds_needed(needs, hidden) + tuple(Path(p).expanduser() for p in policy.ro_binds if Path(p).expanduser().exists()),
+        rw_binds=tuple(Path(p).expanduser() for p in policy.rw_binds),
+        network=policy.network,
+        cwd=agent.cwd,
+        env=env,
+        interactive=interactive,
+    )
+    argv = sandbox.bwrap_argv(spec, command.argv, sandbox.require_bwrap())
+    return Prepared(record, request, argv, {"PATH": env.get("PATH", "/usr/bin:/bin")}, command.stdin, logs, scratch)
+
+
+def _agent_box_home() -> Path:
+    from agentbox.core.paths import agent_box_home
+
+    return agent_box_home()
+
+
+async def invoke(
+    agent: Agent,
+    prompt: str,
+    session_id: str | None = None,
+    *,
+    timeout_s: float | None = None,
+    on_spawn: Callable[[SessionRecord, int], None] | None = None,
+) -> InvokeResult:
+    """Run one turn of `agent` in a new session (or resume `session_id`); never raises for agent failures.
+
+    Raises only for caller mistakes: an unknown or busy session, a session of another
+    role, a sandbox that cannot be built (bwrap missing).
+    """
+    record = _prepare_session(agent, session_id)
+    store = agent.sessions
+    lock_path = store.root / ".locks" / f"{record.id}.lock"
+    with _session_lock(lock_path):
+        if session_id is not None:
+            record = store.find(session_id)
+        return await _run_turn(agent, prompt, record, timeout_s or agent.timeout_s, on_spawn)
+
+
+async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s: float | None,
+                    on_spawn: Callable[[SessionRecord, int], None] | None) -> InvokeResult:
+    store = agent.sessions
+    adapter = adapter_for(agent.profile.tool)
+    prepared = prepare(agent, prompt, record)
+    turn = record.turns + 1
+    started = now()
+    out_log = prepared.logs / f"turn-{turn}.log"
+    err_log = prepared.logs / f"turn-{turn}.stderr.log"
+    record.status = "running"
+    record.running = {"turn": turn, "pid": None, "started": started, "log": str(out_log)}
+    store.save(record)  # the session exists on disk before the process starts
+
+    base = {"session_id": record.id, "turn": turn, "role": agent.role, "profile": agent.profile.name,
+            "tool": agent.profile.tool, "sandboxed": record.sandboxed, "log_path": str(out_log)}
+    t0 = time.monotonic()
+    stdout, stderr = _Stream(out_log), _Stream(err_log)
+    timed_out = False
+    exit_code: int | None = None
+    try:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *prepared.argv,
+                stdin=asyncio.subprocess.PIPE if prepared.stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                cwd=str(agent.cwd), env=prepared.env, start_new_session=True,
+            )
+        except OSError as exc:
+            result = InvokeResult(status="error", error_kind="spawn_failed",
+                                  error=f"cannot start {prepared.argv[0]}: {exc.strerror or exc}", **base)
+            return _finish(store, record, prompt, result, started)
+        record.running["pid"] = proc.pid
+        with contextlib.suppress(Exception):
+            import psutil
+
+            record.running["create_time"] = psutil.Process(proc.pid).create_time()
+        store.save(record)
+        if on_spawn is not None:
+            on_spawn(record, proc.pid)
+        if prepared.stdin is not None and proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                proc.stdin.write(prepared.stdin)
+                await proc.stdin.drain()
+            proc.stdin.close()
+        assert proc.stdout is not None and proc.stderr is not None
+        drains = asyncio.gather(_drain(proc.stdout, stdout), _drain(proc.stderr, stderr), proc.wait())
+        try:
+            await asyncio.wait_for(asyncio.shield(drains), timeout=timeout_s)
+        except TimeoutError:
+            timed_out = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(asyncio.shield(drains), timeout=KILL_GRACE_S)
+            except TimeoutError:
+                _kill_tree(proc.pid)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(drains, timeout=10)
+        except asyncio.CancelledError:
+            _kill_tree(proc.pid)
+            raise
+        exit_code = proc.returncode
+        _kill_tree(proc.pid)  # nothing of the turn outlives it
+    finally:
+        stdout.close()
+        stderr.close()
+    duration = time.monotonic() - t0
+    out_text, err_text = stdout.text(), stderr.text()
+    base.update(duration_s=duration, exit_code=exit_code, truncated=stdout.truncated)
+    if timed_out:
+        result = InvokeResult(status="error", error_kind="timeout",
+                              error=f"no answer within {timeout_s:g} s; the process group was killed",
+                              text=_tail(out_text), **base)
+        return _finish(store, record, prompt, result, started)
+    if record.sandboxed and exit_code == 1 and err_text.startswith("bwrap:") and not out_text.strip():
+        result = InvokeResult(status="error", error_kind="spawn_failed", error=err_text.strip(), **base)
+        return _finish(store, record, prompt, result, started)
+    exit_kind = _classify_exit(exit_code, record.sandboxed)
+    captured = CapturedOutput(out_text, err_text, exit_code, stdout.truncated, prepared.scratch)
+    try:
+        parsed = adapter.parse(captured, prepared.request)
+    except ParseError as exc:
+        if exit_kind is not None:
+            missing = exit_code == 127 or "No such file" in err_text
+            kind: ErrorKind = "spawn_failed" if missing and not out_text.strip() else exit_kind
+            result = InvokeResult(status="error", error_kind=kind,
+                                  error=_tail(err_text) or f"exit code {exit_code}", text=_tail(out_text), **base)
+        else:
+            result = InvokeResult(status="error", error_kind="parse_error",
+                                  error=f"unreadable {agent.profile.tool} output: {exc}", text=_tail(out_text), **base)
+        return _finish(store, record, prompt, result, started)
+    if parsed.native_id:
+        record.native_id = parsed.native_id
+    record.adapter_state = parsed.adapter_state or record.adapter_state
+    common = dict(base, native_id=record.native_id, usage=parsed.usage, text=parsed.text)
+    if parsed.is_error:
+        result = InvokeResult(status="error", error_kind="tool_error", error=parsed.error or parsed.text, **common)
+    elif exit_kind is not None:
+        result = InvokeResult(status="error", error_kind=exit_kind,
+                              error=_tail(err_text) or f"exit code {exit_code}", **common)
+    else:
+        result = InvokeResult(status="ok", **common)
+    return _finish(store, record, prompt, result, started)
+
+
+def _tail(text: str, limit: int = 4000) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+def _finish(store: SessionStore, record: SessionRecord, prompt: str, result: InvokeResult, started: float) -> InvokeResult:
+    """Record the turn and the session's new state; returns the result."""
+    record.turns = result.turn
+    record.status = "idle"
+    record.running = None
+    record.last_status = result.status
+    record.last_error_kind = result.error_kind
+    record.totals.add(result.usage)
+    store.append_turn(record, {
+        "turn": result.turn, "started": started, "finished": now(), "prompt": prompt,
+        "text": result.text, "status": result.status, "error_kind": result.error_kind,
+        "error": result.error, "usage": result.usage.as_dict(), "duration_s": round(result.duration_s, 3),
+        "exit_code": result.exit_code, "native_id": result.native_id, "log_path": result.log_path,
+    })
+    store.save(record)
+    if result.native_id is None and record.native_id:
+        result = InvokeResult(**{**result.__dict__, "native_id": record.native_id})
+    return result

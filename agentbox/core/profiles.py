@@ -1,0 +1,306 @@
+"""Profiles: user profiles in `$AGENT_BOX_HOME/profiles/`, bundled templates, v1 profiles.
+
+Resolution order for a name: a user profile dir with `profile.yaml`; a v1 profile dir
+(no `profile.yaml`, tool known from `meta.yaml` or v1's `agent-box.db`); a bundled
+template of that name. A bundled profile used directly keeps its writable tool state
+under `$AGENT_BOX_HOME/bundled/<name>/` so the repository stays untouched.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from agentbox.core import paths
+from agentbox.core.config import (
+    NAME_PATTERN,
+    TOOLS,
+    Profile,
+    Runtime,
+    load_model,
+    validate_document,
+)
+from agentbox.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
+from agentbox.core.yaml_io import load_yaml, new_map, write_yaml
+
+Source = Literal["user", "v1", "bundled"]
+
+#: The v1 layout: the tool's config dir inside a profile.
+DEFAULT_CONFIG_DIR: dict[str, str] = {
+    "claude": "dot-claude",
+    "codex": "dot-codex",
+    "opencode": "dot-opencode",
+    "hermes": "dot-hermes",
+    "scripted": "dot-scripted",
+}
+
+_V1_TOOL_ALIASES = {
+    "claude": "claude",
+    "claude-code": "claude",
+    "claude_code": "claude",
+    "codex": "codex",
+    "codex-cli": "codex",
+    "opencode": "opencode",
+    "hermes": "hermes",
+    "hermes-agent": "hermes",
+}
+
+
+@dataclass(frozen=True)
+class ProfileInfo:
+    """A resolved profile: its validated config, where its files are and where it came from."""
+
+    profile: Profile
+    """The validated profile.yaml (synthesised for a v1 profile)."""
+    source: Source
+    """user: has profile.yaml; v1: written by agent-box v1, not adopted; bundled: a template."""
+    directory: Path
+    """The profile directory holding profile.yaml (the template dir for a bundled profile)."""
+    state_dir: Path
+    """Where the tool's config dir and other writable resources live."""
+
+    @property
+    def name(self) -> str:
+        """The profile's name."""
+        return self.profile.name
+
+    @property
+    def tool(self) -> str:
+        """The agent CLI this profile runs."""
+        return self.profile.runtime.tool
+
+    @property
+    def config_dir(self) -> Path:
+        """The tool's config dir inside the profile (bound over the tool's home in the sandbox)."""
+        sub = self.profile.resources.config_dir or DEFAULT_CONFIG_DIR[self.tool]
+        return self.state_dir / sub
+
+    @property
+    def scenario_path(self) -> Path | None:
+        """The scripted runtime's scenario file, resolved against the profile dir."""
+        scenario = self.profile.runtime.scenario
+        if scenario is None:
+            return None
+        path = Path(scenario).expanduser()
+        return path if path.is_absolute() else self.directory / path
+
+
+# ----------------------------------------------------------------------------- v1
+
+
+def _v1_rows() -> dict[str, dict[str, str | None]]:
+    """The `profiles` table of v1's agent-box.db, by name (empty when absent or unreadable)."""
+    db = paths.v1_database()
+    if not db.is_file():
+        return {}
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            rows = conn.execute(
+                "SELECT name, agent_type, display_name, description FROM profiles"
+            ).fetchall()
+    except sqlite3.Error:
+        return {}
+    return {
+        str(name): {"agent_type": agent_type, "display_name": display, "description": desc}
+        for name, agent_type, display, desc in rows
+    }
+
+
+def _v1_profile(directory: Path, db_rows: dict[str, dict[str, str | None]]) -> Profile | None:
+    """Synthesise a Profile for a v1 directory, or None when its tool cannot be known."""
+    name = directory.name
+    meta: dict[str, object] = {}
+    meta_file = directory / "meta.yaml"
+    if meta_file.is_file():
+        try:
+            loaded = load_yaml(meta_file)
+        except ConfigError:
+            loaded = None
+        if isinstance(loaded, dict):
+            meta = dict(loaded)
+    row = db_rows.get(name, {})
+    raw_tool = meta.get("agent_type") or meta.get("tool") or meta.get("type") or row.get("agent_type")
+    tool = _V1_TOOL_ALIASES.get(str(raw_tool).lower()) if raw_tool else None
+    if tool is None:
+        present = [t for t, sub in DEFAULT_CONFIG_DIR.items() if (directory / sub).is_dir()]
+        tool = present[0] if len(present) == 1 and present[0] != "scripted" else None
+    if tool is None:
+        return None
+    display = meta.get("display_name") or row.get("display_name")
+    description = meta.get("description") or row.get("description")
+    return Profile(
+        name=name,
+        display_name=str(display) if display else None,
+        description=str(description) if description else None,
+        runtime=Runtime(tool=tool),  # type: ignore[arg-type]
+    )
+
+
+# ----------------------------------------------------------------------------- listing
+
+
+def _load_user(directory: Path) -> Profile:
+    profile = load_model(Profile, directory / paths.PROFILE_FILE)
+    if profile.name != directory.name:
+        raise ConfigError(
+            f"name {profile.name!r} does not match the directory name {directory.name!r}",
+            file=directory / paths.PROFILE_FILE,
+            field="name",
+        )
+    return profile
+
+
+def bundled_profiles() -> list[ProfileInfo]:
+    """Every bundled profile template, by name."""
+    root = paths.bundled_profiles_dir()
+    infos = []
+    for directory in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        if (directory / paths.PROFILE_FILE).is_file():
+            profile = _load_user(directory)
+            state = paths.agent_box_home() / "bundled" / profile.name
+            infos.append(ProfileInfo(profile, "bundled", directory, state))
+    return infos
+
+
+def user_profiles(errors: list[ConfigError] | None = None) -> list[ProfileInfo]:
+    """User and v1 profiles in `$AGENT_BOX_HOME/profiles/`; broken ones go to `errors`."""
+    root = paths.profiles_dir()
+    if not root.is_dir():
+        return []
+    db_rows = _v1_rows()
+    infos = []
+    for directory in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if (directory / paths.PROFILE_FILE).is_file():
+            try:
+                infos.append(ProfileInfo(_load_user(directory), "user", directory, directory))
+            except ConfigError as exc:
+                if errors is None:
+                    raise
+                errors.append(exc)
+        else:
+            v1 = _v1_profile(directory, db_rows)
+            if v1 is not None:
+                infos.append(ProfileInfo(v1, "v1", directory, directory))
+    return infos
+
+
+def all_profiles(errors: list[ConfigError] | None = None) -> list[ProfileInfo]:
+    """User profiles first, then bundled templates not shadowed by a user profile."""
+    users = user_profiles(errors)
+    taken = {info.name for info in users}
+    return users + [info for info in bundled_profiles() if info.name not in taken]
+
+
+def available_names() -> list[str]:
+    """Names usable in crew.yaml, for error messages."""
+    return sorted(info.name for info in all_profiles(errors=[]))
+
+
+def resolve(name: str) -> ProfileInfo:
+    """The profile called `name` (a user profile wins over a bundled one)."""
+    user_dir = paths.profiles_dir() / name
+    if (user_dir / paths.PROFILE_FILE).is_file():
+        return ProfileInfo(_load_user(user_dir), "user", user_dir, user_dir)
+    if user_dir.is_dir():
+        v1 = _v1_profile(user_dir, _v1_rows())
+        if v1 is not None:
+            return ProfileInfo(v1, "v1", user_dir, user_dir)
+    template = paths.bundled_profiles_dir() / name
+    if (template / paths.PROFILE_FILE).is_file():
+        profile = _load_user(template)
+        return ProfileInfo(profile, "bundled", template, paths.agent_box_home() / "bundled" / name)
+    raise NotFoundError(
+        f"unknown profile {name!r}",
+        f"available profiles: {', '.join(available_names()) or '(none)'}; "
+        "create one with `agentbox profile add NAME --from TEMPLATE`",
+    )
+
+
+def ensure_state(info: ProfileInfo) -> None:
+    """Create the profile's writable tool config dir (copying a bundled template's on first use)."""
+    if info.source == "bundled" and not info.state_dir.exists():
+        template_config = info.directory / (info.profile.resources.config_dir or DEFAULT_CONFIG_DIR[info.tool])
+        if template_config.is_dir():
+            shutil.copytree(template_config, info.state_dir / template_config.name)
+    info.config_dir.mkdir(parents=True, exist_ok=True)
+    if info.tool == "claude":
+        claude_json = info.state_dir / "dot-claude.json"
+        if not claude_json.exists():
+            claude_json.write_text("{}\n")
+
+
+# ----------------------------------------------------------------------------- editing
+
+
+def _check_name(name: str) -> None:
+    import re
+
+    if not re.match(NAME_PATTERN, name):
+        raise UsageError(
+            f"invalid profile name {name!r}",
+            "use letters, digits, '.', '_' or '-' (at most 64, starting with a letter or digit)",
+        )
+
+
+def add(name: str, template: str) -> ProfileInfo:
+    """Create a user profile from a bundled template, with the tool's empty config dir."""
+    _check_name(name)
+    target = paths.profiles_dir() / name
+    if target.exists():
+        raise AlreadyExistsError(f"profile {name!r} already exists at {target}", "pick another name")
+    source = paths.bundled_profiles_dir() / template
+    if not (source / paths.PROFILE_FILE).is_file():
+        templates = ", ".join(info.name for info in bundled_profiles())
+        raise NotFoundError(f"unknown template {template!r}", f"templates: {templates}")
+    staging = target.with_name(f".{name}.creating")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging)
+    document = load_yaml(staging / paths.PROFILE_FILE)
+    document["name"] = name
+    profile = validate_document(Profile, document, staging / paths.PROFILE_FILE, document)
+    write_yaml(staging / paths.PROFILE_FILE, document)
+    config_sub = profile.resources.config_dir or DEFAULT_CONFIG_DIR[profile.runtime.tool]
+    (staging / config_sub).mkdir(exist_ok=True)
+    if profile.runtime.tool == "claude" and not (staging / "dot-claude.json").exists():
+        (staging / "dot-claude.json").write_text("{}\n")
+    staging.rename(target)
+    return ProfileInfo(_load_user(target), "user", target, target)
+
+
+def remove(name: str) -> Path:
+    """Delete a user profile directory (bundled templates cannot be removed)."""
+    target = paths.profiles_dir() / name
+    if not target.is_dir():
+        if (paths.bundled_profiles_dir() / name).is_dir():
+            raise UsageError(f"{name!r} is a bundled template and cannot be removed")
+        raise NotFoundError(f"unknown profile {name!r}", f"available: {', '.join(available_names())}")
+    trash = target.with_name(f".{name}.removing")
+    target.rename(trash)
+    shutil.rmtree(trash)
+    return target
+
+
+def adopt(name: str) -> Path:
+    """Write a profile.yaml for a v1 profile, without moving any of its files."""
+    directory = paths.profiles_dir() / name
+    if (directory / paths.PROFILE_FILE).is_file():
+        raise AlreadyExistsError(f"profile {name!r} already has a {paths.PROFILE_FILE}")
+    if not directory.is_dir():
+        raise NotFoundError(f"no profile directory {directory}")
+    profile = _v1_profile(directory, _v1_rows())
+    if profile is None:
+        raise UsageError(
+            f"cannot tell which tool the v1 profile {name!r} uses",
+            f"add an agent_type ({', '.join(TOOLS[:4])}) to {directory / 'meta.yaml'}",
+        )
+    document = new_map({"name": profile.name})
+    if profile.display_name:
+        document["display_name"] = profile.display_name
+    if profile.description:
+        document["description"] = profile.description
+    document["runtime"] = new_map({"tool": profile.runtime.tool})
+    write_yaml(directory / paths.PROFILE_FILE, document)
+    return directory / paths.PROFILE_FILE

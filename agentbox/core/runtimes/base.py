@@ -1,0 +1,189 @@
+"""The one small interface every agent CLI adapter implements.
+
+An adapter knows three things about its tool: where the tool keeps its config and
+sessions (so the profile's copy can be bound there inside the sandbox), how to build the
+command of a new or resumed turn, and how to read the tool's output back into a
+`ParsedTurn`. Everything else (sandbox, spawning, timeouts, capture, history) is shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Normalised token usage of one turn; None means the tool did not say (unknown, not 0)."""
+
+    input_tokens: int | None = None
+    """Input tokens *not* served from cache."""
+    cached_input_tokens: int | None = None
+    """Input tokens read from the prompt cache."""
+    cache_write_tokens: int | None = None
+    """Input tokens written to the prompt cache."""
+    output_tokens: int | None = None
+    """Output tokens, reasoning excluded when the tool reports it separately."""
+    reasoning_tokens: int | None = None
+    """Reasoning tokens, when the tool reports them."""
+    cost_usd: float | None = None
+    """Cost reported by the tool; None when it reports none."""
+
+    @property
+    def known(self) -> bool:
+        """True when the tool reported any token count for this turn."""
+        return any(v is not None for v in (self.input_tokens, self.cached_input_tokens,
+                                           self.cache_write_tokens, self.output_tokens,
+                                           self.reasoning_tokens))
+
+    @property
+    def total_tokens(self) -> int | None:
+        """All tokens of the turn (None when unknown)."""
+        if not self.known:
+            return None
+        return sum(v or 0 for v in (self.input_tokens, self.cached_input_tokens,
+                                     self.cache_write_tokens, self.output_tokens,
+                                     self.reasoning_tokens))
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready mapping (None kept as null)."""
+        return {
+            "input_tokens": self.input_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "output_tokens": self.output_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "cost_usd": self.cost_usd,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Usage:
+        """Inverse of `as_dict` (missing keys stay unknown)."""
+        data = data or {}
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+
+
+def optional_int(value: Any) -> int | None:
+    """An int from JSON, or None when absent or not a number (unknown stays unknown)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value)
+    return None
+
+
+@dataclass(frozen=True)
+class HomeBind:
+    """A directory of the profile bound where the tool expects its config inside the sandbox."""
+
+    source: Path
+    """Host path inside the profile (created if missing)."""
+    target: Path
+    """Path inside the sandbox (usually under the hidden $HOME)."""
+    is_file: bool = False
+    """Bind a single file rather than a directory."""
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """Everything an adapter needs to build one turn's command."""
+
+    prompt: str
+    """The user prompt of this turn."""
+    session_id: str
+    """agentbox's session UUID."""
+    native_id: str | None
+    """The tool's own session id to resume; None on a session's first turn."""
+    first_turn: bool
+    """True on the first turn of the session (instructions are sent then)."""
+    instructions: str | None
+    """Role instructions + shared knowledge, for the first turn."""
+    model: str | None
+    """Model name (profile, overridden by the role)."""
+    extra_args: tuple[str, ...]
+    """Profile + role extra arguments."""
+    read_only: bool
+    """The role may not write the project: the tool's own permissions are narrowed too."""
+    cwd: Path
+    """Working directory (the project root; same path inside the sandbox)."""
+    home: Path
+    """$HOME inside the sandbox."""
+    scratch: Path
+    """A private per-turn directory visible inside the sandbox (e.g. hermes' usage file)."""
+    executable: str
+    """The tool's executable (absolute path)."""
+    config_dir: Path
+    """The profile's tool config dir on the host."""
+    scenario: Path | None = None
+    """Scripted runtime only: the scenario file."""
+    adapter_state: dict[str, Any] = field(default_factory=dict)
+    """What the adapter stored in the session after the previous turn (e.g. codex totals)."""
+
+
+@dataclass(frozen=True)
+class ToolCommand:
+    """The process to start for one turn (before sandbox wrapping)."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    stdin: bytes | None = None
+    """Bytes written to stdin, then closed; None = stdin is /dev/null."""
+
+
+@dataclass(frozen=True)
+class CapturedOutput:
+    """What the process left behind."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    truncated: bool
+    scratch: Path
+    """The turn's scratch dir (host path), where the tool may have written files."""
+
+
+@dataclass(frozen=True)
+class ParsedTurn:
+    """The tool's answer in agentbox's terms."""
+
+    text: str
+    native_id: str | None
+    usage: Usage
+    is_error: bool = False
+    """The tool reported a failure even if it exited 0."""
+    error: str | None = None
+    adapter_state: dict[str, Any] = field(default_factory=dict)
+
+
+class ParseError(Exception):
+    """The output does not have the tool's expected shape."""
+
+
+class Adapter(Protocol):
+    """One agent CLI."""
+
+    tool: ClassVar[str]
+    """Tool name as used in profile.yaml."""
+    executable_name: ClassVar[str]
+    """Default executable looked up on PATH."""
+    env_defaults: ClassVar[dict[str, str]]
+    """Environment set for every run of the tool (quieting telemetry etc.)."""
+
+    def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
+        """Binds of the profile's config dir and the env vars pointing the tool at them."""
+        ...
+
+    def build(self, request: TurnRequest) -> ToolCommand:
+        """The command of one headless turn (new session or resume)."""
+        ...
+
+    def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
+        """Read the tool's output; raise ParseError when it has no recognisable answer."""
+        ...
+
+    def interactive(self, request: TurnRequest) -> ToolCommand:
+        """The command of an interactive session resuming `request.native_id` (or a new one)."""
+        ...

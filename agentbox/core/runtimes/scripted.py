@@ -1,0 +1,88 @@
+"""Adapter of the scripted runtime: agentbox's own deterministic agent program."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+from agentbox.core.runtimes.base import (
+    CapturedOutput,
+    HomeBind,
+    ParsedTurn,
+    ParseError,
+    ToolCommand,
+    TurnRequest,
+    Usage,
+    optional_int,
+)
+
+PROGRAM = Path(__file__).resolve().parent / "scripted_agent.py"
+
+
+class ScriptedAdapter:
+    """Runs `scripted_agent.py` with the interpreter agentbox runs on, claude-style flags."""
+
+    tool: ClassVar[str] = "scripted"
+    executable_name: ClassVar[str] = "python3"
+    env_defaults: ClassVar[dict[str, str]] = {}
+
+    def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
+        """The profile's dot-scripted/ becomes SCRIPTED_HOME (sessions, counters)."""
+        target = home / ".scripted"
+        return [HomeBind(config_dir, target)], {"SCRIPTED_HOME": str(target)}
+
+    def _base(self, request: TurnRequest) -> list[str]:
+        if request.scenario is None:
+            raise ValueError("a scripted profile needs runtime.scenario")
+        argv = [request.executable or sys.executable, "-I", str(PROGRAM), "--scenario", str(request.scenario)]
+        if request.native_id is None:
+            argv += ["--session-id", request.session_id]
+        else:
+            argv += ["--resume", request.native_id]
+        if request.first_turn and request.instructions:
+            argv += ["--append-system-prompt", request.instructions]
+        if request.model:
+            argv += ["--model", request.model]
+        return argv + list(request.extra_args)
+
+    def build(self, request: TurnRequest) -> ToolCommand:
+        """`scripted_agent.py --session-id UUID -p PROMPT` (or `--resume UUID`)."""
+        return ToolCommand(self._base(request) + ["-p", request.prompt])
+
+    def interactive(self, request: TurnRequest) -> ToolCommand:
+        """The same program reading prompts from the terminal."""
+        return ToolCommand(self._base(request))
+
+    def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
+        """The last line of stdout is one JSON result object."""
+        lines = [line for line in output.stdout.splitlines() if line.strip()]
+        if not lines:
+            raise ParseError("no output")
+        try:
+            data = json.loads(lines[-1])
+        except json.JSONDecodeError as exc:
+            raise ParseError(f"last line is not JSON: {exc}") from None
+        if not isinstance(data, dict) or data.get("type") != "result":
+            raise ParseError("last line is not a result object")
+        raw_usage = data.get("usage")
+        usage = Usage(cost_usd=data.get("cost_usd"))
+        if isinstance(raw_usage, dict):
+            usage = Usage(
+                input_tokens=optional_int(raw_usage.get("input_tokens")),
+                cached_input_tokens=optional_int(raw_usage.get("cached_input_tokens")),
+                cache_write_tokens=optional_int(raw_usage.get("cache_write_tokens")),
+                output_tokens=optional_int(raw_usage.get("output_tokens")),
+                reasoning_tokens=optional_int(raw_usage.get("reasoning_tokens")),
+                cost_usd=data.get("cost_usd"),
+            )
+        is_error = bool(data.get("is_error"))
+        text = str(data.get("result") or "")
+        return ParsedTurn(
+            text=text,
+            native_id=str(data.get("session_id") or request.session_id),
+            usage=usage,
+            is_error=is_error,
+            error=text if is_error else None,
+        )

@@ -1,0 +1,236 @@
+"""The bubblewrap sandbox: a pure function from a policy to the bwrap argv.
+
+Layout inside the sandbox, mounted in this order (later mounts cover earlier ones):
+
+1. the host filesystem read-only (`--ro-bind / /`), fresh `/dev`, `/proc`, private `/tmp`;
+2. the user's home, `AGENT_BOX_HOME` and other hidden roots replaced by empty tmpfs —
+   other profiles, `~/.ssh`, the real `~/.claude` are gone;
+3. install dirs of the tool (and the Python running the scripted agent) bound back
+   read-only when they lived under a hidden root;
+4. the project at its own path, read-only;
+5. the role's write scopes read-write (the whole project for a plain writer), then
+   `.agent-box/` read-only again so no agent can edit crew or run state, then the
+   run's artifact dir read-write;
+6. the profile's tool config dirs read-write where the tool expects them.
+
+pid/ipc/uts are unshared, the sandbox dies with its parent, the network is unshared
+unless the profile allows it. `sandbox: none` bypasses all of this and must be asked
+for explicitly by the profile.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentbox.core.errors import SandboxError, UsageError
+from agentbox.core.runtimes.base import HomeBind
+
+#: Host environment variables that pass into the sandbox (everything else is cleared).
+PASSTHROUGH_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TERM", "COLORTERM", "TZ",
+                   "NO_COLOR", "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY",
+                   "HTTPS_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR",
+                   "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE")
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything that decides what an agent can see and write."""
+
+    project_root: Path
+    """The project, bound at its own path."""
+    writable: tuple[Path, ...]
+    """Host paths under the project the role may write (resolved write scopes)."""
+    protected: tuple[Path, ...]
+    """Paths under writable ones that stay read-only (the project's `.agent-box/`)."""
+    extra_rw: tuple[Path, ...]
+    """Other writable dirs: the run's artifact dir, the turn's scratch dir."""
+    homes: tuple[HomeBind, ...]
+    """The profile's tool config, bound where the tool expects it."""
+    hidden: tuple[Path, ...]
+    """Directories replaced by an empty tmpfs: $HOME, AGENT_BOX_HOME."""
+    ro_binds: tuple[Path, ...]
+    """Dirs bound back read-only (tool install dirs, profile ro_binds)."""
+    rw_binds: tuple[Path, ...] = ()
+    """Extra writable host paths from the profile's sandbox policy."""
+    network: bool = True
+    """Share the host network namespace."""
+    cwd: Path | None = None
+    """Working directory inside the sandbox (default: the project root)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """The complete environment inside the sandbox."""
+    interactive: bool = False
+    """Keep the controlling terminal (attach/launch); headless turns get a new session."""
+
+
+def _under(path: Path, roots: Iterable[Path]) -> bool:
+    return any(path == root or path.is_relative_to(root) for root in roots)
+
+
+def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> list[str]:
+    """The full bwrap command line for `command` under `spec` (pure: no filesystem access)."""
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--tmpfs", "/var/tmp", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--die-with-parent", "--clearenv"]
+    if not spec.network:
+        argv.append("--unshare-net")
+    if not spec.interactive:
+        argv.append("--new-session")
+    for hidden in sorted(spec.hidden, key=lambda p: len(p.parts)):
+        argv += ["--tmpfs", str(hidden)]
+    for path in sorted(set(spec.ro_binds), key=lambda p: len(p.parts)):
+        argv += ["--ro-bind", str(path), str(path)]
+    argv += ["--ro-bind", str(spec.project_root), str(spec.project_root)]
+    for path in sorted(set(spec.writable), key=lambda p: len(p.parts)):
+        argv += ["--bind", str(path), str(path)]
+    for path in sorted(set(spec.protected), key=lambda p: len(p.parts)):
+        if any(_under(path, [w]) for w in spec.writable):
+            argv += ["--ro-bind", str(path), str(path)]
+    for path in sorted(set(spec.extra_rw) | set(spec.rw_binds), key=lambda p: len(p.parts)):
+        argv += ["--bind", str(path), str(path)]
+    for bind in spec.homes:
+        argv += ["--bind", str(bind.source), str(bind.target)]
+    argv += ["--chdir", str(spec.cwd or spec.project_root)]
+    for key, value in sorted(spec.env.items()):
+        argv += ["--setenv", key, value]
+    return [*argv, "--", *command]
+
+
+# ----------------------------------------------------------------------------- helpers (impure)
+
+
+def resolve_write_scopes(project_root: Path, scopes: list[str] | None) -> tuple[Path, ...]:
+    """Host dirs a role may write: the static prefix of each glob, created if missing.
+
+    `None` means the whole project; `[]` means read-only. A glob such as `src/**` or
+    `docs/*.md` makes its directory (`src/`, `docs/`) writable; finer checks of which
+    files changed happen after the turn. A scope that escapes the project is refused.
+    """
+    if scopes is None:
+        return (project_root,)
+    root = project_root.resolve()
+    result: list[Path] = []
+    for scope in scopes:
+        parts = Path(scope).parts
+        static: list[str] = []
+        for part in parts:
+            if any(ch in part for ch in "*?["):
+                break
+            static.append(part)
+        literal_file = len(static) == len(parts)
+        candidate = (project_root / Path(*static)) if static else project_root
+        resolved = candidate.resolve()
+        if not (resolved == root or resolved.is_relative_to(root)) or Path(scope).is_absolute():
+            raise UsageError(f"write scope {scope!r} points outside the project {project_root}")
+        if literal_file and not candidate.is_dir():
+            if candidate.exists():
+                result.append(candidate)
+                continue
+            candidate = candidate.parent
+        candidate.mkdir(parents=True, exist_ok=True)
+        result.append(candidate)
+    return tuple(result)
+
+
+def install_roots(executable: Path) -> set[Path]:
+    """Directories a tool needs to run: its install prefix, its interpreter's, symlink targets."""
+    roots: set[Path] = set()
+    seen: set[Path] = set()
+    pending = [executable]
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for candidate in {path.absolute(), path.resolve()}:
+            roots.add(_install_root(candidate))
+        real = path.resolve()
+        interpreter = _shebang_interpreter(real)
+        if interpreter is not None:
+            pending.append(interpreter)
+        cfg = real.parent.parent / "pyvenv.cfg"
+        if cfg.is_file():
+            for line in cfg.read_text(errors="replace").splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "home" and value.strip():
+                    roots.add(_install_root(Path(value.strip()) / "python"))
+    return roots
+
+
+def _install_root(path: Path) -> Path:
+    parts = path.parts
+    if "node_modules" in parts:
+        return Path(*parts[: parts.index("node_modules")])
+    parent = path.parent
+    if parent.name == "bin":
+        return parent.parent
+    return parent
+
+
+def _shebang_interpreter(path: Path) -> Path | None:
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
+    if not words:
+        return None
+    program = words[0]
+    if program.endswith("/env") and len(words) > 1:
+        found = shutil.which(words[-1] if words[1].startswith("-") else words[1])
+        return Path(found) if found else None
+    return Path(program)
+
+
+def python_roots() -> set[Path]:
+    """What the running Python needs inside a sandbox (venv, base install, agentbox itself)."""
+    roots = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.prefix).absolute()}
+    roots |= install_roots(Path(sys.executable))
+    roots.add(Path(__file__).resolve().parent.parent)
+    return roots
+
+
+def binds_needed(paths: Iterable[Path], hidden: Iterable[Path]) -> tuple[Path, ...]:
+    """Of `paths`, those the hidden dirs and private /tmp would cover, minus nested ones."""
+    covers = [*hidden, Path("/tmp"), Path("/var/tmp")]
+    needed = sorted({p for p in paths if _under(p, covers) and p.exists()}, key=lambda p: len(p.parts))
+    pruned: list[Path] = []
+    for path in needed:
+        if not any(path.is_relative_to(kept) for kept in pruned):
+            pruned.append(path)
+    return tuple(pruned)
+
+
+def require_bwrap() -> str:
+    """The bwrap executable, or a SandboxError with the install hint."""
+    found = shutil.which("bwrap")
+    if found is None:
+        raise SandboxError(
+            "bubblewrap (bwrap) is not installed; agentbox runs every agent inside it",
+            "install it (`apt-get install bubblewrap`), or set `sandbox: none` in the profile "
+            "to run without isolation (not recommended)",
+        )
+    return found
+
+
+def sandbox_env(base: Mapping[str, str], home: Path, extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment inside the sandbox: a short allowlist of the host's plus `extra`."""
+    env = {key: base[key] for key in PASSTHROUGH_ENV if key in base}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.setdefault("LANG", "C.UTF-8")
+    env["HOME"] = str(home)
+    env["USER"] = base.get("USER", "agent")
+    env.update(extra)
+    return env
+
+
+def host_env() -> dict[str, str]:
+    """The host environment (a seam for tests)."""
+    return dict(os.environ)
