@@ -425,6 +425,7 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
     try:
         parsed = adapter.parse(captured, prepared.request)
     except ParseError as exc:
+        _adopt_created_session(adapter, prepared.request, record)
         if exit_kind is not None:
             missing = exit_code == 127 or "No such file" in err_text
             kind: ErrorKind = "spawn_failed" if missing and not out_text.strip() else exit_kind
@@ -446,6 +447,17 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
     else:
         result = InvokeResult(status="ok", **common)
     return _finish(store, record, prompt, result, started)
+
+
+def _adopt_created_session(adapter: object, request: TurnRequest, record: SessionRecord) -> None:
+    """After a failed first turn, keep the native session if the tool created it anyway.
+
+    Tools with caller-chosen ids (claude, scripted) refuse the same id twice, so a retry
+    must resume the half-made session rather than create it again.
+    """
+    created = getattr(adapter, "created_session", None)
+    if record.native_id is None and created is not None:
+        record.native_id = created(request)
 
 
 def _tail(text: str, limit: int = 4000) -> str:

@@ -55,6 +55,11 @@ class ScriptedAdapter:
         """The same program reading prompts from the terminal."""
         return ToolCommand(self._base(request))
 
+    def created_session(self, request: TurnRequest) -> str | None:
+        """The session id if the program created the session before failing."""
+        exists = (request.config_dir / "sessions" / f"{request.session_id}.json").is_file()
+        return request.session_id if exists else None
+
     def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
         """The last line of stdout is one JSON result object."""
         lines = [line for line in output.stdout.splitlines() if line.strip()]

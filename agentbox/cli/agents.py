@@ -1,0 +1,150 @@
+"""`agentbox invoke`, `sessions`, `attach` and `launch`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import sys
+
+from agentbox.cli.common import maybe_project, print_json, print_table
+
+
+def _when(timestamp: float | None) -> str:
+    if not timestamp:
+        return "-"
+    return dt.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _tokens(value: int | None) -> str:
+    return "unknown" if value is None else f"{value:,}"
+
+
+def invoke(args: argparse.Namespace) -> int:
+    """One headless turn; exit 0 on success, 1 on an agent failure (error on stderr)."""
+    from agentbox.core import services
+    from agentbox.core.errors import NotFoundError, UsageError
+    from agentbox.core.invoke import invoke as run_invoke
+
+    proj = maybe_project(args)
+    agent = services.resolve_agent(args.target, proj)
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if not prompt.strip():
+        raise UsageError("the prompt is empty")
+    session_id = args.session
+    if args.continue_:
+        latest = agent.sessions.latest(agent.label)
+        if latest is None:
+            raise NotFoundError(f"{agent.label} has no session to continue", "drop --continue to start one")
+        session_id = latest.id
+    result = asyncio.run(run_invoke(agent, prompt, session_id, timeout_s=args.timeout))
+    if args.json:
+        print_json(result.as_dict())
+    else:
+        if result.text:
+            print(result.text)
+        usage = result.usage
+        cost = f", ${usage.cost_usd:.4f}" if usage.cost_usd is not None else ""
+        tokens = _tokens(usage.total_tokens)
+        print(f"[{agent.label} · session {result.session_id} · turn {result.turn} · "
+              f"{tokens} tokens{cost} · {result.duration_s:.1f}s"
+              f"{'' if result.sandboxed else ' · NOT SANDBOXED'}]", file=sys.stderr)
+    if not result.ok:
+        print(f"error: {result.error_kind}: {result.error}", file=sys.stderr)
+        print(f"hint: raw output in {result.log_path}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def sessions(args: argparse.Namespace) -> int:
+    """`sessions [ROLE]` lists sessions; `sessions show UUID` shows one session's turns."""
+    from agentbox.core import services
+
+    proj = maybe_project(args)
+    if args.role == "show":
+        if not args.session_id:
+            from agentbox.core.errors import UsageError
+
+            raise UsageError("usage: agentbox sessions show UUID")
+        return _show_session(args, proj)
+    store = services.session_store_for(args.role, proj)
+    records = store.list(args.role)
+    if args.json:
+        print_json([r.as_dict() for r in records])
+        return 0
+    rows = [[r.owner, r.id, r.tool, str(r.turns), f"{r.totals.tokens:,}" + (f" (+{r.totals.unknown_usage_turns} unknown)" if r.totals.unknown_usage_turns else ""),
+             r.last_status or "-", _when(r.updated)] for r in records]
+    print_table(["role", "session", "tool", "turns", "tokens", "last", "updated"], rows)
+    return 0
+
+
+def _show_session(args: argparse.Namespace, proj: object) -> int:
+    from agentbox.core import paths
+    from agentbox.core.errors import NotFoundError
+    from agentbox.core.sessions import SessionStore
+
+    stores = ([SessionStore(proj.sessions_dir)] if proj is not None else []) + [SessionStore(paths.global_sessions_dir())]  # type: ignore[attr-defined]
+    for store in stores:
+        try:
+            record = store.find(args.session_id)
+        except NotFoundError:
+            continue
+        turns = store.turns(record)
+        if args.json:
+            print_json({"session": record.as_dict(), "turns": turns})
+            return 0
+        print(f"session {record.id} · {record.owner} · profile {record.profile} ({record.tool}) · native {record.native_id or '-'}")
+        print(f"cwd {record.cwd} · {record.turns} turns · {record.totals.tokens:,} tokens · last {record.last_status}")
+        for turn in turns:
+            usage = turn.get("usage") or {}
+            known = [v for k, v in usage.items() if k != "cost_usd" and v is not None]
+            tokens = f"{sum(known):,}" if known else "unknown"
+            print(f"\n--- turn {turn['turn']} · {turn['status']}{' (' + str(turn['error_kind']) + ')' if turn.get('error_kind') else ''} · {tokens} tokens · {turn.get('duration_s', 0):.1f}s · {_when(turn.get('started'))}")
+            print(f"> {turn['prompt']}")
+            print(turn.get("text") or turn.get("error") or "")
+        return 0
+    raise NotFoundError(f"no session {args.session_id}", "`agentbox sessions` lists them")
+
+
+def _interactive(agent: object, session_id: str | None) -> int:
+    import subprocess
+
+    from agentbox.core.invoke import _prepare_session, prepare
+
+    record = _prepare_session(agent, session_id)  # type: ignore[arg-type]
+    prepared = prepare(agent, "", record, interactive=True)  # type: ignore[arg-type]
+    if not record.sandboxed:
+        print("warning: this profile runs WITHOUT a sandbox (sandbox: none)", file=sys.stderr)
+    print(f"[attaching to {record.owner} · session {record.id} · native {record.native_id or 'new'}]", file=sys.stderr)
+    record.status = "attached"
+    agent.sessions.save(record)  # type: ignore[attr-defined]
+    try:
+        code = subprocess.call(prepared.argv, env=prepared.env, cwd=str(agent.cwd))  # type: ignore[attr-defined]
+    finally:
+        record.status = "idle"
+        if record.native_id is None and record.tool in {"claude", "scripted"}:
+            record.native_id = record.id
+        agent.sessions.save(record)  # type: ignore[attr-defined]
+    return code
+
+
+def attach(args: argparse.Namespace) -> int:
+    """Run the role's tool interactively in its sandbox, resuming its (latest) session."""
+    from agentbox.core import services
+
+    proj = maybe_project(args)
+    agent = services.resolve_agent(args.role, proj)
+    session_id = args.session_id
+    if session_id is None:
+        latest = agent.sessions.latest(agent.label)
+        session_id = latest.id if latest else None
+    return _interactive(agent, session_id)
+
+
+def launch(args: argparse.Namespace) -> int:
+    """agent-box v1's launch: a profile's tool, interactive, sandboxed."""
+    from agentbox.core import services
+
+    proj = maybe_project(args)
+    agent = services.profile_agent(args.profile, __import__("pathlib").Path.cwd(), proj)
+    return _interactive(agent, args.session)

@@ -1,0 +1,76 @@
+"""The façade both faces call: resolve agents, invoke, list sessions, runs.
+
+The CLI and the TUI change state only through these functions; they never open state
+files themselves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentbox.core import paths, profiles, project
+from agentbox.core.errors import NotFoundError, UsageError
+from agentbox.core.invoke import Agent
+from agentbox.core.paths import ProjectPaths
+from agentbox.core.sessions import SessionStore
+
+PROFILE_PREFIX = "profile:"
+
+
+def instructions_for(proj: ProjectPaths, role_name: str) -> str | None:
+    """Role instructions followed by the project's shared knowledge (a session's first turn)."""
+    crew = project.load_crew(proj).crew
+    role = crew.roles[role_name]
+    parts = []
+    text = project.role_instructions(proj, role)
+    if text:
+        parts.append(f"# Your role: {role_name}\n\n{text.strip()}")
+    knowledge = project.knowledge_text(proj)
+    if knowledge:
+        parts.append(f"# Shared project knowledge\n\n{knowledge}")
+    return "\n\n".join(parts) or None
+
+
+def role_agent(proj: ProjectPaths, role_name: str, *, extra_rw: tuple[Path, ...] = ()) -> Agent:
+    """The agent of one role of the project's crew."""
+    crew = project.load_crew(proj).crew
+    if role_name not in crew.roles:
+        raise NotFoundError(f"no role {role_name!r} in {proj.crew_file}",
+                            f"roles: {', '.join(crew.roles)}; or use profile:NAME")
+    role = crew.roles[role_name]
+    info = profiles.resolve(role.profile)
+    return Agent(
+        profile=info, label=role_name, role=role_name, cwd=proj.root,
+        sessions=SessionStore(proj.sessions_dir), instructions=instructions_for(proj, role_name),
+        model=role.model, extra_args=tuple(role.extra_args), env=dict(role.env),
+        writes=tuple(role.writes) if role.writes is not None else None,
+        protected=(proj.box,), extra_rw=extra_rw, timeout_s=crew.limits.task_timeout_s,
+    )
+
+
+def profile_agent(name: str, cwd: Path, proj: ProjectPaths | None) -> Agent:
+    """A profile used directly (`profile:NAME`): sessions kept per profile in AGENT_BOX_HOME."""
+    info = profiles.resolve(name)
+    root = proj.root if proj is not None else cwd
+    return Agent(
+        profile=info, label=f"{PROFILE_PREFIX}{name}", cwd=root,
+        sessions=SessionStore(paths.global_sessions_dir()),
+        protected=(proj.box,) if proj is not None else (),
+    )
+
+
+def resolve_agent(target: str, proj: ProjectPaths | None, cwd: Path | None = None) -> Agent:
+    """A role of the project, or `profile:NAME`."""
+    if target.startswith(PROFILE_PREFIX):
+        return profile_agent(target[len(PROFILE_PREFIX):], cwd or Path.cwd(), proj)
+    if proj is None:
+        raise UsageError(f"{target!r} is not a role here: no project found",
+                         "run inside a project (`agentbox init`), or use profile:NAME")
+    return role_agent(proj, target)
+
+
+def session_store_for(target: str | None, proj: ProjectPaths | None) -> SessionStore:
+    """Where the sessions of `target` (a role or profile:NAME) are recorded."""
+    if (target and target.startswith(PROFILE_PREFIX)) or proj is None:
+        return SessionStore(paths.global_sessions_dir())
+    return SessionStore(proj.sessions_dir)
