@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     graph = sub.add_parser("graph", help="work graphs")
     gsub = graph.add_subparsers(dest="graph_command", metavar="ACTION", required=True)
-    p = _cmd(gsub, "check", "agentbox.cli.runs:graph_check", "validate a work graph by the five rules")
+    p = _cmd(gsub, "check", "agentbox.cli.graph:graph_check", "validate a work graph by the five rules")
     p.add_argument("file")
     _json(p)
 

@@ -6,8 +6,9 @@ keys are errors, reported with the file, the line and the valid keys.
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -20,6 +21,9 @@ Mode = Literal["sequential", "hierarchical", "group_chat", "handoff", "graph"]
 MODES: tuple[str, ...] = ("sequential", "hierarchical", "group_chat", "handoff", "graph")
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+NAME_RULE = "use letters, digits, '.', '_' or '-' (at most 64, starting with a letter or digit)"
+
+RoleName = Annotated[str, Field(pattern=NAME_PATTERN)]
 
 
 class Strict(BaseModel):
@@ -150,8 +154,6 @@ class HierarchicalSettings(Strict):
     """Role that reviews submissions; default: the lead."""
     plan_approval: bool = False
     """Ask the human to approve the plan before dispatching it."""
-    max_rounds: int = Field(default=3, ge=1)
-    """How many plan/execute/review rounds the lead may run."""
 
 
 class GroupChatSettings(Strict):
@@ -192,7 +194,7 @@ class Crew(Strict):
 
     mode: Mode = "hierarchical"
     """How the crew collaborates."""
-    roles: dict[str, Role]
+    roles: dict[RoleName, Role]
     """Role name → role. Names are used in plans, CLI commands and the TUI."""
     limits: Limits = Field(default_factory=Limits)
     """Hard limits."""
@@ -209,14 +211,9 @@ class Crew(Strict):
 
     @field_validator("roles")
     @classmethod
-    def _role_names(cls, roles: dict[str, Role]) -> dict[str, Role]:
-        import re
-
+    def _at_least_one_role(cls, roles: dict[str, Role]) -> dict[str, Role]:
         if not roles:
             raise ValueError("a crew needs at least one role")
-        for name in roles:
-            if not re.match(NAME_PATTERN, name):
-                raise ValueError(f"role name {name!r} must match {NAME_PATTERN}")
         return roles
 
 
@@ -225,82 +222,163 @@ class Crew(Strict):
 M = TypeVar("M", bound=BaseModel)
 
 
-def _allowed_values(model: type[BaseModel], loc: tuple[str | int, ...]) -> list[str] | None:
-    """The field names valid at `loc` (for unknown-key errors)."""
-    current: Any = model
-    for part in loc[:-1]:
-        if isinstance(part, int) or current is None:
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _members(annotation: Any) -> tuple[Any, ...]:
+    """The alternatives of a union other than None; a single element when it is not a union."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        return tuple(arg for arg in get_args(annotation) if arg is not type(None))
+    return (annotation,)
+
+
+def _is_tag_of(member: Any, part: object) -> bool:
+    """True when `part` is pydantic's name for the union member `member` in an error location."""
+    if get_origin(member) is Literal:
+        return isinstance(part, str) and part.startswith("literal[")
+    return getattr(member, "__name__", None) == part
+
+
+def _follow(
+    model: type[BaseModel], loc: tuple[str | int, ...]
+) -> tuple[tuple[str | int, ...], Any, int | None]:
+    """Follow a pydantic error location through the models.
+
+    Returns the location as keys and indexes of the document (pydantic's union-member tags
+    and `[key]` markers dropped), the annotation expected there, and the length of the
+    location at which a union member was chosen (None when no union was crossed).
+    """
+    field_loc: list[str | int] = []
+    annotation: Any = model
+    union_at: int | None = None
+    for part in loc:
+        if part == "[key]":  # the error is about a mapping's key itself
             continue
-        fields = getattr(current, "model_fields", None)
-        if not fields or part not in fields:
-            # dict values (roles.<name>) keep the same model type of the dict's values
-            if isinstance(current, type) and issubclass(current, BaseModel):
-                continue
-            return None
-        annotation = fields[part].annotation
-        current = _model_in(annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return None
+        members = _members(annotation)
+        if len(members) > 1:
+            union_at = len(field_loc)
+            annotation = next((m for m in members if _is_tag_of(m, part)), None)
+            continue
+        annotation = members[0]
+        field_loc.append(part)
+        if _is_model(annotation):
+            field = annotation.model_fields.get(part) if isinstance(part, str) else None
+            annotation = field.annotation if field else None
+        elif get_origin(annotation) is dict:
+            annotation = get_args(annotation)[1]
+        elif get_origin(annotation) is list:
+            annotation = get_args(annotation)[0]
+        else:
+            annotation = None
+    members = _members(annotation)
+    return tuple(field_loc), members[0] if len(members) == 1 else annotation, union_at
 
 
-def _model_in(annotation: Any) -> Any:
-    """The BaseModel class inside an annotation such as `Role`, `dict[str, Role]`, `X | None`."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
+def _short(value: Any) -> str:
+    """A value as quoted in an error message: short, and containers by their kind."""
+    if value is None:
+        return "an empty value"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _mapping_of(annotation: Any) -> str:
+    keys = f" with keys {', '.join(annotation.model_fields)}" if _is_model(annotation) else ""
+    return f"a mapping{keys}"
 
 
 def _describe(error: dict[str, Any], model: type[BaseModel]) -> str:
     """One human sentence for one pydantic error, with the allowed values or keys."""
     kind = error["type"]
     ctx = error.get("ctx") or {}
+    loc = tuple(error["loc"])
+    got = _short(error.get("input"))
     if kind == "extra_forbidden":
-        valid = _allowed_values(model, tuple(error["loc"]))
-        keys = f"; valid keys: {', '.join(valid)}" if valid else ""
+        _, parent, _ = _follow(model, loc[:-1])
+        keys = f"; valid keys: {', '.join(parent.model_fields)}" if _is_model(parent) else ""
         return f"unknown key{keys}"
     if kind == "literal_error":
-        return f"invalid value {error.get('input')!r}; allowed: {ctx.get('expected', '')}"
+        return f"invalid value {got}; allowed: {ctx.get('expected', '')}"
     if kind == "missing":
         return "required field is missing"
-    return str(error["msg"])
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return f"expected {_mapping_of(_follow(model, loc)[1])}, got {got}"
+    if kind == "list_type":
+        return f"expected a list, got {got}"
+    if kind == "string_pattern_mismatch" and ctx.get("pattern") == NAME_PATTERN:
+        return f"invalid name {got}: {NAME_RULE}"
+    if kind == "value_error":
+        return str(ctx.get("error") or error["msg"])
+    return f"{error['msg']} (got {got})"
+
+
+def _problems(model: type[BaseModel], errors: list[Any]) -> list[tuple[tuple[str | int, ...], str]]:
+    """(document location, sentence) per pydantic error.
+
+    A value that matches no member of a union (`sandbox: sometimes`) becomes one sentence
+    listing what each member accepts; when the value got inside one member (a mapping),
+    only that member's errors are kept.
+    """
+    followed = [(error, *_follow(model, tuple(error["loc"]))) for error in errors]
+    went_inside = {loc[:at] for _, loc, _, at in followed if at is not None and len(loc) > at}
+    alternatives: dict[tuple[str | int, ...], list[str]] = {}
+    problems: list[tuple[tuple[str | int, ...], str | None, Any]] = []
+    for error, loc, expected, union_at in followed:
+        if union_at is not None and len(loc) == union_at:
+            if loc in went_inside:
+                continue
+            if loc not in alternatives:
+                alternatives[loc] = []
+                problems.append((loc, None, error.get("input")))
+            if error["type"] == "literal_error":
+                alternatives[loc].append(str((error.get("ctx") or {}).get("expected", "")))
+            elif _is_model(expected):
+                alternatives[loc].append(_mapping_of(expected))
+            else:
+                alternatives[loc].append(str(error["msg"]))
+            continue
+        problems.append((loc, _describe(error, model), None))
+    return [
+        (loc, message or f"invalid value {_short(value)}; allowed: {' or '.join(alternatives[loc])}")
+        for loc, message, value in problems
+    ]
 
 
 def validate_document(model: type[M], data: Any, file: Path, document: Any = None) -> M:
     """Validate parsed data against `model`; errors become one ConfigError naming file/line/field."""
+    schema_hint = f"`agentbox schema {model.__name__.lower()}` prints the full schema"
     if data is None:
-        raise ConfigError("file is empty", file=file, hint=f"see `agentbox schema` for {model.__name__}")
+        raise ConfigError("file is empty (no YAML content)", file=file, hint=schema_hint)
     if not isinstance(data, dict):
         raise ConfigError(
-            f"expected a mapping at the top level, got {type(data).__name__}", file=file, line=1
+            f"expected a mapping at the top level, got {_short(_plain(data))}",
+            file=file,
+            line=1,
+            hint=schema_hint,
         )
     try:
         return model.model_validate(_plain(data))
     except ValidationError as exc:
-        errors = exc.errors()
-        first = errors[0]
-        loc = tuple(first["loc"])
-        # literal/union errors carry a type tag at the end of loc; drop non-field parts
-        field_loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
-        line, column = position(document if document is not None else data, field_loc)
+        source = document if document is not None else data
+        problems = _problems(model, exc.errors())
+        field_loc, message = problems[0]
+        line, column = position(source, field_loc)
         field = ".".join(str(p) for p in field_loc) or None
-        message = _describe(first, model)
-        if len(errors) > 1:
-            others = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {_describe(e, model)}" for e in errors[1:4]
-            )
-            message += f" (also: {others}{'; …' if len(errors) > 4 else ''})"
+        if len(problems) > 1:
+            others = []
+            for other_loc, other_message in problems[1:4]:
+                other_line = position(source, other_loc)[0]
+                where = f" (line {other_line})" if other_line else ""
+                others.append(f"{'.'.join(str(p) for p in other_loc)}{where}: {other_message}")
+            more = "; …" if len(problems) > 4 else ""
+            message += f" (also: {'; '.join(others)}{more})"
         raise ConfigError(
-            message,
-            file=file,
-            line=line,
-            column=column,
-            field=field,
-            hint=f"`agentbox schema {model.__name__.lower()}` prints the full schema",
+            message, file=file, line=line, column=column, field=field, hint=schema_hint
         ) from None
 
 

@@ -208,7 +208,8 @@ def new_session_id() -> str:
     return str(uuid.uuid4())
 
 
-def _prepare_session(agent: Agent, session_id: str | None) -> SessionRecord:
+def _prepare_session(agent: Agent, session_id: str | None, new_id: str | None = None,
+                     tags: dict[str, str | None] | None = None) -> SessionRecord:
     store = agent.sessions
     if session_id is not None:
         record = store.find(session_id)
@@ -217,9 +218,9 @@ def _prepare_session(agent: Agent, session_id: str | None) -> SessionRecord:
         return record
     created = now()
     return SessionRecord(
-        id=new_session_id(), owner=agent.label, role=agent.role, profile=agent.profile.name,
+        id=new_id or new_session_id(), owner=agent.label, role=agent.role, profile=agent.profile.name,
         tool=agent.profile.tool, cwd=str(agent.cwd), created=created, updated=created,
-        sandboxed=agent.profile.profile.sandbox != "none",
+        sandboxed=agent.profile.profile.sandbox != "none", **(tags or {}),
     )
 
 
@@ -262,6 +263,12 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     runtime = profile.profile.runtime
     executable = find_executable(profile.tool, runtime.command)
     homes, home_env = adapter.homes(profile.config_dir, home)
+    created = getattr(adapter, "created_session", None)
+    if record.native_id is None and created is not None and (record.turns > 0 or record.running):
+        record.native_id = created(TurnRequest(
+            prompt="", session_id=record.id, native_id=None, first_turn=True, instructions=None,
+            model=None, extra_args=(), read_only=True, cwd=agent.cwd, home=home, scratch=scratch,
+            executable="", config_dir=profile.config_dir))
     request = TurnRequest(
         prompt=prompt, session_id=record.id, native_id=record.native_id,
         first_turn=record.native_id is None, instructions=agent.instructions,
@@ -328,13 +335,17 @@ async def invoke(
     *,
     timeout_s: float | None = None,
     on_spawn: Callable[[SessionRecord, int], None] | None = None,
+    new_session_id: str | None = None,
+    run_id: str | None = None,
+    task_id: str | None = None,
 ) -> InvokeResult:
     """Run one turn of `agent` in a new session (or resume `session_id`); never raises for agent failures.
 
-    Raises only for caller mistakes: an unknown or busy session, a session of another
-    role, a sandbox that cannot be built (bwrap missing).
+    `new_session_id` lets a caller choose the UUID of a new session up front (the engine
+    records it before dispatching). Raises only for caller mistakes: an unknown or busy
+    session, a session of another role, a sandbox that cannot be built (bwrap missing).
     """
-    record = _prepare_session(agent, session_id)
+    record = _prepare_session(agent, session_id, new_session_id, {"run_id": run_id, "task_id": task_id})
     store = agent.sessions
     lock_path = store.root / ".locks" / f"{record.id}.lock"
     with _session_lock(lock_path):

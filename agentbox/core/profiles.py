@@ -8,6 +8,7 @@ under `$AGENT_BOX_HOME/bundled/<name>/` so the repository stays untouched.
 
 from __future__ import annotations
 
+import re
 import shutil
 import sqlite3
 from dataclasses import dataclass
@@ -17,14 +18,14 @@ from typing import Literal
 from agentbox.core import paths
 from agentbox.core.config import (
     NAME_PATTERN,
+    NAME_RULE,
     TOOLS,
     Profile,
     Runtime,
-    load_model,
     validate_document,
 )
 from agentbox.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
-from agentbox.core.yaml_io import load_yaml, new_map, write_yaml
+from agentbox.core.yaml_io import load_yaml, new_map, position, write_yaml
 
 Source = Literal["user", "v1", "bundled"]
 
@@ -143,12 +144,19 @@ def _v1_profile(directory: Path, db_rows: dict[str, dict[str, str | None]]) -> P
 
 
 def _load_user(directory: Path) -> Profile:
-    profile = load_model(Profile, directory / paths.PROFILE_FILE)
+    """Load `<directory>/profile.yaml`; its name must be the directory's name."""
+    file = directory / paths.PROFILE_FILE
+    document = load_yaml(file)
+    profile = validate_document(Profile, document, file, document)
     if profile.name != directory.name:
+        line, column = position(document, ("name",))
         raise ConfigError(
-            f"name {profile.name!r} does not match the directory name {directory.name!r}",
-            file=directory / paths.PROFILE_FILE,
+            f"{profile.name!r} does not match the directory name {directory.name!r}",
+            file=file,
+            line=line,
+            column=column,
             field="name",
+            hint=f"set `name: {directory.name}` or rename the directory",
         )
     return profile
 
@@ -173,6 +181,16 @@ def user_profiles(errors: list[ConfigError] | None = None) -> list[ProfileInfo]:
     db_rows = _v1_rows()
     infos = []
     for directory in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if not re.match(NAME_PATTERN, directory.name):
+            problem = ConfigError(
+                f"{directory.name!r} is not a valid profile name; the directory is ignored",
+                file=directory,
+                hint=f"rename it: {NAME_RULE}",
+            )
+            if errors is None:
+                raise problem
+            errors.append(problem)
+            continue
         if (directory / paths.PROFILE_FILE).is_file():
             try:
                 infos.append(ProfileInfo(_load_user(directory), "user", directory, directory))
@@ -201,6 +219,7 @@ def available_names() -> list[str]:
 
 def resolve(name: str) -> ProfileInfo:
     """The profile called `name` (a user profile wins over a bundled one)."""
+    _check_name(name)
     user_dir = paths.profiles_dir() / name
     if (user_dir / paths.PROFILE_FILE).is_file():
         return ProfileInfo(_load_user(user_dir), "user", user_dir, user_dir)
@@ -224,7 +243,7 @@ def ensure_state(info: ProfileInfo) -> None:
     if info.source == "bundled" and not info.state_dir.exists():
         template_config = info.directory / (info.profile.resources.config_dir or DEFAULT_CONFIG_DIR[info.tool])
         if template_config.is_dir():
-            shutil.copytree(template_config, info.state_dir / template_config.name)
+            shutil.copytree(template_config, info.state_dir / template_config.name, dirs_exist_ok=True)
     info.config_dir.mkdir(parents=True, exist_ok=True)
     if info.tool == "claude":
         claude_json = info.state_dir / "dot-claude.json"
@@ -236,13 +255,9 @@ def ensure_state(info: ProfileInfo) -> None:
 
 
 def _check_name(name: str) -> None:
-    import re
-
+    """A profile name is a plain directory name: never a path that leaves `profiles/`."""
     if not re.match(NAME_PATTERN, name):
-        raise UsageError(
-            f"invalid profile name {name!r}",
-            "use letters, digits, '.', '_' or '-' (at most 64, starting with a letter or digit)",
-        )
+        raise UsageError(f"invalid profile name {name!r}", NAME_RULE)
 
 
 def add(name: str, template: str) -> ProfileInfo:
@@ -252,7 +267,7 @@ def add(name: str, template: str) -> ProfileInfo:
     if target.exists():
         raise AlreadyExistsError(f"profile {name!r} already exists at {target}", "pick another name")
     source = paths.bundled_profiles_dir() / template
-    if not (source / paths.PROFILE_FILE).is_file():
+    if not re.match(NAME_PATTERN, template) or not (source / paths.PROFILE_FILE).is_file():
         templates = ", ".join(info.name for info in bundled_profiles())
         raise NotFoundError(f"unknown template {template!r}", f"templates: {templates}")
     staging = target.with_name(f".{name}.creating")
@@ -272,6 +287,7 @@ def add(name: str, template: str) -> ProfileInfo:
 
 def remove(name: str) -> Path:
     """Delete a user profile directory (bundled templates cannot be removed)."""
+    _check_name(name)
     target = paths.profiles_dir() / name
     if not target.is_dir():
         if (paths.bundled_profiles_dir() / name).is_dir():
@@ -285,6 +301,7 @@ def remove(name: str) -> Path:
 
 def adopt(name: str) -> Path:
     """Write a profile.yaml for a v1 profile, without moving any of its files."""
+    _check_name(name)
     directory = paths.profiles_dir() / name
     if (directory / paths.PROFILE_FILE).is_file():
         raise AlreadyExistsError(f"profile {name!r} already has a {paths.PROFILE_FILE}")

@@ -7,10 +7,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentbox.core import paths, profiles
-from agentbox.core.config import NAME_PATTERN, Crew, Role, validate_document
+from agentbox.core.config import NAME_PATTERN, Crew, Role, _plain, validate_document
 from agentbox.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.yaml_io import load_yaml, new_map, position, write_yaml
+from agentbox.core.store import atomic_write_text
+from agentbox.core.yaml_io import (
+    load_yaml,
+    new_map,
+    parse_yaml,
+    position,
+    read_yaml_text,
+    text_with_entry_added,
+    text_with_entry_removed,
+    write_yaml,
+)
 
 
 def init(root: Path) -> list[Path]:
@@ -126,13 +136,14 @@ def add_role(
     instructions: str | None = None,
     writes: list[str] | None = None,
 ) -> None:
-    """Add a role to crew.yaml, keeping the file's comments, order and quoting."""
+    """Add a role at the end of crew.yaml's roles, keeping every other line as written."""
     import re
 
     if not re.match(NAME_PATTERN, name):
         raise UsageError(f"invalid role name {name!r}", "use letters, digits, '.', '_' or '-'")
     profiles.resolve(profile)  # unknown profile → NotFoundError listing the available ones
-    document = load_yaml(project.crew_file)
+    text = read_yaml_text(project.crew_file)
+    document = parse_yaml(text, project.crew_file)
     validate_document(Crew, document, project.crew_file, document)
     roles = document["roles"]
     if name in roles:
@@ -142,19 +153,35 @@ def add_role(
         entry["instructions"] = instructions
     if writes is not None:
         entry["writes"] = writes
+    edited = text_with_entry_added(text, document, ("roles",), name, entry)
     roles[name] = entry
     validate_document(Crew, document, project.crew_file, document)
-    write_yaml(project.crew_file, document)
+    _write_crew(project, document, edited)
 
 
 def remove_role(project: ProjectPaths, name: str) -> None:
     """Remove a role from crew.yaml, keeping everything else as the person wrote it."""
-    document = load_yaml(project.crew_file)
+    text = read_yaml_text(project.crew_file)
+    document = parse_yaml(text, project.crew_file)
     validate_document(Crew, document, project.crew_file, document)
     roles = document["roles"]
     if name not in roles:
         raise NotFoundError(f"no role {name!r} in {project.crew_file}", f"roles: {', '.join(roles)}")
     if len(roles) == 1:
         raise UsageError("cannot remove the last role of the crew")
+    edited = text_with_entry_removed(text, document, ("roles",), name)
     del roles[name]
+    _write_crew(project, document, edited)
+
+
+def _write_crew(project: ProjectPaths, document: object, edited: str | None) -> None:
+    """Write the text edit when it parses back to exactly `document`, else dump `document`."""
+    if edited is not None:
+        try:
+            same = _plain(parse_yaml(edited, project.crew_file)) == _plain(document)
+        except ConfigError:
+            same = False
+        if same:
+            atomic_write_text(project.crew_file, edited)
+            return
     write_yaml(project.crew_file, document)

@@ -1,8 +1,10 @@
 """The only module that imports ruamel.yaml.
 
-Reads keep line and column of every key so validation errors can name them; writes go
-through the round-trip dumper so a person's comments, key order and quoting survive
-when agentbox edits their file.
+Reads keep line and column of every key so validation errors can name them. Edits of a
+person's file keep their comments, key order and quoting: adding or removing one entry of
+a block mapping is a text edit of that entry's lines only (ruamel attaches a comment to
+the node *before* it, so a round-trip dump would carry comments along with the wrong
+entry); anything else goes through the round-trip dumper.
 """
 
 from __future__ import annotations
@@ -28,33 +30,84 @@ def _yaml() -> YAML:
     return yaml
 
 
+#: Contexts in which ruamel notices a construct that was opened and never closed; the
+#: person needs the line where it was opened, not where the parser gave up.
+_UNCLOSED = {
+    "while scanning a quoted scalar": "the quoted string opened here is not closed",
+    "while parsing a flow sequence": "the [ list opened here is not closed",
+    "while parsing a flow mapping": "the { mapping opened here is not closed",
+}
+
+
 def parse_yaml(text: str, file: Path | str) -> Any:
     """Parse YAML text; a syntax error becomes a ConfigError with file, line and column."""
     try:
         return _yaml().load(text)
     except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        problem = exc.problem or exc.context or "malformed YAML"
-        raise ConfigError(
-            f"malformed YAML: {problem}",
-            file=file,
-            line=mark.line + 1 if mark else None,
-            column=mark.column + 1 if mark else None,
-            hint="fix the syntax at that position",
-        ) from None
+        raise _syntax_error(exc, file) from None
     except YAMLError as exc:
         raise ConfigError(f"malformed YAML: {exc}", file=file) from None
 
 
-def load_yaml(path: Path) -> Any:
-    """Read and parse a YAML file (round-trip types, so it can be edited and written back)."""
+def _syntax_error(exc: MarkedYAMLError, file: Path | str) -> ConfigError:
+    """One clear sentence for a ruamel syntax error, at the line a person should look at."""
+    mark = exc.problem_mark or exc.context_mark
+    problem = exc.problem or "malformed YAML"
+    context = exc.context or ""
+    hint = "fix the syntax at that position"
+    if context in _UNCLOSED and exc.context_mark is not None:
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        message = f"{_UNCLOSED[context]} ({problem}{where})"
+        mark = exc.context_mark
+    elif problem.startswith("expected <block end>") and exc.context_mark is not None:
+        message = (
+            "inconsistent indentation: this line does not line up with the mapping "
+            f"that starts at line {exc.context_mark.line + 1}"
+        )
+        hint = "indent the keys of one mapping by the same number of spaces"
+    elif problem.startswith("but ") and context:
+        message = f"{context}, {problem}"
+        if "document" in problem:
+            hint = "a file holds one YAML document: remove the extra `---`"
+    else:
+        message = problem
+        if "'\\t'" in problem:
+            hint = "YAML indentation must use spaces, not tabs"
+        elif "duplicate key" in problem:
+            hint = "each key may appear only once in a mapping: remove or rename one"
+    return ConfigError(
+        f"malformed YAML: {message}",
+        file=file,
+        line=mark.line + 1 if mark else None,
+        column=mark.column + 1 if mark else None,
+        hint=hint,
+    )
+
+
+def read_yaml_text(path: Path) -> str:
+    """The text of a YAML file; unreadable or non-UTF-8 content is a ConfigError naming the line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError("file not found", file=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read: {exc}", file=path) from None
-    return parse_yaml(text, path)
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=path) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"not valid UTF-8 (byte 0x{data[exc.start]:02x})",
+            file=path,
+            line=data.count(b"\n", 0, exc.start) + 1,
+            column=exc.start - line_start + 1,
+            hint="save the file as UTF-8",
+        ) from None
+
+
+def load_yaml(path: Path) -> Any:
+    """Read and parse a YAML file (round-trip types, so it can be edited and written back)."""
+    return parse_yaml(read_yaml_text(path), path)
 
 
 def dump_yaml(data: Any) -> str:
@@ -96,3 +149,102 @@ def position(document: Any, location: Sequence[str | int]) -> tuple[int | None, 
                 line, column = node.lc.line + 1, node.lc.col + 1
             break
     return line, column
+
+
+# ----------------------------------------------------------------------------- text edits
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _is_content(line: str) -> bool:
+    """A line that holds YAML data (not blank, not only a comment)."""
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith("#")
+
+
+def _block_entries(lines: list[str], mapping: Any) -> list[tuple[int, int]] | None:
+    """(first line, end line) of each entry of a block mapping, 0-based, end exclusive.
+
+    An entry runs from its key's line through its last line indented deeper than the
+    keys; comment lines at the keys' own indentation after that belong to what follows.
+    None when the mapping is empty or in flow style (`{...}`), which has no lines to edit.
+    """
+    if not isinstance(mapping, CommentedMap) or not mapping or mapping.fa.flow_style():
+        return None
+    starts = [mapping.lc.key(key)[0] for key in mapping]
+    indent = mapping.lc.key(next(iter(mapping)))[1]
+    if starts != sorted(starts) or len(set(starts)) != len(starts):
+        return None
+    block_end = len(lines)
+    for number in range(starts[-1] + 1, len(lines)):
+        line = lines[number]
+        if (_is_content(line) and _indent(line) <= indent) or line.startswith(("---", "...")):
+            block_end = number
+            break
+    entries = []
+    for index, start in enumerate(starts):
+        limit = starts[index + 1] if index + 1 < len(starts) else block_end
+        end = start + 1
+        for number in range(start + 1, limit):
+            if lines[number].strip() and _indent(lines[number]) > indent:
+                end = number + 1
+        entries.append((start, end))
+    return entries
+
+
+def _node_at(document: Any, location: Sequence[str | int]) -> Any:
+    node = document
+    for key in location:
+        node = node[key]
+    return node
+
+
+def text_with_entry_added(
+    text: str, document: Any, location: Sequence[str | int], key: str, value: Any
+) -> str | None:
+    """`text` with `key: value` appended after the last entry of the block mapping at
+    `location` of `document` (parsed from `text`), every other line untouched.
+
+    None when the mapping is not a non-empty block mapping (use the round-trip dumper).
+    """
+    lines = text.splitlines(keepends=True)
+    mapping = _node_at(document, location)
+    entries = _block_entries(lines, mapping)
+    if entries is None:
+        return None
+    indent = " " * mapping.lc.key(next(iter(mapping)))[1]
+    rendered = [indent + line if line.strip() else line for line in dump_yaml({key: value}).splitlines(keepends=True)]
+    end = entries[-1][1]
+    if not lines[end - 1].endswith("\n"):
+        lines[end - 1] += "\n"
+    return "".join(lines[:end] + rendered + lines[end:])
+
+
+def text_with_entry_removed(
+    text: str, document: Any, location: Sequence[str | int], key: str
+) -> str | None:
+    """`text` without the entry `key` of the block mapping at `location`: its lines and the
+    comment lines directly above it go; every other line stays byte for byte.
+
+    None when the mapping is not a non-empty block mapping (use the round-trip dumper).
+    """
+    lines = text.splitlines(keepends=True)
+    mapping = _node_at(document, location)
+    entries = _block_entries(lines, mapping)
+    if entries is None:
+        return None
+    index = list(mapping).index(key)
+    start, end = entries[index]
+    indent = mapping.lc.key(key)[1]
+    floor = entries[index - 1][1] if index > 0 else 0
+    while (
+        start - 1 >= floor
+        and lines[start - 1].strip().startswith("#")
+        and _indent(lines[start - 1]) == indent
+    ):
+        start -= 1
+    if start > 0 and not lines[start - 1].strip() and end < len(lines) and not lines[end].strip():
+        end += 1  # do not leave two blank lines where the entry was
+    return "".join(lines[:start] + lines[end:])

@@ -1,0 +1,1 @@
+"""The run engine: runs on disk, scheduler, modes, failure routing, budgets, checkpoints."""

@@ -1,0 +1,171 @@
+"""Human commands applied to a run: answer, approve, rework, cancel, pause, resume.
+
+The same code applies a command whether it arrives through the running engine's inbox
+or is applied directly by the CLI when no engine holds the run (see run_store).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from agentbox.core.engine.failures import FailureKind
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Verdict
+from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
+from agentbox.core.tasks import TaskEvent, TaskState, is_terminal
+
+if TYPE_CHECKING:
+    from agentbox.core.engine.engine import Engine
+
+ACTIONS = ("answer", "approve", "rework", "cancel_task", "cancel_run", "pause", "resume")
+
+
+def apply(engine: Engine, command: dict[str, Any]) -> str:
+    """Apply `command`; returns what happened or raises a UsageError subclass."""
+    action = command.get("action")
+    if action not in ACTIONS:
+        raise UsageError(f"unknown command {action!r}")
+    run = engine.run
+    if run.status in TERMINAL_RUN_STATES and action != "answer":
+        raise IllegalTransitionError(f"run {run.id} is {run.status}")
+    return globals()[f"_{action}"](engine, command)
+
+
+def _task(engine: Engine, task_id: str | None) -> Any:
+    task = engine.run.tasks.get(task_id or "")
+    if task is None:
+        raise NotFoundError(f"no task {task_id!r} in run {engine.run.id}",
+                            f"tasks: {', '.join(engine.run.tasks) or '(none yet)'}")
+    return task
+
+
+def _approve(engine: Engine, command: dict[str, Any]) -> str:
+    task = _task(engine, command.get("task"))
+    note = str(command.get("note") or "").strip()
+    engine.transition(task, TaskEvent.APPROVE, f"approved by the human: {note}", evidence=note, human=True)
+    task.verdicts.append(Verdict(verdict="approve", by="human", at=engine.clock(), evidence=[note], note=note))
+    engine.drop_jobs(task.id)
+    _close_task_checkpoints(engine, task.id, "approved by the human")
+    engine.mode.on_task_approved(task)
+    return f"task {task.id} approved"
+
+
+def _rework(engine: Engine, command: dict[str, Any]) -> str:
+    task = _task(engine, command.get("task"))
+    note = str(command.get("note") or "").strip()
+    if not note:
+        raise UsageError("rework needs a note saying what to fix")
+    engine.transition(task, TaskEvent.REJECT, f"sent back by the human: {note}", human=True)
+    task.verdicts.append(Verdict(verdict="reject", by="human", at=engine.clock(), note=note,
+                                 blocking_issues=[{"id": "human", "acceptance_id": None, "severity": "blocker", "detail": note}]))
+    engine.drop_jobs(task.id)
+    _close_task_checkpoints(engine, task.id, "sent back by the human")
+    engine.mode.requeue(task)
+    return f"task {task.id} sent back for rework"
+
+
+def _close_task_checkpoints(engine: Engine, task_id: str, why: str) -> None:
+    for cp in engine.open_checkpoints():
+        if cp.task == task_id and cp.kind in ("retry_escalation",):
+            cp.status, cp.answer, cp.answered_at = "answered", why, engine.clock()
+
+
+def _cancel_task(engine: Engine, command: dict[str, Any]) -> str:
+    task = _task(engine, command.get("task"))
+    engine.transition(task, TaskEvent.CANCEL, "cancelled by the human", human=True)
+    engine.drop_jobs(task.id)
+    for cp in engine.open_checkpoints():
+        if cp.task == task.id:
+            cp.status, cp.answer, cp.answered_at = "answered", "task cancelled", engine.clock()
+    engine.mode.on_task_cancelled(task)
+    return f"task {task.id} cancelled"
+
+
+def _cancel_run(engine: Engine, command: dict[str, Any]) -> str:
+    for task in engine.run.tasks.values():
+        if not is_terminal(TaskState(task.state)):
+            engine.transition(task, TaskEvent.CANCEL, "run cancelled", human=True)
+    engine.run.jobs = {k: j for k, j in engine.run.jobs.items() if j.started}
+    for cp in engine.open_checkpoints():
+        cp.status, cp.answer, cp.answered_at = "answered", "run cancelled", engine.clock()
+    engine.finish("cancelled", str(command.get("note") or "cancelled by the human"))
+    return f"run {engine.run.id} cancelled"
+
+
+def _pause(engine: Engine, command: dict[str, Any]) -> str:
+    engine.run.paused = True
+    return "run paused: running turns finish, nothing new starts"
+
+
+def _resume(engine: Engine, command: dict[str, Any]) -> str:
+    engine.run.paused = False
+    return "run resumed"
+
+
+def _answer(engine: Engine, command: dict[str, Any]) -> str:
+    cp_id = str(command.get("checkpoint") or "")
+    cp = engine.run.checkpoints.get(cp_id)
+    if cp is None:
+        open_ids = ", ".join(c.id for c in engine.open_checkpoints()) or "(none open)"
+        raise NotFoundError(f"no checkpoint {cp_id!r} in run {engine.run.id}", f"open checkpoints: {open_ids}")
+    if cp.status != "open":
+        raise IllegalTransitionError(f"checkpoint {cp.id} was already answered: {cp.answer!r}")
+    text = str(command.get("text") or "").strip()
+    if not text:
+        raise UsageError("the answer is empty")
+    word = text.split()[0].lower()
+    task = engine.run.tasks.get(cp.task or "")
+    if cp.kind in ("retry_escalation", "budget") and word == "cancel":
+        cp.status, cp.answer, cp.answered_at = "answered", text, engine.clock()
+        if task is not None and not is_terminal(TaskState(task.state)):
+            engine.transition(task, TaskEvent.CANCEL, f"cancelled by the human at {cp.id}", human=True)
+            engine.drop_jobs(task.id)
+            engine.mode.on_task_cancelled(task)
+        return f"{cp.id}: cancelled"
+    if cp.kind == "run_budget" and word in ("cancel", "stop"):
+        cp.status, cp.answer, cp.answered_at = "answered", text, engine.clock()
+        return _cancel_run(engine, {"note": f"run budget spent; cancelled at {cp.id}"})
+    cp.status, cp.answer, cp.answered_at = "answered", text, engine.clock()
+    engine.event("checkpoint.answered", f"{cp.id} ({cp.kind}) answered", text[:300], task=cp.task, role=cp.role, checkpoint=cp.id)
+    if cp.kind == "retry_escalation":
+        fp = cp.data.get("fingerprint")
+        if fp:
+            engine.run.retries[fp] = 0
+        spec = cp.data.get("job") or {}
+        note = None if word == "retry" and len(text.split()) == 1 else text
+        if task is not None and task.state == TaskState.BLOCKED:
+            engine.transition(task, TaskEvent.UNBLOCK, f"human said retry at {cp.id}", human=True)
+            task.note = note
+            engine.mode.requeue(task)
+        elif task is None or task.state == TaskState.REVIEWING:
+            prompt = spec.get("prompt", "") + (f"\n\nNote from the human: {note}" if note else "")
+            engine.enqueue(spec.get("kind", "work"), spec.get("role", ""), prompt, task=spec.get("task"),
+                           session_id=spec.get("session_id"), **(spec.get("data") or {}))
+        return f"{cp.id}: retrying"
+    if cp.kind == "budget":
+        if task is not None and task.state == TaskState.PAUSED_FOR_BUDGET:
+            extra = _number(text) or engine.task_budget(task) or 0
+            task.budget_extra += int(extra)
+            engine.transition(task, TaskEvent.RESUME, f"budget raised by {extra} at {cp.id}", human=True)
+            engine.mode.requeue(task)
+        return f"{cp.id}: task budget raised"
+    if cp.kind == "run_budget":
+        extra = _number(text) or int((engine.limits.get("budget") or {}).get("tokens_total") or 0)
+        engine.run.mode_state["budget_extra"] = int(engine.run.mode_state.get("budget_extra", 0)) + int(extra)
+        return f"{cp.id}: run budget raised by {extra}"
+    if cp.kind == "question" and task is not None:
+        if task.state == TaskState.BLOCKED:
+            engine.transition(task, TaskEvent.UNBLOCK, f"the human answered {cp.id}", human=True)
+        task.note = f"You asked: {cp.question}\nThe human answered: {text}"
+        engine.mode.requeue(task)
+        return f"{cp.id}: answer passed to {task.assignee}"
+    engine.mode.on_answer(cp, text)
+    return f"{cp.id}: answered"
+
+
+def _number(text: str) -> int | None:
+    match = re.search(r"(\d[\d_,]*)", text)
+    return int(match.group(1).replace(",", "").replace("_", "")) if match else None
+
+
+__all__ = ["ACTIONS", "FailureKind", "apply"]

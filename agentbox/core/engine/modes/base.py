@@ -1,0 +1,191 @@
+"""What every mode shares: task work, submissions, reviews, dependencies, artifacts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentbox.core.engine import prompts
+from agentbox.core.engine.failures import FailureKind
+from agentbox.core.engine.models import Checkpoint, Job, Task, Verdict
+from agentbox.core.engine.replies import Submission, check_verdict
+from agentbox.core.engine.replies import Verdict as VerdictReply
+from agentbox.core.engine.scheduler import deps_state
+from agentbox.core.invoke import InvokeResult
+from agentbox.core.tasks import TaskEvent, TaskState, is_terminal
+
+if TYPE_CHECKING:
+    from agentbox.core.engine.engine import Engine
+
+
+class ModeDriver:
+    """Base driver: the task lifecycle (work → submission → review → approval) and its hooks."""
+
+    name = "base"
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @property
+    def run(self) -> Any:
+        """The run state."""
+        return self.engine.run
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """This mode's persisted progress."""
+        return self.engine.run.mode_state
+
+    # ------------------------------------------------------------------ hooks (override)
+    def start(self) -> None:
+        """Seed the run's first work."""
+        raise NotImplementedError
+
+    def on_success(self, job: Job, result: InvokeResult) -> None:
+        """A turn answered: dispatch on the job kind."""
+        if job.kind == "work":
+            self.handle_submission(job, result)
+        elif job.kind == "review":
+            self.handle_verdict(job, result)
+
+    def after_submit(self, task: Task) -> None:
+        """What happens to a submitted task (default: review by the reviewer role)."""
+        self.engine.enqueue("review", self.reviewer_for(task), prompts.review_prompt(self.run, task), task=task.id)
+
+    def reviewer_for(self, task: Task) -> str:
+        """The role reviewing `task`."""
+        raise NotImplementedError
+
+    def tick(self) -> None:
+        """Called every loop: close rounds, finish the run."""
+
+    def on_answer(self, checkpoint: Checkpoint, text: str) -> None:
+        """A mode-specific checkpoint was answered."""
+
+    def on_task_approved(self, task: Task) -> None:
+        """Start what was waiting on `task`."""
+        self.release_dependents()
+
+    def on_task_cancelled(self, task: Task) -> None:
+        """Tasks depending on a cancelled one can never run: block them."""
+        self.release_dependents()
+
+    # ------------------------------------------------------------------ task work
+    def requeue(self, task: Task) -> None:
+        """Enqueue the work turn of a queued (or rework) task, in its own session."""
+        if task.state not in (TaskState.QUEUED, TaskState.REWORK):
+            return
+        if any(j.task == task.id and j.kind == "work" for j in self.engine.run.jobs.values()):
+            return
+        deps = [self.run.tasks[d] for d in task.depends_on if d in self.run.tasks]
+        note, task.note = task.note, None
+        prompt = prompts.work_prompt(self.run, task, self.artifacts_root(), prompts.upstream(deps, self.artifacts_root()), note)
+        self.engine.enqueue("work", task.assignee, prompt, task=task.id, session_id=task.session_id,
+                            original_prompt=prompt)
+
+    def release_dependents(self) -> None:
+        """Queue every task whose dependencies are now approved; block those that can never run."""
+        for task in self.run.tasks.values():
+            if task.state != TaskState.QUEUED:
+                continue
+            status = deps_state(task, self.run.tasks)
+            if status == "ready":
+                self.requeue(task)
+            elif status == "failed":
+                self.engine.drop_jobs(task.id)
+                self.engine.transition(task, TaskEvent.BLOCK, "a dependency was cancelled: it can never run")
+
+    def artifacts_root(self) -> str:
+        """The run's artifact dir as agents see it (same path inside the sandbox)."""
+        return str(self.engine.store.artifacts_dir(self.run.id))
+
+    def handle_submission(self, job: Job, result: InvokeResult) -> None:
+        """Validate a worker's submission; a question becomes a checkpoint."""
+        task = self.run.tasks[job.task]
+        reply = self.engine.structured(job, result, Submission)
+        if reply is None:
+            return
+        if reply.question:
+            self.engine.transition(task, TaskEvent.BLOCK, "the agent needs a human decision (domain gap)")
+            fp_message = f"domain_gap: {reply.question}"
+            self.engine.event("failure", f"domain_gap in {task.id}", fp_message[:300], task=task.id, role=job.role)
+            self.engine.checkpoint("question", reply.question, task=task.id, role=job.role)
+            return
+        task.submission = reply.model_dump()
+        self.record_artifacts(task, reply.artifacts, job, result)
+        self.engine.transition(task, TaskEvent.SUBMIT, reply.summary[:200])
+        self.engine.event("submission", f"{task.id} submitted by {job.role}", reply.summary[:300], task=task.id,
+                          role=job.role, session=result.session_id, tokens=task.tokens)
+        self.after_submit(task)
+
+    def record_artifacts(self, task: Task, listed: list[str], job: Job, result: InvokeResult) -> None:
+        """Add the files a submission names (and its hand-on dir) to the run's manifest."""
+        project_root = self.engine.project.root
+        handoff = self.engine.store.artifacts_dir(self.run.id) / task.id
+        paths: list[Path] = []
+        for item in listed:
+            path = Path(item)
+            candidates = [path] if path.is_absolute() else [project_root / path, handoff / path]
+            paths.extend(c for c in candidates if c.is_file())
+        if handoff.is_dir():
+            paths.extend(p for p in handoff.rglob("*") if p.is_file())
+        seen: set[Path] = set()
+        for path in paths:
+            resolved = path.resolve()
+            if resolved in seen or not resolved.is_relative_to(project_root.resolve()):
+                continue
+            seen.add(resolved)
+            entry = self.engine.store.record_artifact(self.run.id, resolved, role=job.role,
+                                                      session=result.session_id, task=task.id)
+            if entry is not None:
+                self.engine.event("artifact", f"{resolved.relative_to(project_root.resolve())} by {job.role}",
+                                  None, task=task.id, role=job.role, session=result.session_id, sha256=entry["sha256"])
+
+    def handle_verdict(self, job: Job, result: InvokeResult) -> None:
+        """Validate a review; approve with evidence or send back for rework."""
+        task = self.run.tasks[job.task]
+        ids = [a.id for a in task.acceptance]
+        reply = self.engine.structured(job, result, VerdictReply, lambda v: check_verdict(v, ids))
+        if reply is None:
+            return
+        checklist = [c.model_dump(by_alias=True) for c in reply.checklist]
+        verdict = Verdict(verdict=reply.verdict, by=job.role, at=self.engine.clock(),
+                          evidence=[c.evidence for c in reply.checklist if c.pass_ and c.evidence],
+                          blocking_issues=[b.model_dump() for b in reply.blocking_issues], checklist=checklist,
+                          confidence=reply.confidence)
+        task.verdicts.append(verdict)
+        self.engine.event("verdict", f"{task.id}: {reply.verdict} by {job.role}",
+                          "; ".join(b.detail for b in reply.blocking_issues)[:300] or None, task=task.id,
+                          role=job.role, session=result.session_id)
+        if reply.verdict == "approve":
+            self.engine.transition(task, TaskEvent.APPROVE, f"review by {job.role} passed every criterion",
+                                   evidence=verdict.evidence)
+            self.on_task_approved(task)
+            return
+        failing = sorted({str(b.acceptance_id) for b in reply.blocking_issues}
+                         | {c.acceptance_id for c in reply.checklist if not c.pass_})
+        message = "review rejected: " + "; ".join(f"[{b.acceptance_id}] {b.detail}" for b in reply.blocking_issues)
+        self.engine.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message + " " + ",".join(failing),
+                         tuple(task.writes))
+
+    def retry(self, job: Job, kind: FailureKind, message: str, original: str, data: dict[str, Any]) -> None:
+        """Automatic retry of a counted failure (the fingerprint ledger allowed it)."""
+        task = self.run.tasks.get(job.task or "")
+        if kind == FailureKind.IMPLEMENTATION_DEFECT and task is not None:
+            self.engine.transition(task, TaskEvent.REJECT, "rework in the same session with the verdict")
+            self.requeue(task)
+            return
+        if task is not None and job.kind == "work":
+            if task.state == TaskState.EXECUTING:
+                self.engine.transition(task, TaskEvent.REQUEUE, "invalid reply: do the task again")
+            task.note = f"Your previous reply could not be used: {message[:500]}"
+            self.requeue(task)
+            return
+        prompt = f"{original}\n\nYour previous reply could not be used: {message[:500]}"
+        self.engine.enqueue(job.kind, job.role, prompt, task=job.task, session_id=job.session_id,
+                            original_prompt=original, **data)
+
+    def all_closed(self) -> bool:
+        """True when every task is approved or cancelled and no turn of a task is pending."""
+        tasks = list(self.run.tasks.values())
+        return bool(tasks) and all(is_terminal(TaskState(t.state)) for t in tasks)

@@ -1,0 +1,129 @@
+"""Hierarchical mode: the lead plans, workers execute, a reviewer gates, the lead synthesises."""
+
+from __future__ import annotations
+
+from agentbox.core import store
+from agentbox.core.engine import prompts
+from agentbox.core.engine.models import Acceptance, Checkpoint, Job, Task
+from agentbox.core.engine.modes.base import ModeDriver
+from agentbox.core.engine.replies import Plan, check_plan
+from agentbox.core.engine.scheduler import _static_parts
+from agentbox.core.invoke import InvokeResult
+
+APPROVE_WORDS = {"approve", "approved", "yes", "y", "ok", "go"}
+
+
+class HierarchicalMode(ModeDriver):
+    """plan → (plan approval) → queue → execute in parallel → review → rework/approve → synthesis."""
+
+    name = "hierarchical"
+
+    @property
+    def lead(self) -> str:
+        """The planning role."""
+        return str(self.engine.settings.get("lead") or "lead")
+
+    def reviewer_for(self, task: Task) -> str:
+        """The reviewer role, else the lead."""
+        return str(self.engine.settings.get("reviewer") or self.lead)
+
+    def _roles_for_planner(self) -> dict[str, str]:
+        described = {}
+        for name, role in self.engine.crew.roles.items():
+            if name == self.lead:
+                continue
+            scope = "read-only" if role.read_only else ("whole project" if role.writes is None else ", ".join(role.writes))
+            described[name] = f"{role.description or role.profile} (may write: {scope})"
+        return described
+
+    def start(self) -> None:
+        """Ask the lead for a plan."""
+        self.state["phase"] = "planning"
+        self._ask_plan(None)
+
+    def _ask_plan(self, feedback: str | None) -> None:
+        prompt = prompts.plan_prompt(self.run, self._roles_for_planner(), feedback)
+        self.engine.enqueue("plan", self.lead, prompt, session_key="lead", original_prompt=prompt)
+
+    def on_success(self, job: Job, result: InvokeResult) -> None:
+        """Plans and syntheses here; work and reviews in the base driver."""
+        if job.kind == "plan":
+            self._handle_plan(job, result)
+        elif job.kind == "synthesis":
+            self._handle_synthesis(result)
+        else:
+            super().on_success(job, result)
+
+    def _scope_problems(self, plan: Plan) -> list[str]:
+        problems = []
+        for task in plan.tasks:
+            role = self.engine.crew.roles.get(task.assignee)
+            if role is None or role.writes is None:
+                continue
+            for pattern in task.writes:
+                static, _ = _static_parts(pattern)
+                inside = any(static[: len(_static_parts(r)[0])] == _static_parts(r)[0] for r in role.writes)
+                if not inside:
+                    allowed = ", ".join(role.writes) or "nothing (read-only)"
+                    problems.append(f"task {task.id}: {task.assignee} may not write {pattern!r} (allowed: {allowed})")
+        return problems
+
+    def _handle_plan(self, job: Job, result: InvokeResult) -> None:
+        roles = [r for r in self.engine.crew.roles if r != self.lead] or list(self.engine.crew.roles)
+        plan = self.engine.structured(job, result, Plan,
+                                      lambda p: check_plan(p, roles, self.run.tasks) + self._scope_problems(p))
+        if plan is None:
+            return
+        self.engine.event("plan", f"plan of {len(plan.tasks)} task(s) accepted", plan.notes, role=job.role,
+                          session=result.session_id, tokens=result.usage.total_tokens)
+        if self.engine.settings.get("plan_approval"):
+            self.state["phase"] = "plan_approval"
+            self.state["proposed_plan"] = plan.model_dump()
+            listing = "\n".join(f"- {t.id} → {t.assignee}: {t.brief}" for t in plan.tasks)
+            self.engine.checkpoint("plan_approval", f"Approve this plan? Answer 'approve', or feedback to re-plan.\n{listing}",
+                                   options=["approve"], role=self.lead)
+            return
+        self._release(plan)
+
+    def _release(self, plan: Plan) -> None:
+        for planned in plan.tasks:
+            task = Task(id=planned.id, assignee=planned.assignee, brief=planned.brief,
+                        acceptance=[Acceptance(id=a.id, criterion=a.criterion) for a in planned.acceptance],
+                        writes=list(planned.writes), depends_on=list(planned.depends_on))
+            self.engine.add_task(task, "from the lead's plan")
+        self.state["phase"] = "executing"
+        self.release_dependents()
+
+    def on_answer(self, checkpoint: Checkpoint, text: str) -> None:
+        """Plan approval: approve releases the plan; anything else is feedback for a new plan."""
+        if checkpoint.kind != "plan_approval":
+            return
+        proposed = self.state.pop("proposed_plan", None)
+        if text.split()[0].lower() in APPROVE_WORDS and proposed:
+            self._release(Plan.model_validate(proposed))
+        else:
+            self.state["phase"] = "planning"
+            self._ask_plan(f"The human's feedback: {text}")
+
+    def tick(self) -> None:
+        """When the round has closed (every task approved or cancelled), ask for the synthesis."""
+        if self.state.get("phase") != "executing" or not self.all_closed():
+            return
+        if any(j.task for j in self.run.jobs.values()):
+            return
+        approved = [t for t in self.run.tasks.values() if t.state == "approved"]
+        if not approved:
+            self.engine.finish("failed", "every task was cancelled")
+            return
+        self.state["phase"] = "synthesis"
+        self.engine.event("round.closed", f"round closed: {len(approved)} task(s) approved", None)
+        self.engine.enqueue("synthesis", self.lead, prompts.synthesis_prompt(self.run), session_key="lead",
+                            original_prompt=prompts.synthesis_prompt(self.run))
+
+    def _handle_synthesis(self, result: InvokeResult) -> None:
+        path = self.engine.store.artifacts_dir(self.run.id) / "synthesis.md"
+        store.atomic_write_text(path, result.text.strip() + "\n")
+        self.engine.store.record_artifact(self.run.id, path, role=self.lead, session=result.session_id, task=None)
+        self.engine.event("artifact", f"synthesis.md by {self.lead}", None, role=self.lead, session=result.session_id)
+        self.state["phase"] = "done"
+        self.engine.finish("done", "round closed and synthesised", {"summary": result.text.strip()[:4000], "artifact": str(path)})

@@ -1,0 +1,112 @@
+"""The prompts the engine sends. Judgement lives here (in words); hard rules live in code.
+
+Each prompt starts with a marker line `[agentbox:<kind> ...]` so agents (and the
+scripted runtime's scenarios) can tell what is being asked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from agentbox.core.engine.models import Run, Task
+from agentbox.core.engine.replies import FORMAT_HINTS
+
+
+def _acceptance(task: Task) -> str:
+    return "\n".join(f"- [{a.id}] {a.criterion}" for a in task.acceptance) or "- (none given)"
+
+
+def _scope(writes: list[str]) -> str:
+    return ", ".join(writes) if writes else "(read-only: do not modify files)"
+
+
+def plan_prompt(run: Run, roles: dict[str, str], feedback: str | None = None) -> str:
+    """Ask the lead for a task plan."""
+    listing = "\n".join(f"- {name}: {desc}" for name, desc in roles.items())
+    parts = [
+        f"[agentbox:plan run={run.id}]",
+        f"Goal: {run.contract.goal}",
+        "Break the goal into tasks for the crew. Roles you can assign:",
+        listing,
+    ]
+    if run.contract.success_criteria:
+        parts.append("Success criteria:\n" + "\n".join(f"- {c}" for c in run.contract.success_criteria))
+    if feedback:
+        parts.append(f"Your previous plan was not accepted:\n{feedback}\nSend a corrected plan.")
+    parts.append(FORMAT_HINTS["Plan"])
+    return "\n\n".join(parts)
+
+
+def upstream(tasks: Iterable[Task], artifacts_dir: str) -> str:
+    """What finished tasks handed on: their summaries and artifact paths."""
+    lines = []
+    for task in tasks:
+        sub = task.submission or {}
+        files = ", ".join(sub.get("artifacts", [])) or "none"
+        lines.append(f"- {task.id} ({task.assignee}): {sub.get('summary', '').strip()} [artifacts: {files}]")
+    if not lines:
+        return ""
+    return f"Upstream work (artifacts are under {artifacts_dir} or the project):\n" + "\n".join(lines)
+
+
+def work_prompt(run: Run, task: Task, artifacts_dir: str, upstream_text: str, note: str | None) -> str:
+    """Ask a worker to do (or redo) a task and submit."""
+    kind = "rework" if task.verdicts and task.verdicts[-1].verdict == "reject" else "work"
+    parts = [
+        f"[agentbox:{kind} task={task.id} attempt={task.attempts}]",
+        f"Run goal: {run.contract.goal}",
+        f"Task {task.id}: {task.brief}",
+        f"Acceptance criteria:\n{_acceptance(task)}",
+        f"You may write: {_scope(task.writes)}. Put files you hand on in {artifacts_dir}/{task.id}/.",
+    ]
+    if upstream_text:
+        parts.append(upstream_text)
+    if kind == "rework":
+        verdict = task.verdicts[-1]
+        issues = "\n".join(f"- [{i.get('acceptance_id')}] {i.get('severity')}: {i.get('detail')}" for i in verdict.blocking_issues)
+        failing = "\n".join(f"- [{c.get('acceptance_id')}] {c.get('item')}: {c.get('evidence')}" for c in verdict.checklist if not c.get("pass"))
+        parts.append(f"The review rejected your submission ({verdict.by}). Fix these:\n{issues or ''}\n{failing or ''}".strip())
+        if verdict.note:
+            parts.append(f"Reviewer note: {verdict.note}")
+    if note:
+        parts.append(f"Note from the human: {note}")
+    parts.append(FORMAT_HINTS["Submission"])
+    return "\n\n".join(parts)
+
+
+def review_prompt(run: Run, task: Task) -> str:
+    """Ask the reviewer for a verdict on a submission."""
+    sub = task.submission or {}
+    ids = ", ".join(a.id for a in task.acceptance)
+    return "\n\n".join([
+        f"[agentbox:review task={task.id} assignee={task.assignee}]",
+        f"Run goal: {run.contract.goal}",
+        f"Task {task.id}: {task.brief}",
+        f"Acceptance criteria:\n{_acceptance(task)}",
+        "Submission:\n" + json.dumps(sub, indent=2, ensure_ascii=False),
+        f"Check every acceptance criterion ({ids}) against the files, citing evidence for each item. "
+        "Reject when any criterion is not met.",
+        FORMAT_HINTS["Verdict"],
+    ])
+
+
+def synthesis_prompt(run: Run) -> str:
+    """Ask the lead for the final synthesis of the round."""
+    done = [t for t in run.tasks.values() if t.state == "approved"]
+    return "\n\n".join([
+        f"[agentbox:synthesis run={run.id}]",
+        f"Goal: {run.contract.goal}",
+        upstream(done, "artifacts") or "No task was approved.",
+        "Write the final synthesis for the human: what was done, where the results are, what is left.",
+    ])
+
+
+def answer_prompt(question: str, answer: str) -> str:
+    """Hand a human's answer back to the agent that asked."""
+    return f"[agentbox:answer]\n\nYou asked: {question}\n\nThe human answered: {answer}\n\nContinue the task."
+
+
+def interrupted_prompt(original: str) -> str:
+    """Re-send a turn that was interrupted by an engine crash."""
+    return f"[agentbox:resume]\n\nYour previous turn was interrupted before it finished. Here is the request again.\n\n{original}"

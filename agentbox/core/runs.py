@@ -1,0 +1,143 @@
+"""Run services for the faces: create, execute, resume, steer and read runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentbox.core import project as project_mod
+from agentbox.core.engine.models import Contract, Run
+from agentbox.core.engine.run_store import RunStore, new_run_id
+from agentbox.core.errors import NotFoundError, UsageError
+from agentbox.core.paths import ProjectPaths
+
+COMMAND_ACK_TIMEOUT_S = 15.0
+"""How long a command waits for a running engine to acknowledge it."""
+
+
+def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph: str | None = None,
+               success_criteria: list[str] | None = None) -> Run:
+    """Validate the crew (and graph) and write a new run's directory; the engine starts it."""
+    if not goal.strip():
+        raise UsageError("the goal is empty", 'say what the crew should do: agentbox run "..."')
+    crew = project_mod.load_checked_crew(project)
+    mode = mode or crew.mode
+    settings: dict[str, Any] = getattr(crew, mode).model_dump()
+    graph_data = None
+    if mode == "graph":
+        from agentbox.core.graph import load_graph
+
+        name = graph or crew.graph.file
+        if not name:
+            raise UsageError("graph mode needs a work graph", "pass --graph NAME or set graph.file in crew.yaml")
+        path = _graph_path(project, name)
+        graph_data = load_graph(path, list(crew.roles)).model_dump(by_alias=True)
+        settings["file"] = str(path)
+    now = time.time()
+    run = Run(
+        id=new_run_id(now),
+        contract=Contract(goal=goal.strip(), mode=mode, success_criteria=success_criteria or [],
+                          limits=crew.limits.model_dump(), settings=settings,
+                          roles={name: role.profile for name, role in crew.roles.items()}, graph=graph_data),
+        status="planning",
+        created=now,
+    )
+    store = RunStore(project)
+    store.create(run)
+    return run
+
+
+def _graph_path(project: ProjectPaths, name: str) -> Path:
+    candidates = [Path(name), project.box / name, project.graphs_dir / name, project.graphs_dir / f"{name}.yaml"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.absolute()
+    raise NotFoundError(f"no work graph {name!r}", f"graphs live in {project.graphs_dir}")
+
+
+async def execute(project: ProjectPaths, run_id: str, on_event: Any = None) -> Run:
+    """Drive a run in this process until it ends (resumes from disk if it was interrupted)."""
+    from agentbox.core.engine.engine import Engine
+
+    engine = Engine.open(project, run_id, on_event=on_event)
+    return await engine.execute()
+
+
+def detach(project: ProjectPaths, run_id: str) -> int:
+    """Start the engine of `run_id` in a background process; returns its pid."""
+    log = RunStore(project).dir(run_id) / "engine.log"
+    with log.open("ab") as handle:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentbox", "--project", str(project.root), "run", "--resume", run_id, "--quiet"],
+            stdin=subprocess.DEVNULL, stdout=handle, stderr=handle, start_new_session=True, cwd=str(project.root),
+        )
+    return proc.pid
+
+
+def send_command(project: ProjectPaths, run_id: str, command: dict[str, Any]) -> tuple[bool, str]:
+    """Apply a human command: through the running engine's inbox, or directly when none runs."""
+    from agentbox.core.engine.engine import Engine
+
+    store = RunStore(project)
+    run_id = store.resolve_id(run_id)
+    with store.engine_lock(run_id) as mine:
+        if mine:
+            engine = Engine.open(project, run_id)
+            ok, message = engine.apply_command(command)
+            engine.save()
+            return ok, message
+    command_id = store.post_command(run_id, command)
+    deadline = time.monotonic() + COMMAND_ACK_TIMEOUT_S
+    offset = 0
+    while time.monotonic() < deadline:
+        events, offset = store.events(run_id, offset)
+        for event in events:
+            if event.get("type") == "command" and event.get("command_id") == command_id:
+                return bool(event.get("ok")), str(event.get("what"))
+        if not store.engine_running(run_id):
+            return send_command(project, run_id, {**command, "id": command_id})
+        time.sleep(0.05)
+    return True, f"queued for the engine (command {command_id}); it will apply it shortly"
+
+
+def load(project: ProjectPaths, run_id: str | None) -> Run:
+    """A run's state (the latest when `run_id` is None)."""
+    store = RunStore(project)
+    return store.load(store.resolve_id(run_id))
+
+
+def list_runs(project: ProjectPaths) -> list[Run]:
+    """Every run of the project, oldest first."""
+    store = RunStore(project)
+    return [store.load(run_id) for run_id in store.list_ids()]
+
+
+def find_task_run(project: ProjectPaths, task_id: str, run_id: str | None) -> str:
+    """The run holding `task_id` (the given run, else the latest run that has it)."""
+    store = RunStore(project)
+    if run_id:
+        return store.resolve_id(run_id)
+    for candidate in reversed(store.list_ids()):
+        if task_id in store.load(candidate).tasks:
+            return candidate
+    raise NotFoundError(f"no run has a task {task_id!r}", "pass --run RUN")
+
+
+def engine_alive(project: ProjectPaths, run_id: str) -> bool:
+    """True when an engine process holds the run."""
+    return RunStore(project).engine_running(run_id)
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
