@@ -109,23 +109,13 @@ def _show_session(args: argparse.Namespace, proj: object) -> int:
 def _interactive(agent: object, session_id: str | None) -> int:
     import subprocess
 
-    from agentbox.core.invoke import _prepare_session, prepare
+    from agentbox.core.services import interactive_command
 
-    record = _prepare_session(agent, session_id)  # type: ignore[arg-type]
-    prepared = prepare(agent, "", record, interactive=True)  # type: ignore[arg-type]
-    if not record.sandboxed:
+    argv, env, session = interactive_command(agent, session_id)  # type: ignore[arg-type]
+    if agent.profile.profile.sandbox == "none":  # type: ignore[attr-defined]
         print("warning: this profile runs WITHOUT a sandbox (sandbox: none)", file=sys.stderr)
-    print(f"[attaching to {record.owner} · session {record.id} · native {record.native_id or 'new'}]", file=sys.stderr)
-    record.status = "attached"
-    agent.sessions.save(record)  # type: ignore[attr-defined]
-    try:
-        code = subprocess.call(prepared.argv, env=prepared.env, cwd=str(agent.cwd))  # type: ignore[attr-defined]
-    finally:
-        record.status = "idle"
-        if record.native_id is None and record.tool in {"claude", "scripted"}:
-            record.native_id = record.id
-        agent.sessions.save(record)  # type: ignore[attr-defined]
-    return code
+    print(f"[attaching to {agent.label} · session {session}]", file=sys.stderr)  # type: ignore[attr-defined]
+    return subprocess.call(argv, env=env, cwd=str(agent.cwd))  # type: ignore[attr-defined]
 
 
 def attach(args: argparse.Namespace) -> int:

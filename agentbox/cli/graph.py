@@ -68,7 +68,5 @@ def _crew_roles(project: ProjectPaths | None) -> list[str] | None:
     try:
         return list(load_crew(project).crew.roles)
     except AgentboxError as exc:
-        print(
-            f"warning: {exc.message}; role names are not checked", file=sys.stderr
-        )
+        print(f"warning: {exc.message}; role names are not checked", file=sys.stderr)
         return None

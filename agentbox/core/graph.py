@@ -264,11 +264,15 @@ class _Edge:
 def _check(document: Any, roles: Collection[str] | None) -> tuple[Graph | None, list[Violation]]:
     """All violations of one document, and the Graph when there are none."""
     if document is None:
-        return None, [Violation("schema", "the file is empty: a graph needs `nodes` and `edges`", 1)]
+        return None, [
+            Violation("schema", "the file is empty: a graph needs `nodes` and `edges`", 1)
+        ]
     if not isinstance(document, dict):
         got = _type_name(document)
         return None, [
-            Violation("schema", f"expected a mapping with `nodes` and `edges` at the top, got {got}", 1)
+            Violation(
+                "schema", f"expected a mapping with `nodes` and `edges` at the top, got {got}", 1
+            )
         ]
     violations: list[Violation] = []
     graph: Graph | None = None
@@ -303,9 +307,7 @@ def _graph_rules(
     node_line = {}
     for node in nodes:
         node_line.setdefault(node.name, node.line)
-    forward = [
-        e for e in edges if e.kind == "forward" and e.source in known and e.target in known
-    ]
+    forward = [e for e in edges if e.kind == "forward" and e.source in known and e.target in known]
     successors: dict[str, list[_Edge]] = {name: [] for name in names}
     predecessors: dict[str, list[str]] = {name: [] for name in names}
     for edge in forward:
@@ -367,7 +369,7 @@ def _graph_rules(
                     )
 
         # backward-labeled: forward edges that point back ...
-        for edge, cycle in back_edges:
+        for edge, _cycle in back_edges:
             where = (
                 f"to {edge.target} itself"
                 if edge.source == edge.target
@@ -534,7 +536,10 @@ def _dangling_edges(edges: list[_Edge], names: list[str]) -> list[Violation]:
     known = set(names)
     out: list[Violation] = []
     for edge in edges:
-        for end, value, line in (("from", edge.source, edge.from_line), ("to", edge.target, edge.to_line)):
+        for end, value, line in (
+            ("from", edge.source, edge.from_line),
+            ("to", edge.target, edge.to_line),
+        ):
             if value is None or value in known:
                 continue
             out.append(
@@ -642,7 +647,9 @@ def _read_edges(document: dict[str, Any]) -> tuple[list[_Edge], bool]:
 def _schema_violation(error: Any, document: Any) -> Violation:
     """One pydantic error as a `schema` violation: `edges[2].kind: invalid value ...`."""
     loc = tuple(
-        p for p in error["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-")))
+        p
+        for p in error["loc"]
+        if not (isinstance(p, str) and ("[" in p or p.startswith("function-")))
     )
     line = position(document, loc)[0]
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
@@ -657,7 +664,13 @@ def _describe(error: Any, loc: tuple[str | int, ...]) -> str:
     if kind == "extra_forbidden":
         key = str(loc[-1]) if loc else "?"
         container = loc[0] if len(loc) > 1 else None
-        valid = _NODE_KEYS if container == "nodes" else _EDGE_KEYS if container == "edges" else _TOP_KEYS
+        valid = (
+            _NODE_KEYS
+            if container == "nodes"
+            else _EDGE_KEYS
+            if container == "edges"
+            else _TOP_KEYS
+        )
         hint = f" (did you mean {_SEED_KEYS[key]!r}?)" if key in _SEED_KEYS else ""
         return f"unknown key {key!r}{hint}; valid keys: {', '.join(valid)}"
     if kind == "missing":

@@ -73,7 +73,9 @@ class Edge(Strict):
 
     def describe(self) -> str:
         """`a -> b (fail: reason, backward)`: the edge as it appears in messages."""
-        label = self.condition if self.fail_reason is None else f"{self.condition}: {self.fail_reason}"
+        label = (
+            self.condition if self.fail_reason is None else f"{self.condition}: {self.fail_reason}"
+        )
         if self.kind == "backward":
             label += ", backward"
         return f"{self.from_} -> {self.to} ({label})"

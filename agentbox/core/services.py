@@ -74,3 +74,19 @@ def session_store_for(target: str | None, proj: ProjectPaths | None) -> SessionS
     if (target and target.startswith(PROFILE_PREFIX)) or proj is None:
         return SessionStore(paths.global_sessions_dir())
     return SessionStore(proj.sessions_dir)
+
+
+def interactive_command(agent: Agent, session_id: str | None) -> tuple[list[str], dict[str, str], str]:
+    """The sandboxed interactive command that resumes `session_id` (attach/launch).
+
+    Returns argv, environment and the agentbox session id (new when none was given).
+    The session record is written first, so the attached session shows in the history.
+    """
+    from agentbox.core.invoke import _prepare_session, prepare
+
+    record = _prepare_session(agent, session_id)
+    prepared = prepare(agent, "", record, interactive=True)
+    if record.native_id is None and record.tool in {"claude", "scripted"}:
+        record.native_id = record.id  # these tools take the caller's id for a new session
+    agent.sessions.save(record)
+    return prepared.argv, prepared.env, record.id
