@@ -1,0 +1,43 @@
+# agentbox: `make demo` runs the demo crew, `make test` runs the whole test-suite.
+# Both set themselves up: a local .venv, the package, and (for tests) bubblewrap and
+# pinned agent CLIs in .tools/.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test setup clis bwrap lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+bwrap:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && apt-get install -y -qq bubblewrap; \
+	  else echo "bubblewrap is missing: install it (e.g. sudo apt-get install bubblewrap)"; exit 1; fi; }
+
+clis:
+	bash scripts/install-clis.sh
+
+demo: setup bwrap
+	$(BIN)/agentbox demo
+
+test: setup bwrap clis
+	PATH="$(CURDIR)/.tools/bin:$$PATH" AGENTBOX_REQUIRE_BWRAP=1 AGENTBOX_REQUIRE_REAL_CLIS=1 \
+	  $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check agentbox tests bench
+
+bench: setup bwrap
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .tools .pytest_cache
