@@ -57,8 +57,14 @@ if [ "$need_npm" = 1 ]; then
   # A package.json in the prefix keeps npm from walking up into the repo.
   [ -f "$npm_prefix/package.json" ] || echo '{"name":"agentbox-tools","private":true}' > "$npm_prefix/package.json"
   log "running: npm install --prefix $npm_prefix ${npm_pkgs[*]}"
-  npm install --prefix "$npm_prefix" --no-audit --no-fund --loglevel=error "${npm_pkgs[@]}" \
-    || die "npm install failed"
+  # opencode-ai's postinstall runs `opencode --version`, which creates its XDG dirs:
+  # keep those out of the real $HOME.
+  ih="$tools/.install-home"
+  env XDG_CONFIG_HOME="$ih/config" XDG_DATA_HOME="$ih/data" XDG_STATE_HOME="$ih/state" \
+      XDG_CACHE_HOME="$ih/cache" OPENCODE_DISABLE_AUTOUPDATE=1 \
+      npm install --prefix "$npm_prefix" --no-audit --no-fund --loglevel=error "${npm_pkgs[@]}" \
+    || { rm -rf "$ih"; die "npm install failed"; }
+  rm -rf "$ih"
 fi
 
 # ---- hermes-agent in its own venv ---------------------------------------------------
@@ -93,7 +99,7 @@ if [ "$force" = 1 ] || [ "$hermes_have" != "$HERMES_VERSION" ] || [ ! -x "$venv/
     fi
   fi
   # -qq: only errors (a site pip.conf may add find-links that warn on every package)
-  reinstall=(); [ "$force" = 1 ] && reinstall=(--force-reinstall --no-deps)
+  reinstall=(); [ "$force" = 1 ] && reinstall=(--force-reinstall)
   "$venv/bin/python" -m pip install -qq --disable-pip-version-check "${reinstall[@]}" "hermes-agent==$HERMES_VERSION" \
     || die "pip install hermes-agent==$HERMES_VERSION failed"
 else

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from agentbox.cli.common import print_json, print_table, project_from
+from agentbox.core.errors import UsageError
 
 
 def init(args: argparse.Namespace) -> int:
@@ -43,6 +44,8 @@ def role_add(args: argparse.Namespace) -> int:
     """Add a role to crew.yaml."""
     from agentbox.core import project
 
+    if args.read_only and args.writes:
+        raise UsageError("--read-only and --writes contradict each other", "give one of them")
     paths = project_from(args)
     writes = [] if args.read_only else args.writes
     project.add_role(paths, args.name, args.profile, instructions=args.instructions, writes=writes)

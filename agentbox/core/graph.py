@@ -121,25 +121,24 @@ def load_graph(path: Path, roles: Collection[str] | None = None) -> Graph:
 
 
 def resolve_graph(ref: str, project: ProjectPaths | None) -> Path:
-    """A graph given as a file path, or as a name in the project's `.agent-box/graphs/`."""
-    candidate = Path(ref).expanduser()
-    if candidate.is_file():
-        return candidate
-    searched: list[Path] = []
-    if project is not None and "/" not in ref:
-        names = [ref] if ref.endswith((".yaml", ".yml")) else [f"{ref}.yaml", f"{ref}.yml"]
-        for name in names:
-            path = project.graphs_dir / name
-            searched.append(path)
-            if path.is_file():
-                return path
-    where = f" nor {searched[0]}" if searched else ""
+    """A graph given as a file path, a path relative to `.agent-box/` (as crew.yaml's
+    `graph.file`), or a name in the project's `.agent-box/graphs/` (`build` or `build.yaml`)."""
+    candidates = [Path(ref).expanduser()]
+    if project is not None:
+        candidates.append(project.box / ref)
+        if "/" not in ref:
+            suffixes = [""] if ref.endswith((".yaml", ".yml")) else [".yaml", ".yml"]
+            candidates.extend(project.graphs_dir / f"{ref}{suffix}" for suffix in suffixes)
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
     available = list_graphs(project) if project is not None else []
     hint = (
         f"graphs in {project.graphs_dir}: {', '.join(available)}"
         if project is not None and available
         else "give the path of a graph file, or the name of one in .agent-box/graphs/"
     )
+    where = f" nor a graph in {project.graphs_dir}" if project is not None else ""
     raise NotFoundError(f"no work graph {ref!r}: not a file{where}", hint)
 
 
@@ -242,14 +241,13 @@ class _Node:
 
 @dataclass(frozen=True)
 class _Edge:
-    """An edge as far as the graph rules need it; `usable` when all of it is well formed."""
+    """An edge as far as the graph rules need it (read leniently from the document)."""
 
     source: str | None
     target: str | None
     condition: str | None
     reason: str | None
     kind: str | None
-    usable: bool
     line: int | None
     from_line: int | None
     to_line: int | None
@@ -383,17 +381,22 @@ def _graph_rules(
                 )
             )
         # ... and backward edges that close no loop
+        below: dict[str, set[str]] = {}
+
+        def descendants(name: str) -> set[str]:
+            if name not in below:
+                below[name] = _reach([name], lambda n: (str(e.target) for e in successors[n]))
+            return below[name]
+
         for edge in edges:
             if edge.kind != "backward" or edge.source == edge.target:
                 continue
             assert edge.source is not None and edge.target is not None
-            ancestors = _reach([edge.source], lambda n: iter(predecessors[n]))
-            if edge.target in ancestors:
+            if edge.source in descendants(edge.target):
                 continue
-            descendants = _reach([edge.source], lambda n: (e.target for e in successors[n]))
             why = (
                 f"{edge.target} comes after {edge.source} along forward edges; make it forward"
-                if edge.target in descendants
+                if edge.target in descendants(edge.source)
                 else f"there is no forward path {edge.target} -> ... -> {edge.source}"
             )
             out.append(
@@ -635,7 +638,6 @@ def _read_edges(document: dict[str, Any]) -> tuple[list[_Edge], bool]:
                 condition=str(condition) if isinstance(condition, str) else None,
                 reason=str(reason) if isinstance(reason, str) and condition == "fail" else None,
                 kind=str(kind) if isinstance(kind, str) else None,
-                usable=usable,
                 line=position(document, ("edges", index))[0],
                 from_line=position(document, ("edges", index, "from"))[0],
                 to_line=position(document, ("edges", index, "to"))[0],

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from agentbox.core.config import NAME_PATTERN, Strict
 
@@ -91,4 +91,9 @@ class Graph(Strict):
     nodes: list[Node] = Field(min_length=1)
     """The nodes; each calls one role of the crew."""
     edges: list[Edge] = Field(default_factory=list)
-    """The edges: `{from, to, condition, fail_reason, kind}`."""
+    """The edges: `{from, to, condition, fail_reason, kind}`; may be left empty."""
+
+    @field_validator("edges", mode="before")
+    @classmethod
+    def _empty_edges(cls, value: object) -> object:
+        return [] if value is None else value

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from agentbox.core import paths, profiles
-from agentbox.core.config import NAME_PATTERN, Crew, Role, _plain, validate_document
-from agentbox.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
+from agentbox.core.config import NAME_PATTERN, Crew, Role, validate_document
+from agentbox.core.errors import (
+    AlreadyExistsError,
+    ConfigError,
+    NotFoundError,
+    StateError,
+    UsageError,
+)
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.store import atomic_write_text
 from agentbox.core.yaml_io import (
@@ -33,10 +40,16 @@ def init(root: Path) -> list[Path]:
     example = paths.example_project_dir()
     if not example.is_dir():
         raise UsageError(f"the example project is missing from this installation ({example})")
+    if project.root.exists() and not project.root.is_dir():
+        raise UsageError(f"{project.root} is not a directory")
     staging = project.root / ".agent-box.creating"
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(example, staging, ignore=shutil.ignore_patterns("runs", "sessions", "__pycache__"))
-    staging.rename(project.box)
+    try:
+        shutil.copytree(example, staging, ignore=shutil.ignore_patterns("runs", "sessions", "__pycache__"))
+        staging.rename(project.box)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise StateError(f"cannot create {project.box}: {exc.strerror or exc}") from None
     return sorted(p for p in project.box.rglob("*") if p.is_file())
 
 
@@ -175,10 +188,12 @@ def remove_role(project: ProjectPaths, name: str) -> None:
 
 
 def _write_crew(project: ProjectPaths, document: object, edited: str | None) -> None:
-    """Write the text edit when it parses back to exactly `document`, else dump `document`."""
+    """Write the text edit when it parses back to exactly `document` (values and key order),
+    else dump `document` through the round-trip dumper."""
     if edited is not None:
         try:
-            same = _plain(parse_yaml(edited, project.crew_file)) == _plain(document)
+            reparsed = parse_yaml(edited, project.crew_file)
+            same = json.dumps(reparsed, default=str) == json.dumps(document, default=str)
         except ConfigError:
             same = False
         if same:

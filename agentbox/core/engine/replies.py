@@ -27,8 +27,10 @@ from pydantic import (
 )
 
 NonEmpty = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+"""A string with something in it besides whitespace (which is stripped)."""
 TaskId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
-ModelT = TypeVar("ModelT", bound=BaseModel)
+"""A task id: safe as a file name (artifacts live under `<artifacts>/<task id>/`)."""
+_ModelT = TypeVar("_ModelT", bound=BaseModel)
 
 
 class ReplyError(ValueError):
@@ -200,7 +202,8 @@ REPLY_MODELS: tuple[type[BaseModel], ...] = (Plan, Submission, Verdict, Question
 
 # ------------------------------------------------------------------------- extraction
 
-_JSON_FENCE = re.compile(r"```[ \t]*json[^\n]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+_JSON_FENCE = re.compile(r"```[ \t]*json[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
+"""A ```json fence: the tag alone on its line, so prose saying "a ```json block" is no fence."""
 _NO_OBJECT = "no JSON object found in the reply; end it with one JSON object in a ```json block"
 
 
@@ -303,7 +306,7 @@ def validation_reasons(model_cls: type[BaseModel], error: ValidationError) -> li
     return reasons
 
 
-def parse_reply(model_cls: type[ModelT], text: str) -> ModelT:
+def parse_reply(model_cls: type[_ModelT], text: str) -> _ModelT:
     """The `model_cls` reply found in `text`, or ReplyError with every reason it is unusable."""
     data = extract_json(text)
     try:
@@ -361,28 +364,30 @@ def check_verdict(verdict: Verdict, acceptance_ids: Sequence[str]) -> list[str]:
 
 
 def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
-    """Dependency cycles of `graph` (id → ids it depends on), each once, as `[a, b, a]`."""
-    state: dict[str, int] = {}
-    stack: list[str] = []
+    """Dependency cycles of `graph` (id → ids it depends on), each once, as `[a, b, a]`.
+
+    An iterative depth-first search, so a long dependency chain cannot hit the recursion limit.
+    """
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
     found: dict[tuple[str, ...], list[str]] = {}
-
-    def visit(node: str) -> None:
-        state[node] = 1
-        stack.append(node)
-        for dep in graph.get(node, []):
-            if state.get(dep) == 1:
-                cycle = stack[stack.index(dep):]
+    for root in graph:
+        if root in state:
+            continue
+        state[root] = 1
+        path, pending = [root], [iter(graph[root])]
+        while pending:
+            dep = next(pending[-1], None)
+            if dep is None:
+                state[path.pop()] = 2
+                pending.pop()
+            elif state.get(dep) == 1:
+                cycle = path[path.index(dep):]
                 pivot = cycle.index(min(cycle))
-                canonical = tuple(cycle[pivot:] + cycle[:pivot])
-                found.setdefault(canonical, [*cycle, dep])
+                found.setdefault(tuple(cycle[pivot:] + cycle[:pivot]), [*cycle, dep])
             elif dep not in state:
-                visit(dep)
-        stack.pop()
-        state[node] = 2
-
-    for node in graph:
-        if node not in state:
-            visit(node)
+                state[dep] = 1
+                path.append(dep)
+                pending.append(iter(graph.get(dep, [])))
     return list(found.values())
 
 

@@ -1,0 +1,102 @@
+"""Claude Code: `claude -p --output-format json`, caller-chosen `--session-id`, resume `-r`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import ClassVar
+
+from agentbox.core.runtimes.base import (
+    CapturedOutput,
+    HomeBind,
+    ParsedTurn,
+    ParseError,
+    ToolCommand,
+    TurnRequest,
+    Usage,
+    optional_int,
+)
+from agentbox.core.runtimes.common import json_lines, positional
+
+#: Tools a read-only role may not use (the read-only mount enforces it anyway).
+WRITE_TOOLS = "Edit,Write,MultiEdit,NotebookEdit"
+
+
+class ClaudeAdapter:
+    """Claude Code. The profile's `dot-claude/` is `CLAUDE_CONFIG_DIR` inside the sandbox."""
+
+    tool: ClassVar[str] = "claude"
+    executable_name: ClassVar[str] = "claude"
+    env_defaults: ClassVar[dict[str, str]] = {
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        # bubblewrap is the boundary: lets bypassPermissions work when agentbox runs as root
+        "IS_SANDBOX": "1",
+    }
+
+    def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
+        """dot-claude/ → ~/.claude; a v1 `dot-claude.json` is copied into it on first use."""
+        legacy = config_dir.with_name(config_dir.name + ".json")
+        inside = config_dir / ".claude.json"
+        if legacy.is_file() and legacy.stat().st_size > 3 and not inside.exists():
+            config_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(legacy, inside)
+        target = home / ".claude"
+        return [HomeBind(config_dir, target)], {"CLAUDE_CONFIG_DIR": str(target)}
+
+    def _common(self, request: TurnRequest) -> list[str]:
+        argv: list[str] = []
+        if request.native_id is None:
+            argv += ["--session-id", request.session_id]
+        else:
+            argv += ["-r", request.native_id]
+        if request.model:
+            argv += ["--model", request.model]
+        if request.first_turn and request.instructions:
+            argv += ["--append-system-prompt", request.instructions]
+        return argv
+
+    def build(self, request: TurnRequest) -> ToolCommand:
+        """Headless turn; permissions relaxed inside the sandbox, write tools denied to readers."""
+        argv = [request.executable, "-p", "--output-format", "json", *self._common(request),
+                "--permission-mode", "bypassPermissions"]
+        if request.read_only:
+            argv += ["--disallowedTools", WRITE_TOOLS]
+        return ToolCommand([*argv, *request.extra_args, *positional(request.prompt)])
+
+    def interactive(self, request: TurnRequest) -> ToolCommand:
+        """The claude TUI resuming the session (the person approves tools)."""
+        argv = [request.executable, *self._common(request)]
+        if request.read_only:
+            argv += ["--disallowedTools", WRITE_TOOLS]
+        return ToolCommand([*argv, *request.extra_args])
+
+    def created_session(self, request: TurnRequest) -> str | None:
+        """The session id if claude stored the session before a turn failed."""
+        projects = request.config_dir / "projects"
+        found = any(projects.glob(f"*/{request.session_id}.jsonl")) if projects.is_dir() else False
+        return request.session_id if found else None
+
+    def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
+        """The `result` object; `is_error` marks a failure even when subtype says success."""
+        result = None
+        for obj in json_lines(output.stdout):
+            if obj.get("type") == "result":
+                result = obj
+        if result is None:
+            raise ParseError("no result object in claude's output")
+        usage = result.get("usage") or {}
+        cost = result.get("total_cost_usd")
+        parsed_usage = Usage(
+            input_tokens=optional_int(usage.get("input_tokens")),
+            cached_input_tokens=optional_int(usage.get("cache_read_input_tokens")),
+            cache_write_tokens=optional_int(usage.get("cache_creation_input_tokens")),
+            output_tokens=optional_int(usage.get("output_tokens")),
+            cost_usd=float(cost) if isinstance(cost, int | float) else None,
+        )
+        text = str(result.get("result") or "")
+        is_error = bool(result.get("is_error"))
+        return ParsedTurn(text=text, native_id=result.get("session_id") or request.session_id, usage=parsed_usage,
+                          is_error=is_error, error=(text or str(result.get("subtype"))) if is_error else None)

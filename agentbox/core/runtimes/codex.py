@@ -1,0 +1,122 @@
+"""Codex CLI: `codex exec --json` (JSONL), native thread ids, `exec resume`, cumulative usage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from agentbox.core.runtimes.base import (
+    CapturedOutput,
+    HomeBind,
+    ParsedTurn,
+    ParseError,
+    ToolCommand,
+    TurnRequest,
+    Usage,
+    optional_int,
+)
+from agentbox.core.runtimes.common import json_lines, positional, with_instructions
+
+_COUNTERS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens", "reasoning_output_tokens")
+
+
+class CodexAdapter:
+    """Codex CLI. The profile's `dot-codex/` is `CODEX_HOME` inside the sandbox."""
+
+    tool: ClassVar[str] = "codex"
+    executable_name: ClassVar[str] = "codex"
+    env_defaults: ClassVar[dict[str, str]] = {}
+
+    def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
+        """dot-codex/ → ~/.codex."""
+        target = home / ".codex"
+        return [HomeBind(config_dir, target)], {"CODEX_HOME": str(target)}
+
+    def _permissions(self, request: TurnRequest) -> list[str]:
+        # Writers: bubblewrap is the boundary, codex's own sandbox is skipped. Readers keep
+        # codex's read-only sandbox on top of the read-only mount.
+        if request.read_only:
+            return ["-s", "read-only"]
+        return ["--dangerously-bypass-approvals-and-sandbox"]
+
+    def build(self, request: TurnRequest) -> ToolCommand:
+        """`codex exec [resume ID] --json ... PROMPT` (options after `resume`)."""
+        argv = [request.executable, "exec"]
+        if request.native_id is not None:
+            argv.append("resume")
+        argv += ["--json", "--skip-git-repo-check", *self._permissions(request)]
+        if request.model:
+            argv += ["-m", request.model]
+        argv += list(request.extra_args)
+        if request.native_id is not None:
+            argv.append(request.native_id)
+        prompt = with_instructions(request.prompt, request.instructions, request.first_turn)
+        return ToolCommand([*argv, *positional(prompt)])
+
+    def interactive(self, request: TurnRequest) -> ToolCommand:
+        """The codex TUI, resuming the thread when there is one."""
+        argv = [request.executable]
+        if request.native_id is not None:
+            argv += ["resume", request.native_id]
+        if request.model:
+            argv += ["-m", request.model]
+        return ToolCommand([*argv, *request.extra_args])
+
+    def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
+        """Thread id, last agent message, usage as a delta of the thread's cumulative counts."""
+        native = request.native_id
+        texts: list[str] = []
+        totals: dict[str, Any] | None = None
+        errors: list[str] = []
+        seen = False
+        for event in json_lines(output.stdout):
+            seen = True
+            kind = event.get("type")
+            if kind == "thread.started":
+                native = event.get("thread_id") or native
+            elif kind == "item.completed":
+                item = event.get("item") or {}
+                if item.get("type") == "agent_message":
+                    texts.append(str(item.get("text") or ""))
+            elif kind == "turn.completed":
+                totals = event.get("usage") or {}
+            elif kind == "turn.failed":
+                errors.append(str((event.get("error") or {}).get("message") or "turn failed"))
+            elif kind == "error":
+                errors.append(str(event.get("message") or "error"))
+        if not seen:
+            raise ParseError("no JSON events in codex's output")
+        state = dict(request.adapter_state)
+        usage = Usage()
+        if totals is not None:
+            previous = state.get("cumulative") or {}
+            delta = {k: _delta(totals.get(k), previous.get(k)) for k in _COUNTERS}
+            state["cumulative"] = {k: totals.get(k) for k in _COUNTERS}
+            usage = _normalise(delta)
+        if errors and totals is None:
+            return ParsedTurn(text=texts[-1] if texts else "", native_id=native, usage=usage, is_error=True,
+                              error=errors[-1], adapter_state=state)
+        if not texts and totals is None:
+            raise ParseError("codex produced no agent message")
+        return ParsedTurn(text=texts[-1] if texts else "", native_id=native, usage=usage, adapter_state=state)
+
+
+def _delta(now: Any, before: Any) -> int | None:
+    now_i = optional_int(now)
+    if now_i is None:
+        return None
+    before_i = optional_int(before) or 0
+    return now_i - before_i if now_i >= before_i else now_i
+
+
+def _normalise(delta: dict[str, int | None]) -> Usage:
+    """Codex counts cached input inside input and reasoning inside output; split them out."""
+    raw_input, cached = delta["input_tokens"], delta["cached_input_tokens"]
+    raw_output, reasoning = delta["output_tokens"], delta["reasoning_output_tokens"]
+    return Usage(
+        input_tokens=None if raw_input is None else raw_input - (cached or 0),
+        cached_input_tokens=cached,
+        cache_write_tokens=delta["cache_write_input_tokens"],
+        output_tokens=None if raw_output is None else raw_output - (reasoning or 0),
+        reasoning_tokens=reasoning,
+    )

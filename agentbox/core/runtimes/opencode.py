@@ -1,0 +1,122 @@
+"""opencode: `opencode run --format json` with the prompt on stdin; resume `-s ID --dir CWD`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+from agentbox.core.runtimes.base import (
+    CapturedOutput,
+    HomeBind,
+    ParsedTurn,
+    ParseError,
+    ToolCommand,
+    TurnRequest,
+    Usage,
+    optional_int,
+)
+from agentbox.core.runtimes.common import json_lines, with_instructions
+
+#: Extra config for read-only roles (opencode's own permission rules, on top of the mount).
+READ_ONLY_CONFIG = {"permission": {"edit": "deny", "bash": {"*": "allow"}}}
+
+
+class OpencodeAdapter:
+    """opencode. The profile's `dot-opencode/` is ~/.config/opencode; data, state and cache live in it too."""
+
+    tool: ClassVar[str] = "opencode"
+    executable_name: ClassVar[str] = "opencode"
+    env_defaults: ClassVar[dict[str, str]] = {
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+    }
+
+    def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
+        """dot-opencode/ → ~/.config/opencode; XDG data/state/cache under it so sessions persist."""
+        target = home / ".config" / "opencode"
+        private = target / ".agentbox"
+        env = {
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_DATA_HOME": str(private / "data"),
+            "XDG_STATE_HOME": str(private / "state"),
+            "XDG_CACHE_HOME": str(private / "cache"),
+        }
+        return [HomeBind(config_dir, target)], env
+
+    def build(self, request: TurnRequest) -> ToolCommand:
+        """`opencode run --format json [-s ID --dir CWD]`, the prompt fed on stdin."""
+        argv = [request.executable, "run", "--format", "json"]
+        env: dict[str, str] = {}
+        if request.read_only:
+            env["OPENCODE_CONFIG_CONTENT"] = json.dumps(READ_ONLY_CONFIG)
+        else:
+            argv.append("--auto")
+        if request.native_id is not None:
+            argv += ["-s", request.native_id, "--dir", str(request.cwd)]
+        if request.model:
+            argv += ["-m", request.model]
+        argv += list(request.extra_args)
+        prompt = with_instructions(request.prompt, request.instructions, request.first_turn)
+        return ToolCommand(argv, env=env, stdin=prompt.encode("utf-8"))
+
+    def interactive(self, request: TurnRequest) -> ToolCommand:
+        """The opencode TUI on the session."""
+        argv = [request.executable, str(request.cwd)]
+        if request.native_id is not None:
+            argv += ["-s", request.native_id]
+        if request.model:
+            argv += ["-m", request.model]
+        return ToolCommand([*argv, *request.extra_args])
+
+    def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
+        """Text of the last step that did not end in tool calls; tokens summed over steps."""
+        native = request.native_id
+        step_texts: list[str] = []
+        final: list[str] | None = None
+        sums: dict[str, int] = {}
+        known: set[str] = set()
+        cost = 0.0
+        errors: list[str] = []
+        seen = False
+        for event in json_lines(output.stdout):
+            seen = True
+            native = event.get("sessionID") or native
+            kind = event.get("type")
+            part: dict[str, Any] = event.get("part") or {}
+            if kind == "step_start":
+                step_texts = []
+            elif kind == "text":
+                step_texts.append(str(part.get("text") or ""))
+            elif kind == "step_finish":
+                tokens = part.get("tokens") or {}
+                cache = tokens.get("cache") or {}
+                for key, value in (("input", tokens.get("input")), ("output", tokens.get("output")),
+                                   ("reasoning", tokens.get("reasoning")), ("cache_read", cache.get("read")),
+                                   ("cache_write", cache.get("write"))):
+                    number = optional_int(value)
+                    if number is not None:
+                        sums[key] = sums.get(key, 0) + number
+                        known.add(key)
+                if isinstance(part.get("cost"), int | float):
+                    cost += float(part["cost"])
+                if part.get("reason") != "tool-calls":
+                    final = step_texts
+            elif kind == "error":
+                error = event.get("error") or {}
+                errors.append(str((error.get("data") or {}).get("message") or error.get("name") or "error"))
+        if not seen:
+            raise ParseError("no JSON events in opencode's output")
+        text = "".join(final if final is not None else step_texts).strip()
+        usage = Usage(
+            input_tokens=sums.get("input") if "input" in known else None,
+            cached_input_tokens=sums.get("cache_read") if "cache_read" in known else None,
+            cache_write_tokens=sums.get("cache_write") if "cache_write" in known else None,
+            output_tokens=sums.get("output") if "output" in known else None,
+            reasoning_tokens=sums.get("reasoning") if "reasoning" in known else None,
+            # opencode reports 0 when the model has no cost table: that is unknown, not free
+            cost_usd=cost if cost > 0 else None,
+        )
+        if errors:
+            return ParsedTurn(text=text, native_id=native, usage=usage, is_error=True, error=errors[-1])
+        return ParsedTurn(text=text, native_id=native, usage=usage)
