@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentbox.core import paths, profiles, project
+from agentbox.core.config import Crew
 from agentbox.core.errors import NotFoundError, UsageError
 from agentbox.core.invoke import Agent
 from agentbox.core.paths import ProjectPaths
@@ -17,9 +18,9 @@ from agentbox.core.sessions import SessionStore
 PROFILE_PREFIX = "profile:"
 
 
-def instructions_for(proj: ProjectPaths, role_name: str) -> str | None:
+def instructions_for(proj: ProjectPaths, role_name: str, crew: Crew | None = None) -> str | None:
     """Role instructions followed by the project's shared knowledge (a session's first turn)."""
-    crew = project.load_crew(proj).crew
+    crew = crew or project.load_crew(proj).crew
     role = crew.roles[role_name]
     parts = []
     text = project.role_instructions(proj, role)
@@ -31,9 +32,10 @@ def instructions_for(proj: ProjectPaths, role_name: str) -> str | None:
     return "\n\n".join(parts) or None
 
 
-def role_agent(proj: ProjectPaths, role_name: str, *, extra_rw: tuple[Path, ...] = ()) -> Agent:
-    """The agent of one role of the project's crew."""
-    crew = project.load_crew(proj).crew
+def role_agent(proj: ProjectPaths, role_name: str, *, extra_rw: tuple[Path, ...] = (),
+               crew: Crew | None = None) -> Agent:
+    """The agent of one role of the project's crew (`crew` saves re-reading crew.yaml)."""
+    crew = crew or project.load_crew(proj).crew
     if role_name not in crew.roles:
         raise NotFoundError(f"no role {role_name!r} in {proj.crew_file}",
                             f"roles: {', '.join(crew.roles)}; or use profile:NAME")
@@ -41,7 +43,7 @@ def role_agent(proj: ProjectPaths, role_name: str, *, extra_rw: tuple[Path, ...]
     info = profiles.resolve(role.profile)
     return Agent(
         profile=info, label=role_name, role=role_name, cwd=proj.root,
-        sessions=SessionStore(proj.sessions_dir), instructions=instructions_for(proj, role_name),
+        sessions=SessionStore(proj.sessions_dir), instructions=instructions_for(proj, role_name, crew),
         model=role.model, extra_args=tuple(role.extra_args), env=dict(role.env),
         writes=tuple(role.writes) if role.writes is not None else None,
         protected=(proj.box,), extra_rw=extra_rw, timeout_s=crew.limits.task_timeout_s,

@@ -175,7 +175,7 @@ class Engine:
             writes = tuple(task.writes)
         elif "writes" in job.data:
             writes = tuple(job.data["writes"])
-        agent = services.role_agent(self.project, job.role, extra_rw=extra_rw)
+        agent = services.role_agent(self.project, job.role, extra_rw=extra_rw, crew=self.crew)
         return dataclasses.replace(agent, writes=writes)
 
     def _start(self, job: Job) -> None:
