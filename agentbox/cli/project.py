@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from agentbox.cli.common import print_json, print_table, project_from
@@ -28,7 +29,8 @@ def role_list(args: argparse.Namespace) -> int:
     from agentbox.core import project
 
     paths = project_from(args)
-    crew = project.load_crew(paths).crew
+    loaded = project.load_crew(paths)
+    crew = loaded.crew
     if args.json:
         print_json({name: role.model_dump() for name, role in crew.roles.items()})
         return 0
@@ -37,6 +39,9 @@ def role_list(args: argparse.Namespace) -> int:
         writes = "read-only" if role.read_only else ("whole project" if role.writes is None else ", ".join(role.writes))
         rows.append([name, role.profile, writes, role.instructions or ""])
     print_table(["role", "profile", "writes", "instructions"], rows)
+    problems = project.check_references(paths, loaded)
+    for problem in problems:
+        print(f"warning: {problem.message}" + (f" ({problem.hint})" if problem.hint else ""), file=sys.stderr)
     return 0
 
 
