@@ -414,6 +414,11 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
                     await asyncio.wait_for(drains, timeout=10)
         except asyncio.CancelledError:
             _kill_tree(proc.pid)
+            stdout.close()
+            stderr.close()
+            cancelled = InvokeResult(status="error", error_kind="killed", error="cancelled by the caller; the process group was killed",
+                                     **{**base, "duration_s": time.monotonic() - t0})
+            _finish(store, record, prompt, cancelled, started)
             raise
         exit_code = proc.returncode
         _kill_tree(proc.pid)  # nothing of the turn outlives it

@@ -496,9 +496,9 @@ class Engine:
         while True:
             self._apply_inbox()
             if self.run.status in TERMINAL_RUN_STATES:
-                if self._flights:
-                    for flight in self._flights.values():
-                        flight.cancel()
+                for flight in self._flights.values():
+                    flight.cancel()
+                self.run.jobs = {}
                 return
             self._dispatch()
             self.mode.tick()
