@@ -7,6 +7,7 @@ keys are errors, reported with the file, the line and the valid keys.
 from __future__ import annotations
 
 import types
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -223,6 +224,7 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def _is_model(annotation: Any) -> bool:
+    """True when the annotation is one of the config models."""
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
@@ -279,15 +281,16 @@ def _short(value: Any) -> str:
     """A value as quoted in an error message: short, and containers by their kind."""
     if value is None:
         return "an empty value"
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return "a mapping"
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return "a list"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _mapping_of(annotation: Any) -> str:
+    """What a mapping of this model looks like, for messages: `a mapping with keys a, b`."""
     keys = f" with keys {', '.join(annotation.model_fields)}" if _is_model(annotation) else ""
     return f"a mapping{keys}"
 
@@ -361,6 +364,18 @@ def validate_document(model: type[M], data: Any, file: Path, document: Any = Non
             line=1,
             hint=schema_hint,
         )
+    odd_key = _non_string_key(data)
+    if odd_key is not None:
+        loc, key, parent = odd_key
+        line, column = parent.lc.key(key) if hasattr(parent, "lc") else (None, None)
+        raise ConfigError(
+            f"a key must be a plain name, got {_short(key)}",
+            file=file,
+            line=line + 1 if line is not None else None,
+            column=column + 1 if column is not None else None,
+            field=".".join(str(p) for p in loc) or None,
+            hint="keys are plain names; quote it if it is meant as text",
+        )
     try:
         return model.model_validate(_plain(data))
     except ValidationError as exc:
@@ -380,6 +395,23 @@ def validate_document(model: type[M], data: Any, file: Path, document: Any = Non
         raise ConfigError(
             message, file=file, line=line, column=column, field=field, hint=schema_hint
         ) from None
+
+
+def _non_string_key(node: Any, loc: tuple[str | int, ...] = ()) -> tuple[tuple[str | int, ...], Any, Any] | None:
+    """The first key that is not a string (`1:`, `true:`, `[a, b]:`): (location, key, its mapping)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if not isinstance(key, str):
+                return loc, key, node
+            found = _non_string_key(value, (*loc, key))
+            if found is not None:
+                return found
+    elif isinstance(node, list):
+        for index, item in enumerate(node):
+            found = _non_string_key(item, (*loc, index))
+            if found is not None:
+                return found
+    return None
 
 
 def _plain(data: Any) -> Any:

@@ -47,6 +47,18 @@ def parse_yaml(text: str, file: Path | str) -> Any:
         raise _syntax_error(exc, file) from None
     except YAMLError as exc:
         raise ConfigError(f"malformed YAML: {exc}", file=file) from None
+    except TypeError as exc:  # ruamel builds the key before it can refuse it: `? {a: 1}`
+        if "unhashable" not in str(exc):
+            raise
+        complex_key = next(
+            (n for n, line in enumerate(text.splitlines(), 1) if line.lstrip().startswith("? ")), None
+        )
+        raise ConfigError(
+            "malformed YAML: a mapping or a list is used as a key",
+            file=file,
+            line=complex_key,
+            hint="keys are plain names: remove the `? ` or the brackets before the colon",
+        ) from None
 
 
 def _syntax_error(exc: MarkedYAMLError, file: Path | str) -> ConfigError:
@@ -155,6 +167,7 @@ def position(document: Any, location: Sequence[str | int]) -> tuple[int | None, 
 
 
 def _indent(line: str) -> int:
+    """How many spaces a line starts with."""
     return len(line) - len(line.lstrip(" "))
 
 
@@ -173,7 +186,10 @@ def _block_entries(lines: list[str], mapping: Any) -> list[tuple[int, int]] | No
     """
     if not isinstance(mapping, CommentedMap) or not mapping or mapping.fa.flow_style():
         return None
-    starts = [mapping.lc.key(key)[0] for key in mapping]
+    try:
+        starts = [mapping.lc.key(key)[0] for key in mapping]
+    except KeyError:  # keys merged in from an anchor (`<<: *base`) have no lines here
+        return None
     indent = mapping.lc.key(next(iter(mapping)))[1]
     if starts != sorted(starts) or len(set(starts)) != len(starts):
         return None
@@ -195,6 +211,7 @@ def _block_entries(lines: list[str], mapping: Any) -> list[tuple[int, int]] | No
 
 
 def _node_at(document: Any, location: Sequence[str | int]) -> Any:
+    """The node at `location` (keys and indexes) of a parsed document."""
     node = document
     for key in location:
         node = node[key]

@@ -8,6 +8,7 @@ values or valid keys listed in `expected.yaml`; and the real CLI given the same 
 
 from __future__ import annotations
 
+import random
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from agentbox.core import profiles
-from agentbox.core.config import Crew, load_model
+from agentbox.core.config import Crew, Profile, load_model
 from agentbox.core.errors import ConfigError
 from tests.conftest import CliResult, run_cli
 
@@ -144,3 +145,41 @@ def test_cli_reports_a_clean_error(name: str, cli_results: dict[str, tuple[Path,
     assert lines[0].startswith("error: ")
     hint = lines[1].removeprefix("hint: ") if len(lines) == 2 else None
     assert_names_place(lines[0].removeprefix("error: "), hint, path, EXPECTED[name])
+
+
+# ----------------------------------------------------------------------------- mutations
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_mutations_only_ever_give_config_errors(seed: int, tmp_path: Path) -> None:
+    """Beyond the corpus: damaged copies of real files load or fail with a ConfigError, never
+    another exception (seeded, so a failure reproduces)."""
+    rng = random.Random(seed)
+    repo = CORPUS.parent.parent.parent
+    sources = [
+        (Crew, (repo / ".agent-box.example" / "crew.yaml").read_text()),
+        (Profile, (repo / "profiles" / "claude" / "profile.yaml").read_text()),
+    ]
+    alphabet = list(":-[]{}\"'#\t\n &*!|>%@`,?0123456789abcxyz")
+    path = tmp_path / "mutated.yaml"
+    failures = 0
+    for _ in range(150):
+        model, text = rng.choice(sources)
+        chars = list(text)
+        for _ in range(rng.randint(1, 4)):
+            spot = rng.randrange(len(chars))
+            action = rng.random()
+            if action < 0.4:
+                del chars[spot]
+            elif action < 0.8:
+                chars.insert(spot, rng.choice(alphabet))
+            else:
+                chars[spot] = rng.choice(alphabet)
+        path.write_text("".join(chars))
+        try:
+            load_model(model, path)
+        except ConfigError as error:
+            failures += 1
+            assert error.message.startswith(f"{path}:"), error.message
+            assert "Traceback" not in error.message and "\n" not in error.message
+    assert failures > 0
