@@ -8,6 +8,7 @@ under `$AGENT_BOX_HOME/bundled/<name>/` so the repository stays untouched.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import sqlite3
@@ -98,7 +99,7 @@ def _v1_rows() -> dict[str, dict[str, str | None]]:
     if not db.is_file():
         return {}
     try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
             rows = conn.execute(
                 "SELECT name, agent_type, display_name, description FROM profiles"
             ).fetchall()

@@ -16,10 +16,14 @@ from agentbox.core.runtimes.base import (
     Usage,
     optional_int,
 )
-from agentbox.core.runtimes.common import json_lines, positional
+from agentbox.core.runtimes.common import json_lines
 
-#: Tools a read-only role may not use (the read-only mount enforces it anyway).
-WRITE_TOOLS = "Edit,Write,MultiEdit,NotebookEdit"
+#: Tools a read-only role may not use (the read-only mount enforces it anyway). claude
+#: 2.1.197 has no MultiEdit ("Permission deny rule … matches no known tool" on stderr).
+WRITE_TOOLS = "Edit,Write,NotebookEdit"
+#: `--disallowedTools <tools...>` is variadic: as two argv items it swallows the prompt
+#: that follows ("Input must be provided …"), so it is passed as one `--opt=value` item.
+DENY_WRITE_TOOLS = f"--disallowedTools={WRITE_TOOLS}"
 
 
 class ClaudeAdapter:
@@ -63,14 +67,15 @@ class ClaudeAdapter:
         argv = [request.executable, "-p", "--output-format", "json", *self._common(request),
                 "--permission-mode", "bypassPermissions"]
         if request.read_only:
-            argv += ["--disallowedTools", WRITE_TOOLS]
-        return ToolCommand([*argv, *request.extra_args, *positional(request.prompt)])
+            argv.append(DENY_WRITE_TOOLS)
+        # `--` always: a variadic option in extra_args (`--add-dir DIR`) would eat the prompt
+        return ToolCommand([*argv, *request.extra_args, "--", request.prompt])
 
     def interactive(self, request: TurnRequest) -> ToolCommand:
         """The claude TUI resuming the session (the person approves tools)."""
         argv = [request.executable, *self._common(request)]
         if request.read_only:
-            argv += ["--disallowedTools", WRITE_TOOLS]
+            argv.append(DENY_WRITE_TOOLS)
         return ToolCommand([*argv, *request.extra_args])
 
     def created_session(self, request: TurnRequest) -> str | None:

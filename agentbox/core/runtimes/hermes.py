@@ -120,9 +120,12 @@ def _session_counters(config_dir: Path, session_id: str) -> dict[str, Any]:
     if not db.is_file():
         return {}
     try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
             conn.row_factory = sqlite3.Row
             row = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        finally:
+            conn.close()
     except sqlite3.Error:
         return {}
     if row is None:

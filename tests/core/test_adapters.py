@@ -1,0 +1,678 @@
+"""The four CLI adapters, pure: the argv/env/stdin of every kind of turn, and parsing of
+every output shape in /work/shared/agent-clis.md and tests/fakes/NOTES.md (literal
+samples from the real tools), error variants included. Unknown usage stays None, never 0.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentbox.core.runtimes import adapter_for
+from agentbox.core.runtimes.base import CapturedOutput, ParseError, TurnRequest, Usage, optional_int
+from agentbox.core.runtimes.claude import ClaudeAdapter
+from agentbox.core.runtimes.codex import CodexAdapter
+from agentbox.core.runtimes.common import json_lines, positional, with_instructions
+from agentbox.core.runtimes.hermes import USAGE_FILE, HermesAdapter
+from agentbox.core.runtimes.opencode import OpencodeAdapter
+
+SID = "0f49bb1b-4366-4aff-b25a-fad243ac5c83"
+CWD = Path("/work/proj")
+HOME = Path("/home/agent")
+
+
+def req(tool: str, tmp: Path | None = None, **kw: Any) -> TurnRequest:
+    """A TurnRequest with sensible defaults (a new session's first turn)."""
+    base = Path(tmp) if tmp is not None else Path("/nonexistent")
+    fields: dict[str, Any] = dict(
+        prompt="do the thing", session_id=SID, native_id=None, first_turn=True, instructions=None,
+        model=None, extra_args=(), read_only=False, cwd=CWD, home=HOME, scratch=base / "scratch",
+        executable=f"/opt/bin/{tool}", config_dir=base / f"dot-{tool}",
+    )
+    fields.update(kw)
+    return TurnRequest(**fields)
+
+
+def out(stdout: str = "", stderr: str = "", exit_code: int | None = 0, scratch: Path | None = None) -> CapturedOutput:
+    return CapturedOutput(stdout, stderr, exit_code, False, scratch or Path("/nonexistent/scratch"))
+
+
+def jl(*events: dict[str, Any]) -> str:
+    return "\n".join(json.dumps(e) for e in events) + "\n"
+
+
+ALL_NONE = Usage()
+
+
+# ============================================================================ shared helpers
+
+
+def test_adapter_registry() -> None:
+    assert isinstance(adapter_for("claude"), ClaudeAdapter)
+    assert isinstance(adapter_for("codex"), CodexAdapter)
+    assert isinstance(adapter_for("opencode"), OpencodeAdapter)
+    assert isinstance(adapter_for("hermes"), HermesAdapter)
+    for tool in ("claude", "codex", "opencode", "hermes"):
+        adapter = adapter_for(tool)
+        assert adapter.tool == tool and adapter.executable_name == tool
+
+
+def test_usage_unknown_is_none_not_zero() -> None:
+    assert not Usage().known and Usage().total_tokens is None
+    assert Usage(output_tokens=0).known and Usage(output_tokens=0).total_tokens == 0
+    full = Usage(1, 2, 3, 4, 5, 0.5)
+    assert full.total_tokens == 15
+    assert Usage.from_dict(full.as_dict()) == full
+    assert Usage.from_dict(None) == Usage() and Usage.from_dict({"input_tokens": 3}) == Usage(input_tokens=3)
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, None), (True, None), (False, None), ("12", None),
+                                                 ([], None), (0, 0), (7, 7), (7.9, 7)])
+def test_optional_int(value: Any, expected: int | None) -> None:
+    assert optional_int(value) == expected
+
+
+def test_json_lines_skips_noise() -> None:
+    text = 'Reading additional input from stdin...\n{"a": 1}\n[1, 2]\n{broken\n  {"b": 2}  \n\n'
+    assert list(json_lines(text)) == [{"a": 1}, {"b": 2}]
+
+
+def test_with_instructions_and_positional() -> None:
+    assert with_instructions("p", "Be brief.\n", True) == "Be brief.\n\n---\n\np"
+    assert with_instructions("p", "Be brief.", False) == "p"
+    assert with_instructions("p", None, True) == "p" and with_instructions("p", "", True) == "p"
+    assert positional("hello") == ["hello"]
+    assert positional("-rf please") == ["--", "-rf please"]
+
+
+# ============================================================================ claude
+
+
+class TestClaudeArgv:
+    a = ClaudeAdapter()
+
+    def test_new(self) -> None:
+        cmd = self.a.build(req("claude"))
+        assert cmd.argv == ["/opt/bin/claude", "-p", "--output-format", "json", "--session-id", SID,
+                            "--permission-mode", "bypassPermissions", "--", "do the thing"]
+        assert cmd.stdin is None and cmd.env == {}
+
+    def test_resume(self) -> None:
+        argv = self.a.build(req("claude", native_id=SID, first_turn=False)).argv
+        assert argv[argv.index("-r") + 1] == SID
+        assert "--session-id" not in argv
+        assert argv[-2:] == ["--", "do the thing"]
+
+    def test_model_extra_args_and_instructions(self) -> None:
+        argv = self.a.build(req("claude", model="sonnet", extra_args=("--add-dir", "/data"),
+                                instructions="You build.")).argv
+        assert argv[argv.index("--model") + 1] == "sonnet"
+        assert argv[argv.index("--append-system-prompt") + 1] == "You build."
+        # extra args come before the prompt, and `--` keeps a variadic option from eating it
+        assert argv[-4:] == ["--add-dir", "/data", "--", "do the thing"]
+        assert "You build." not in argv[-1]  # claude gets a system prompt, not a prepended one
+
+    def test_instructions_only_on_first_turn(self) -> None:
+        argv = self.a.build(req("claude", native_id=SID, first_turn=False, instructions="You build.")).argv
+        assert "--append-system-prompt" not in argv and "You build." not in " ".join(argv)
+
+    def test_read_only_denies_write_tools_in_one_argv_item(self) -> None:
+        argv = self.a.build(req("claude", read_only=True)).argv
+        # `--disallowedTools <tools...>` is variadic: as two items it swallowed the prompt
+        assert "--disallowedTools=Edit,Write,NotebookEdit" in argv
+        assert "--disallowedTools" not in argv
+        assert argv[-2:] == ["--", "do the thing"]
+
+    def test_dash_prompt(self) -> None:
+        assert self.a.build(req("claude", prompt="-v?")).argv[-2:] == ["--", "-v?"]
+
+    def test_env_defaults(self) -> None:
+        env = ClaudeAdapter.env_defaults
+        assert env["IS_SANDBOX"] == "1"  # bypassPermissions as root
+        assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
+        assert env["DISABLE_TELEMETRY"] == env["DISABLE_AUTOUPDATER"] == env["DISABLE_ERROR_REPORTING"] == "1"
+
+    def test_homes(self, tmp_path: Path) -> None:
+        config = tmp_path / "dot-claude"
+        (tmp_path / "dot-claude.json").write_text('{"oauthAccount": {"x": 1}}')  # agent-box v1 layout
+        binds, env = self.a.homes(config, HOME)
+        assert [(b.source, b.target) for b in binds] == [(config, HOME / ".claude")]
+        assert env == {"CLAUDE_CONFIG_DIR": str(HOME / ".claude")}
+        assert json.loads((config / ".claude.json").read_text()) == {"oauthAccount": {"x": 1}}
+
+    def test_homes_ignores_empty_legacy_json(self, tmp_path: Path) -> None:
+        (tmp_path / "dot-claude.json").write_text("{}\n")
+        self.a.homes(tmp_path / "dot-claude", HOME)
+        assert not (tmp_path / "dot-claude" / ".claude.json").exists()
+
+    def test_interactive(self) -> None:
+        cmd = self.a.interactive(req("claude", native_id=SID, first_turn=False, read_only=True))
+        assert cmd.argv == ["/opt/bin/claude", "-r", SID, "--disallowedTools=Edit,Write,NotebookEdit"]
+        assert self.a.interactive(req("claude")).argv == ["/opt/bin/claude", "--session-id", SID]
+
+    def test_created_session(self, tmp_path: Path) -> None:
+        request = req("claude", tmp_path)
+        assert self.a.created_session(request) is None
+        project = request.config_dir / "projects" / "-work-proj"
+        project.mkdir(parents=True)
+        (project / f"{SID}.jsonl").write_text("{}\n")
+        assert self.a.created_session(request) == SID
+
+
+# agent-clis.md, literal
+CLAUDE_OK = ('{"type":"result","subtype":"success","is_error":false,"duration_ms":121,"num_turns":1,'
+             '"result":"…final text…","stop_reason":"end_turn","session_id":"1111-5555",'
+             '"total_cost_usd":0.00025125,'
+             '"usage":{"input_tokens":11,"cache_creation_input_tokens":3,"cache_read_input_tokens":5,"output_tokens":7},'
+             '"modelUsage":{"claude-opus-4-8[1m]":{"inputTokens":11,"outputTokens":7,"costUSD":0.00025125}}}')
+# NOTES.md, the fake's 400
+CLAUDE_400 = ('{"type":"result","subtype":"success","is_error":true,"api_error_status":400,"duration_ms":80,'
+              '"num_turns":1,"result":"API Error: 400 fake bad request","session_id":"' + SID + '",'
+              '"total_cost_usd":0,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,'
+              '"cache_read_input_tokens":0,"output_tokens":0}}')
+
+
+class TestClaudeParse:
+    a = ClaudeAdapter()
+
+    def test_success(self) -> None:
+        parsed = self.a.parse(out(CLAUDE_OK + "\n"), req("claude"))
+        assert parsed.text == "…final text…" and parsed.native_id == "1111-5555"
+        assert not parsed.is_error and parsed.error is None
+        assert parsed.usage == Usage(input_tokens=11, cached_input_tokens=5, cache_write_tokens=3,
+                                     output_tokens=7, reasoning_tokens=None, cost_usd=0.00025125)
+
+    def test_is_error_with_subtype_success(self) -> None:
+        parsed = self.a.parse(out(CLAUDE_400 + "\n", exit_code=1), req("claude"))
+        assert parsed.is_error and parsed.error == "API Error: 400 fake bad request"
+        assert parsed.native_id == SID
+
+    def test_is_error_without_text_reports_subtype(self) -> None:
+        line = json.dumps({"type": "result", "subtype": "error_max_turns", "is_error": True, "session_id": SID})
+        parsed = self.a.parse(out(line), req("claude"))
+        assert parsed.is_error and parsed.error == "error_max_turns" and parsed.text == ""
+
+    def test_missing_usage_and_cost_stay_unknown(self) -> None:
+        line = json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "hi"})
+        parsed = self.a.parse(out(line), req("claude"))
+        assert parsed.usage == ALL_NONE
+        assert parsed.native_id == SID  # falls back to the id agentbox chose
+
+    def test_last_result_wins_and_noise_is_skipped(self) -> None:
+        first = json.dumps({"type": "result", "result": "old", "session_id": SID})
+        stdout = "some warning\n" + json.dumps({"type": "system", "subtype": "init"}) + "\n" + first + "\n" + CLAUDE_OK
+        assert self.a.parse(out(stdout), req("claude")).text == "…final text…"
+
+    @pytest.mark.parametrize("stdout", ["", "Error: Invalid session ID\n", '{"type":"system"}\n', "{not json",
+                                        "\x00\xff garbage " * 50])
+    def test_garbage_is_a_parse_error(self, stdout: str) -> None:
+        with pytest.raises(ParseError):
+            self.a.parse(out(stdout, exit_code=1), req("claude"))
+
+
+# ============================================================================ codex
+
+
+class TestCodexArgv:
+    a = CodexAdapter()
+
+    def test_new(self) -> None:
+        cmd = self.a.build(req("codex"))
+        assert cmd.argv == ["/opt/bin/codex", "exec", "--json", "--skip-git-repo-check",
+                            "--dangerously-bypass-approvals-and-sandbox", "do the thing"]
+        assert cmd.stdin is None and cmd.env == {}
+
+    def test_resume_options_after_resume(self) -> None:
+        argv = self.a.build(req("codex", native_id="thr-1", first_turn=False, model="m1",
+                                extra_args=("-c", "x=1"))).argv
+        assert argv[:3] == ["/opt/bin/codex", "exec", "resume"]
+        assert argv[3:] == ["--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+                            "-m", "m1", "-c", "x=1", "thr-1", "do the thing"]
+
+    def test_model_and_extra_args_new(self) -> None:
+        argv = self.a.build(req("codex", model="gpt-x", extra_args=("--oss",))).argv
+        assert argv[-4:] == ["-m", "gpt-x", "--oss", "do the thing"]
+
+    def test_read_only_keeps_codex_sandbox(self) -> None:
+        argv = self.a.build(req("codex", read_only=True)).argv
+        assert argv[argv.index("-s") + 1] == "read-only"
+        assert "--dangerously-bypass-approvals-and-sandbox" not in argv
+
+    def test_instructions_prepended_on_first_turn_only(self) -> None:
+        first = self.a.build(req("codex", instructions="You build.")).argv[-1]
+        assert first == "You build.\n\n---\n\ndo the thing"
+        later = self.a.build(req("codex", native_id="t", first_turn=False, instructions="You build.")).argv[-1]
+        assert later == "do the thing"
+
+    def test_dash_prompt(self) -> None:
+        assert self.a.build(req("codex", prompt="--help me")).argv[-2:] == ["--", "--help me"]
+        assert self.a.build(req("codex", native_id="t", first_turn=False, prompt="-x")).argv[-3:] == ["t", "--", "-x"]
+
+    def test_homes_and_env(self) -> None:
+        binds, env = self.a.homes(Path("/p/dot-codex"), HOME)
+        assert [(b.source, b.target) for b in binds] == [(Path("/p/dot-codex"), HOME / ".codex")]
+        assert env == {"CODEX_HOME": str(HOME / ".codex")}
+        assert CodexAdapter.env_defaults == {}
+
+    def test_interactive(self) -> None:
+        argv = self.a.interactive(req("codex", native_id="thr", first_turn=False, model="m")).argv
+        assert argv == ["/opt/bin/codex", "resume", "thr", "-m", "m"]
+
+
+THREAD = "01a22833-ee78-7a23-ac0c-7f82fb33ba17"
+CODEX_WARNING = {"type": "item.completed", "item": {"id": "item_0", "type": "error",
+                                                    "message": "Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues."}}
+
+
+def codex_turn(text: str, usage: dict[str, Any] | None, thread: str = THREAD) -> str:
+    events: list[dict[str, Any]] = [{"type": "thread.started", "thread_id": thread}, CODEX_WARNING,
+                                    {"type": "turn.started"},
+                                    {"type": "item.completed", "item": {"id": "item_1", "type": "agent_message", "text": text}}]
+    if usage is not None:
+        events.append({"type": "turn.completed", "usage": usage})
+    return "Reading additional input from stdin...\n" + jl(*events)
+
+
+def codex_usage(inp: int, cached: int, output: int, reasoning: int = 0, write: int = 0) -> dict[str, int]:
+    return {"input_tokens": inp, "cached_input_tokens": cached, "cache_write_input_tokens": write,
+            "output_tokens": output, "reasoning_output_tokens": reasoning}
+
+
+class TestCodexParse:
+    a = CodexAdapter()
+
+    def test_literal_shape_warning_item_is_not_a_failure(self) -> None:
+        parsed = self.a.parse(out(codex_turn("…final text…", codex_usage(13, 4, 6))), req("codex"))
+        assert not parsed.is_error and parsed.error is None
+        assert parsed.text == "…final text…" and parsed.native_id == THREAD
+        # cached input split out of codex's input (13 = 9 uncached + 4 cached)
+        assert parsed.usage == Usage(input_tokens=9, cached_input_tokens=4, cache_write_tokens=0,
+                                     output_tokens=6, reasoning_tokens=0, cost_usd=None)
+        assert parsed.adapter_state == {"cumulative": codex_usage(13, 4, 6)}
+
+    def test_cumulative_to_per_turn_deltas_across_two_turns(self) -> None:
+        t1 = self.a.parse(out(codex_turn("one", codex_usage(13, 4, 6))), req("codex"))
+        resumed = req("codex", native_id=THREAD, first_turn=False, adapter_state=t1.adapter_state)
+        t2 = self.a.parse(out(codex_turn("two", codex_usage(26, 8, 12))), resumed)
+        assert t2.usage == Usage(input_tokens=9, cached_input_tokens=4, cache_write_tokens=0,
+                                 output_tokens=6, reasoning_tokens=0)
+        assert t2.native_id == THREAD
+        # a tool turn of two requests after that: 52 cumulative → this turn 26 (18 + 8)
+        t3 = self.a.parse(out(codex_turn("three", codex_usage(52, 16, 24))),
+                          req("codex", native_id=THREAD, first_turn=False, adapter_state=t2.adapter_state))
+        assert (t3.usage.input_tokens, t3.usage.cached_input_tokens, t3.usage.output_tokens) == (18, 8, 12)
+        assert t3.adapter_state["cumulative"]["input_tokens"] == 52
+
+    def test_reasoning_split_out_of_output(self) -> None:
+        parsed = self.a.parse(out(codex_turn("r", codex_usage(20, 5, 30, reasoning=12, write=3))), req("codex"))
+        assert parsed.usage == Usage(input_tokens=15, cached_input_tokens=5, cache_write_tokens=3,
+                                     output_tokens=18, reasoning_tokens=12)
+
+    def test_missing_counters_stay_unknown(self) -> None:
+        parsed = self.a.parse(out(codex_turn("x", {"input_tokens": 10, "output_tokens": 3})), req("codex"))
+        assert parsed.usage == Usage(input_tokens=10, cached_input_tokens=None, cache_write_tokens=None,
+                                     output_tokens=3, reasoning_tokens=None)
+        empty = self.a.parse(out(codex_turn("x", {})), req("codex"))
+        assert empty.usage == ALL_NONE and not empty.usage.known
+
+    def test_no_turn_completed_means_unknown_usage(self) -> None:
+        parsed = self.a.parse(out(codex_turn("x", None)), req("codex"))
+        assert parsed.text == "x" and parsed.usage == ALL_NONE and not parsed.is_error
+
+    def test_counter_reset_is_taken_as_is(self) -> None:
+        state = {"cumulative": codex_usage(100, 40, 60)}
+        parsed = self.a.parse(out(codex_turn("x", codex_usage(13, 4, 6))),
+                              req("codex", native_id=THREAD, first_turn=False, adapter_state=state))
+        assert (parsed.usage.input_tokens, parsed.usage.output_tokens) == (9, 6)
+
+    def test_resume_without_thread_started_keeps_native_id(self) -> None:
+        stdout = jl({"type": "item.completed", "item": {"type": "agent_message", "text": "hi"}},
+                    {"type": "turn.completed", "usage": codex_usage(13, 4, 6)})
+        parsed = self.a.parse(out(stdout), req("codex", native_id="thr-old", first_turn=False))
+        assert parsed.native_id == "thr-old"
+
+    def test_last_agent_message_is_the_answer(self) -> None:
+        stdout = jl({"type": "thread.started", "thread_id": THREAD},
+                    {"type": "item.completed", "item": {"type": "agent_message", "text": "working on it"}},
+                    {"type": "item.completed", "item": {"type": "command_execution", "command": "ls", "exit_code": 0}},
+                    {"type": "item.completed", "item": {"type": "agent_message", "text": "done"}},
+                    {"type": "turn.completed", "usage": codex_usage(52, 16, 24)})
+        assert self.a.parse(out(stdout), req("codex")).text == "done"
+
+    def test_turn_failed(self) -> None:
+        raw = '{"error": {"message": "fake bad request", "type": "invalid_request_error", "code": null}}'
+        stdout = jl({"type": "thread.started", "thread_id": THREAD}, CODEX_WARNING, {"type": "turn.started"},
+                    {"type": "error", "message": raw}, {"type": "turn.failed", "error": {"message": raw}})
+        parsed = self.a.parse(out(stdout, exit_code=1), req("codex"))
+        assert parsed.is_error and "fake bad request" in (parsed.error or "")
+        assert parsed.native_id == THREAD and parsed.usage == ALL_NONE
+
+    def test_top_level_error_event_alone(self) -> None:
+        parsed = self.a.parse(out(jl({"type": "error", "message": "stream disconnected"}), exit_code=1), req("codex"))
+        assert parsed.is_error and parsed.error == "stream disconnected"
+
+    def test_error_event_followed_by_completion_is_not_a_failure(self) -> None:
+        stdout = jl({"type": "thread.started", "thread_id": THREAD},
+                    {"type": "error", "message": "Reconnecting... 1/5"},
+                    {"type": "item.completed", "item": {"type": "agent_message", "text": "fine"}},
+                    {"type": "turn.completed", "usage": codex_usage(13, 4, 6)})
+        parsed = self.a.parse(out(stdout), req("codex"))
+        assert not parsed.is_error and parsed.text == "fine"
+
+    @pytest.mark.parametrize("stdout", ["", "Reading additional input from stdin...\n", "panic: oh no\n",
+                                        jl({"type": "thread.started", "thread_id": THREAD})])
+    def test_garbage_is_a_parse_error(self, stdout: str) -> None:
+        with pytest.raises(ParseError):
+            self.a.parse(out(stdout, exit_code=1), req("codex"))
+
+
+# ============================================================================ opencode
+
+
+class TestOpencodeArgv:
+    a = OpencodeAdapter()
+
+    def test_new_prompt_on_stdin(self) -> None:
+        cmd = self.a.build(req("opencode"))
+        assert cmd.argv == ["/opt/bin/opencode", "run", "--format", "json", "--auto"]
+        assert cmd.stdin == b"do the thing"
+        assert cmd.env == {}
+
+    def test_resume_session_and_dir(self) -> None:
+        cmd = self.a.build(req("opencode", native_id="ses_abc", first_turn=False, model="fake/fake-model",
+                               extra_args=("--print-logs",)))
+        assert cmd.argv == ["/opt/bin/opencode", "run", "--format", "json", "--auto", "-s", "ses_abc",
+                            "--dir", str(CWD), "-m", "fake/fake-model", "--print-logs"]
+        assert cmd.stdin == b"do the thing"
+
+    def test_instructions_prepended_on_first_turn_only(self) -> None:
+        assert self.a.build(req("opencode", instructions="Rules.")).stdin == b"Rules.\n\n---\n\ndo the thing"
+        resumed = self.a.build(req("opencode", native_id="ses_a", first_turn=False, instructions="Rules."))
+        assert resumed.stdin == b"do the thing"
+
+    def test_prompt_with_spaces_and_dashes_never_in_argv(self) -> None:
+        cmd = self.a.build(req("opencode", prompt="-- two words"))
+        assert "-- two words" not in cmd.argv and cmd.stdin == b"-- two words"
+
+    def test_read_only(self) -> None:
+        cmd = self.a.build(req("opencode", read_only=True))
+        assert "--auto" not in cmd.argv
+        config = json.loads(cmd.env["OPENCODE_CONFIG_CONTENT"])
+        assert config["permission"]["edit"] == "deny"
+
+    def test_homes_and_env(self) -> None:
+        binds, env = self.a.homes(Path("/p/dot-opencode"), HOME)
+        target = HOME / ".config" / "opencode"
+        assert [(b.source, b.target) for b in binds] == [(Path("/p/dot-opencode"), target)]
+        assert env["XDG_CONFIG_HOME"] == str(HOME / ".config")
+        for key in ("XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+            assert Path(env[key]).is_relative_to(target)  # sessions persist in the profile
+        assert OpencodeAdapter.env_defaults == {"OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1"}
+
+    def test_interactive(self) -> None:
+        argv = self.a.interactive(req("opencode", native_id="ses_a", first_turn=False)).argv
+        assert argv == ["/opt/bin/opencode", str(CWD), "-s", "ses_a"]
+
+
+SES = "ses_dd7c0ffee"
+
+
+def oc_step(text: str | None, reason: str, tokens: dict[str, Any] | None = None, cost: Any = 0,
+            tool: bool = False) -> list[dict[str, Any]]:
+    tokens = tokens if tokens is not None else {"total": 19, "input": 9, "output": 6, "reasoning": 0,
+                                                "cache": {"write": 0, "read": 4}}
+    events: list[dict[str, Any]] = [{"type": "step_start", "sessionID": SES, "part": {"type": "step-start"}}]
+    if text is not None:
+        events.append({"type": "text", "sessionID": SES, "part": {"type": "text", "text": text}})
+    if tool:
+        events.append({"type": "tool_use", "sessionID": SES, "part": {
+            "type": "tool", "tool": "bash", "callID": "call_fake_3_0",
+            "state": {"status": "completed", "input": {"command": "echo hi"}, "output": "hi\n"}}})
+    events.append({"type": "step_finish", "sessionID": SES,
+                   "part": {"reason": reason, "tokens": tokens, "cost": cost}})
+    return events
+
+
+class TestOpencodeParse:
+    a = OpencodeAdapter()
+
+    def test_literal_shape(self) -> None:
+        parsed = self.a.parse(out(jl(*oc_step("…final text…", "stop"))), req("opencode"))
+        assert parsed.text == "…final text…" and parsed.native_id == SES and not parsed.is_error
+        # cost 0 (no cost table for the model) is unknown, not free
+        assert parsed.usage == Usage(input_tokens=9, cached_input_tokens=4, cache_write_tokens=0,
+                                     output_tokens=6, reasoning_tokens=0, cost_usd=None)
+
+    def test_tool_turn_last_step_text_and_summed_tokens(self) -> None:
+        stdout = jl(*oc_step("Let me run that.", "tool-calls", tool=True),
+                    *oc_step("echo: made-by-opencode\n", "stop"))
+        parsed = self.a.parse(out(stdout), req("opencode"))
+        assert parsed.text == "echo: made-by-opencode"
+        assert parsed.usage == Usage(input_tokens=18, cached_input_tokens=8, cache_write_tokens=0,
+                                     output_tokens=12, reasoning_tokens=0, cost_usd=None)
+
+    def test_text_split_over_events_is_joined(self) -> None:
+        events = oc_step("part one, ", "stop")
+        events.insert(2, {"type": "text", "sessionID": SES, "part": {"type": "text", "text": "part two"}})
+        assert self.a.parse(out(jl(*events)), req("opencode")).text == "part one, part two"
+
+    def test_cost_summed_when_reported(self) -> None:
+        stdout = jl(*oc_step(None, "tool-calls", cost=0.001, tool=True), *oc_step("ok", "stop", cost=0.002))
+        assert self.a.parse(out(stdout), req("opencode")).usage.cost_usd == pytest.approx(0.003)
+
+    def test_missing_tokens_stay_unknown(self) -> None:
+        parsed = self.a.parse(out(jl(*oc_step("x", "stop", tokens={"input": 5}))), req("opencode"))
+        assert parsed.usage == Usage(input_tokens=5)
+        none = self.a.parse(out(jl(*oc_step("x", "stop", tokens={}))), req("opencode"))
+        assert none.usage == ALL_NONE
+
+    def test_error_event(self) -> None:
+        line = {"type": "error", "sessionID": SES, "error": {"name": "APIError", "data": {
+            "message": "fake bad request", "statusCode": 400, "isRetryable": False}}}
+        parsed = self.a.parse(out(jl(line), exit_code=1), req("opencode"))
+        assert parsed.is_error and parsed.error == "fake bad request" and parsed.native_id == SES
+        assert parsed.usage == ALL_NONE
+
+    def test_error_event_without_message_uses_name(self) -> None:
+        line = {"type": "error", "error": {"name": "ProviderAuthError"}}
+        parsed = self.a.parse(out(jl(line), exit_code=1), req("opencode", native_id="ses_x", first_turn=False))
+        assert parsed.error == "ProviderAuthError" and parsed.native_id == "ses_x"
+
+    @pytest.mark.parametrize("stdout", ["", "Error: Session not found\n", "\x1b[31mboom\x1b[0m", "[1,2,3]\n"])
+    def test_garbage_is_a_parse_error(self, stdout: str) -> None:
+        with pytest.raises(ParseError):
+            self.a.parse(out(stdout, exit_code=1), req("opencode"))
+
+
+# ============================================================================ hermes
+
+
+class TestHermesArgv:
+    a = HermesAdapter()
+
+    def test_new_uses_z_and_usage_file(self, tmp_path: Path) -> None:
+        request = req("hermes", tmp_path)
+        cmd = self.a.build(request)
+        assert cmd.argv == ["/opt/bin/hermes", "-z", "do the thing", "--usage-file", str(request.scratch / USAGE_FILE)]
+        assert cmd.env == {"HERMES_YOLO_MODE": "1"} and cmd.stdin is None
+
+    def test_resume_uses_chat_q(self) -> None:
+        cmd = self.a.build(req("hermes", native_id="20261129_165312_df19ca", first_turn=False))
+        assert cmd.argv == ["/opt/bin/hermes", "chat", "-q", "do the thing", "-Q", "--yolo", "--resume",
+                            "20261129_165312_df19ca"]
+        assert "--usage-file" not in cmd.argv and "-z" not in cmd.argv  # -z ignores --resume in 0.19.0
+
+    def test_model_and_extra_args(self) -> None:
+        new = self.a.build(req("hermes", model="fake-model", extra_args=("--provider", "custom"))).argv
+        assert new[-4:] == ["-m", "fake-model", "--provider", "custom"]
+        resumed = self.a.build(req("hermes", native_id="s", first_turn=False, model="fake-model")).argv
+        assert resumed[-2:] == ["-m", "fake-model"]
+
+    def test_instructions_prepended_on_first_turn_only(self) -> None:
+        assert self.a.build(req("hermes", instructions="Rules.")).argv[2] == "Rules.\n\n---\n\ndo the thing"
+        assert self.a.build(req("hermes", native_id="s", first_turn=False, instructions="Rules.")).argv[3] == "do the thing"
+
+    def test_read_only_drops_yolo_env(self) -> None:
+        assert self.a.build(req("hermes", read_only=True)).env == {}
+
+    def test_homes_and_env(self) -> None:
+        binds, env = self.a.homes(Path("/p/dot-hermes"), HOME)
+        assert [(b.source, b.target) for b in binds] == [(Path("/p/dot-hermes"), HOME / ".hermes")]
+        assert env == {"HERMES_HOME": str(HOME / ".hermes")}
+        assert HermesAdapter.env_defaults == {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+    def test_interactive(self) -> None:
+        assert self.a.interactive(req("hermes", native_id="s1", first_turn=False)).argv == [
+            "/opt/bin/hermes", "chat", "--resume", "s1"]
+
+
+HERMES_ID = "20261129_175616_396f74"
+HERMES_USAGE_OK = {"estimated_cost_usd": 0.0, "cost_status": "unknown", "cost_source": "none", "input_tokens": 9,
+                   "output_tokens": 6, "cache_read_tokens": 4, "cache_write_tokens": 0, "reasoning_tokens": 0,
+                   "total_tokens": 19, "api_calls": 1, "model": "fake-model", "provider": "custom",
+                   "session_id": HERMES_ID, "completed": True, "failed": False, "service_tier": None}
+HERMES_USAGE_FAILED = {"estimated_cost_usd": None, "cost_status": "unknown", "input_tokens": None,
+                       "output_tokens": None, "cache_read_tokens": None, "cache_write_tokens": None,
+                       "reasoning_tokens": None, "total_tokens": None, "session_id": None,
+                       "completed": False, "failed": True}
+
+#: The counter columns of hermes 0.19.0's `sessions` table (its full schema has ~45 columns).
+STATE_SCHEMA = """CREATE TABLE sessions (
+    id TEXT PRIMARY KEY, source TEXT NOT NULL, model TEXT, started_at REAL NOT NULL,
+    message_count INTEGER DEFAULT 0, tool_call_count INTEGER DEFAULT 0,
+    input_tokens INTEGER DEFAULT 0, output_tokens INTEGER DEFAULT 0,
+    cache_read_tokens INTEGER DEFAULT 0, cache_write_tokens INTEGER DEFAULT 0,
+    reasoning_tokens INTEGER DEFAULT 0, estimated_cost_usd REAL, actual_cost_usd REAL,
+    cost_status TEXT, cost_source TEXT, api_call_count INTEGER DEFAULT 0)"""
+
+
+def hermes_db(config_dir: Path, session: str = HERMES_ID, **counters: Any) -> None:
+    """Create or update $HERMES_HOME/state.db with one session's cumulative counters."""
+    config_dir.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(config_dir / "state.db") as conn:
+        conn.execute("PRAGMA journal_mode=WAL")  # as hermes keeps it
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name='sessions'").fetchone():
+            conn.execute(STATE_SCHEMA)
+        conn.execute("INSERT OR IGNORE INTO sessions (id, source, model, started_at) VALUES (?, 'cli', 'fake-model', 0)",
+                     (session,))
+        values = {"cost_status": "unknown", "estimated_cost_usd": 0.0, **counters}
+        sets = ", ".join(f"{k} = ?" for k in values)
+        conn.execute(f"UPDATE sessions SET {sets} WHERE id = ?", (*values.values(), session))
+    conn.close()
+
+
+RESUMED_STDERR = (f"↻ Resumed session {HERMES_ID} (1 user message, 2 total messages)\n\n"
+                  f"session_id: {HERMES_ID}\n")
+
+
+class TestHermesParse:
+    a = HermesAdapter()
+
+    def _new(self, tmp_path: Path, usage: dict[str, Any] | None, stdout: str = "echo: alpha one\n",
+             exit_code: int = 0) -> tuple[Any, TurnRequest]:
+        request = req("hermes", tmp_path)
+        request.scratch.mkdir(parents=True, exist_ok=True)
+        if usage is not None:
+            (request.scratch / USAGE_FILE).write_text(json.dumps(usage, indent=2))
+        return self.a.parse(out(stdout, exit_code=exit_code, scratch=request.scratch), request), request
+
+    def test_new_turn_usage_file(self, tmp_path: Path) -> None:
+        hermes_db(tmp_path / "dot-hermes", input_tokens=9, output_tokens=6, cache_read_tokens=4)
+        parsed, _ = self._new(tmp_path, HERMES_USAGE_OK)
+        assert parsed.text == "echo: alpha one" and parsed.native_id == HERMES_ID and not parsed.is_error
+        assert parsed.usage == Usage(input_tokens=9, cached_input_tokens=4, cache_write_tokens=0,
+                                     output_tokens=6, reasoning_tokens=0, cost_usd=None)  # cost_status unknown
+        assert parsed.adapter_state["cumulative"]["input_tokens"] == 9
+
+    def test_new_turn_with_known_cost(self, tmp_path: Path) -> None:
+        parsed, _ = self._new(tmp_path, {**HERMES_USAGE_OK, "estimated_cost_usd": 0.0123, "cost_status": "estimated"})
+        assert parsed.usage.cost_usd == pytest.approx(0.0123)
+        assert parsed.adapter_state == {"cumulative": {}}  # no state.db: nothing to remember
+
+    def test_failed_run_exits_zero(self, tmp_path: Path) -> None:
+        parsed, _ = self._new(tmp_path, HERMES_USAGE_FAILED, stdout="HTTP 400: fake bad request\n")
+        assert parsed.is_error and parsed.error == "HTTP 400: fake bad request"
+        assert parsed.native_id is None and parsed.usage == ALL_NONE
+
+    def test_completed_false_is_a_failure_too(self, tmp_path: Path) -> None:
+        parsed, _ = self._new(tmp_path, {**HERMES_USAGE_OK, "completed": False, "failed": False}, stdout="")
+        assert parsed.is_error and parsed.error == "hermes reported a failed run"
+
+    def test_no_usage_file_and_no_answer_is_a_parse_error(self, tmp_path: Path) -> None:
+        with pytest.raises(ParseError):
+            self._new(tmp_path, None, stdout="")
+
+    def test_no_usage_file_after_a_crash_is_a_parse_error(self, tmp_path: Path) -> None:
+        with pytest.raises(ParseError):
+            self._new(tmp_path, None, stdout="Traceback (most recent call last): …", exit_code=1)
+
+    def test_unreadable_usage_file_leaves_usage_unknown(self, tmp_path: Path) -> None:
+        request = req("hermes", tmp_path)
+        request.scratch.mkdir(parents=True)
+        (request.scratch / USAGE_FILE).write_text("{truncated")
+        parsed = self.a.parse(out("an answer\n", scratch=request.scratch), request)
+        assert parsed.text == "an answer" and parsed.usage == ALL_NONE and not parsed.usage.known
+
+    def test_resume_session_id_from_stderr_and_state_db_delta(self, tmp_path: Path) -> None:
+        config = tmp_path / "dot-hermes"
+        hermes_db(config, input_tokens=9, output_tokens=6, cache_read_tokens=4, api_call_count=1)
+        t1, _ = self._new(tmp_path, HERMES_USAGE_OK)
+        hermes_db(config, input_tokens=18, output_tokens=12, cache_read_tokens=8, api_call_count=2)
+        resumed = req("hermes", tmp_path, native_id=HERMES_ID, first_turn=False, adapter_state=t1.adapter_state)
+        t2 = self.a.parse(out("echo: beta two\n", RESUMED_STDERR), resumed)
+        assert t2.text == "echo: beta two" and t2.native_id == HERMES_ID and not t2.is_error
+        assert t2.usage == Usage(input_tokens=9, cached_input_tokens=4, cache_write_tokens=0,
+                                 output_tokens=6, reasoning_tokens=0, cost_usd=None)
+        assert t2.adapter_state["cumulative"]["input_tokens"] == 18
+
+    def test_resume_tool_turn_delta_and_known_cost(self, tmp_path: Path) -> None:
+        config = tmp_path / "dot-hermes"
+        hermes_db(config, input_tokens=18, output_tokens=12, cache_read_tokens=8, cost_status="estimated",
+                  estimated_cost_usd=0.25)
+        state = {"cumulative": {"input_tokens": 18, "output_tokens": 12, "cache_read_tokens": 8,
+                                "estimated_cost_usd": 0.25, "cost_status": "estimated"}}
+        hermes_db(config, input_tokens=54, output_tokens=36, cache_read_tokens=24, reasoning_tokens=5,
+                  cost_status="estimated", estimated_cost_usd=0.75)
+        parsed = self.a.parse(out("done\n", RESUMED_STDERR),
+                              req("hermes", tmp_path, native_id=HERMES_ID, first_turn=False, adapter_state=state))
+        assert parsed.usage == Usage(input_tokens=36, cached_input_tokens=16, cache_write_tokens=0,
+                                     output_tokens=24, reasoning_tokens=5, cost_usd=pytest.approx(0.5))
+
+    def test_resume_without_previous_state_counts_whole_session(self, tmp_path: Path) -> None:
+        hermes_db(tmp_path / "dot-hermes", input_tokens=18, output_tokens=12, cache_read_tokens=8)
+        parsed = self.a.parse(out("x\n", RESUMED_STDERR),
+                              req("hermes", tmp_path, native_id=HERMES_ID, first_turn=False))
+        assert parsed.usage.input_tokens == 18
+
+    def test_resume_without_state_db_is_unknown(self, tmp_path: Path) -> None:
+        parsed = self.a.parse(out("x\n", RESUMED_STDERR),
+                              req("hermes", tmp_path, native_id=HERMES_ID, first_turn=False))
+        assert parsed.usage == ALL_NONE and parsed.native_id == HERMES_ID
+
+    def test_resume_unknown_session_row_is_unknown(self, tmp_path: Path) -> None:
+        hermes_db(tmp_path / "dot-hermes", session="20260101_000000_aaaaaa", input_tokens=5)
+        parsed = self.a.parse(out("x\n", RESUMED_STDERR),
+                              req("hermes", tmp_path, native_id=HERMES_ID, first_turn=False))
+        assert parsed.usage == ALL_NONE
+
+    def test_resume_corrupt_state_db_is_unknown(self, tmp_path: Path) -> None:
+        (tmp_path / "dot-hermes").mkdir()
+        (tmp_path / "dot-hermes" / "state.db").write_bytes(b"not a database" * 100)
+        parsed = self.a.parse(out("x\n", RESUMED_STDERR),
+                              req("hermes", tmp_path, native_id=HERMES_ID, first_turn=False))
+        assert parsed.usage == ALL_NONE and not parsed.is_error
+
+    def test_resume_failure_exit_1(self, tmp_path: Path) -> None:
+        stderr = "session_id: 20261129_180000_abcdef\n"
+        parsed = self.a.parse(out("HTTP 400: fake bad request\n", stderr, exit_code=1),
+                              req("hermes", tmp_path, native_id=HERMES_ID, first_turn=False))
+        assert parsed.is_error and parsed.error == "HTTP 400: fake bad request"
+        assert parsed.native_id == "20261129_180000_abcdef"
+
+    def test_resume_without_session_line_keeps_native_id(self, tmp_path: Path) -> None:
+        parsed = self.a.parse(out("ok\n", ""), req("hermes", tmp_path, native_id=HERMES_ID, first_turn=False))
+        assert parsed.native_id == HERMES_ID and parsed.text == "ok"
