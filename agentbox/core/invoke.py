@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentbox.core import sandbox
-from agentbox.core.errors import UsageError
+from agentbox.core.errors import SandboxError, UsageError
 from agentbox.core.profiles import ProfileInfo, ensure_state
 from agentbox.core.runtimes import adapter_for, find_executable
 from agentbox.core.runtimes.base import CapturedOutput, ParseError, ToolCommand, TurnRequest, Usage
@@ -135,6 +135,7 @@ class _Stream:
         self.total = 0
         self.log_path = log_path
         self._log = log_path.open("wb")
+        self._truncated: bool | None = None
 
     def feed(self, chunk: bytes) -> None:
         if self.total < LOG_CAP_BYTES:
@@ -152,18 +153,28 @@ class _Stream:
 
     @property
     def truncated(self) -> bool:
+        if self._truncated is not None:
+            return self._truncated
         return self.total > len(self.head) + self.tail_size
 
     def text(self) -> str:
-        head = bytes(self.head).decode("utf-8", errors="replace")
-        if not self.tail:
-            return head
-        tail = b"".join(self.tail)
-        if self.truncated:
-            cut = tail.find(b"\n")
-            tail = tail[cut + 1 :] if cut >= 0 else b""
-            return head + "\n" + tail.decode("utf-8", errors="replace")
-        return head + tail.decode("utf-8", errors="replace")
+        """Head and tail as text, once (a cut tail starts at its first whole line).
+
+        Built in place in the head buffer, whose bytes are then dropped: a flood costs the
+        kept bytes and one str, not several copies of them.
+        """
+        self._truncated = truncated = self.truncated
+        data, self.head = self.head, bytearray()
+        if truncated:
+            data += b"\n"
+        start = len(data)
+        while self.tail:
+            data += self.tail.popleft()
+        self.tail_size = 0
+        if truncated:
+            cut = data.find(b"\n", start)
+            del data[start : cut + 1 if cut >= 0 else len(data)]
+        return str(data, "utf-8", errors="replace")
 
     def close(self) -> None:
         self._log.close()
@@ -274,7 +285,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         first_turn=record.native_id is None, instructions=agent.instructions,
         model=agent.model or runtime.model, extra_args=(*runtime.extra_args, *agent.extra_args),
         read_only=agent.read_only, cwd=agent.cwd, home=home, scratch=scratch,
-        executable=str(executable) if executable else adapter.executable_name,
+        # a configured command that is missing must fail to spawn, not fall back to PATH
+        executable=str(executable) if executable else (runtime.command or adapter.executable_name),
         config_dir=profile.config_dir, scenario=profile.scenario_path,
         adapter_state=dict(record.adapter_state),
     )
@@ -295,6 +307,12 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
             env.update({k: str(bind.source) if v == str(bind.target) else v for k, v in env.items()})
         return Prepared(record, request, command.argv, env, command.stdin, logs, scratch)
     policy = profile.profile.sandbox
+    if home == agent.cwd or home.is_relative_to(agent.cwd):
+        raise SandboxError(
+            f"{agent.cwd} contains your home directory, which agentbox hides from agents "
+            "(with ~/.ssh and other profiles); it cannot sandbox an agent working there",
+            "run agentbox from a project directory inside your home (cd into a repository)",
+        )
     hidden = tuple(sorted(p for p in {home, _agent_box_home()} if p != Path("/")))
     needs = set()
     if executable is not None:

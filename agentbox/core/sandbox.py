@@ -9,8 +9,8 @@ Layout inside the sandbox, mounted in this order (later mounts cover earlier one
    read-only when they lived under a hidden root;
 4. the project at its own path, read-only;
 5. the role's write scopes read-write (the whole project for a plain writer), then
-   `.agent-box/` read-only again so no agent can edit crew or run state, then the
-   run's artifact dir read-write;
+   `.agent-box/` read-only again so no agent can edit crew or run state, hidden roots
+   inside the project hidden again, then the run's artifact dir read-write;
 6. the profile's tool config dirs read-write where the tool expects them.
 
 pid/ipc/uts are unshared, the sandbox dies with its parent, the network is unshared
@@ -89,6 +89,15 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
         argv += ["--bind", str(path), str(path)]
     for path in sorted(set(spec.protected), key=lambda p: len(p.parts)):
         if any(_under(path, [w]) for w in spec.writable):
+            argv += ["--ro-bind", str(path), str(path)]
+    # the project binds uncover hidden dirs inside the project (AGENT_BOX_HOME when the
+    # project is the home dir): hide them again, with what had to be bound back in them
+    inside = sorted((h for h in set(spec.hidden) if h != spec.project_root and h.is_relative_to(spec.project_root)),
+                    key=lambda p: len(p.parts))
+    for hidden in inside:
+        argv += ["--tmpfs", str(hidden)]
+    for path in sorted(set(spec.ro_binds), key=lambda p: len(p.parts)):
+        if _under(path, inside):
             argv += ["--ro-bind", str(path), str(path)]
     for path in sorted(set(spec.extra_rw) | set(spec.rw_binds), key=lambda p: len(p.parts)):
         argv += ["--bind", str(path), str(path)]
@@ -183,8 +192,10 @@ def _shebang_interpreter(path: Path) -> Path | None:
     if not words:
         return None
     program = words[0]
-    if program.endswith("/env") and len(words) > 1:
-        found = shutil.which(words[-1] if words[1].startswith("-") else words[1])
+    if program.endswith("/env"):
+        # `env [-S] [-i] [NAME=value ...] program [args]`: the first plain word is the program
+        names = [word for word in words[1:] if not word.startswith("-") and "=" not in word]
+        found = shutil.which(names[0]) if names else None
         return Path(found) if found else None
     return Path(program)
 

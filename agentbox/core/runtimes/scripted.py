@@ -62,11 +62,12 @@ class ScriptedAdapter:
 
     def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
         """The last line of stdout is one JSON result object."""
-        lines = [line for line in output.stdout.splitlines() if line.strip()]
-        if not lines:
+        stdout = output.stdout.rstrip()
+        if not stdout:
             raise ParseError("no output")
+        last_line = stdout[stdout.rfind("\n") + 1 :]
         try:
-            data = json.loads(lines[-1])
+            data = json.loads(last_line)
         except json.JSONDecodeError as exc:
             raise ParseError(f"last line is not JSON: {exc}") from None
         if not isinstance(data, dict) or data.get("type") != "result":
