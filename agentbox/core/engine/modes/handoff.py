@@ -1,0 +1,205 @@
+"""Handoff mode (Swarm style): the active role answers, or hands the conversation on.
+
+The start role (`handoff.start`, default: the first role) gets the goal. Each turn is a
+job of kind `handoff` in the role's own session (`session_key handoff:<role>`), with the
+role's write scope, and answers with a `Handoff` reply: `answer` ends the run with its
+message as the final answer; `handoff` passes the conversation to another role with a
+message, which that role receives together with the trail of handoffs so far.
+
+Two hard bounds, enforced here and not left to the agents:
+
+- `max_handoffs`: the run may route at most this many handoffs. A handoff beyond it is
+  not routed: the run ends **failed** (`result.terminated_by: max_handoffs`), with the
+  trail as `artifacts/transcript.md`. The last role is told when no handoff is left, so
+  a well-behaved agent answers instead. Ending (rather than asking) keeps the bound a
+  hard limit, as `max_rounds` is for group chat; the human can start a new run.
+- `max_ping_pong`: consecutive handoffs back and forth between the same two roles. One
+  more than the bound opens a `ping_pong` checkpoint instead of a loop. The answer
+  `stop` (or `cancel`) ends the run cancelled; a role name re-routes the handoff to that
+  role (the rest of the answer is its note); `continue` routes it as the agent asked
+  (the rest of the answer is a note for the target), and any other text does the same
+  with the whole text as the note. Either way the ping-pong count starts again from zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentbox.core import store
+from agentbox.core.engine import mode_prompts
+from agentbox.core.engine.models import Checkpoint, Job, Task
+from agentbox.core.engine.modes.base import ModeDriver
+from agentbox.core.engine.replies import Handoff
+from agentbox.core.invoke import InvokeResult
+
+STOP_WORDS = {"stop", "cancel", "no", "end"}
+CONTINUE_WORDS = {"continue", "yes", "y", "ok", "go", "retry"}
+
+
+class HandoffMode(ModeDriver):
+    """One active role at a time; answer or hand off, under the handoff bounds."""
+
+    name = "handoff"
+
+    @property
+    def max_handoffs(self) -> int:
+        """Most handoffs routed in this run."""
+        return int(self.engine.settings.get("max_handoffs") or 8)
+
+    @property
+    def max_ping_pong(self) -> int:
+        """Most consecutive handoffs between the same two roles before asking the human."""
+        return int(self.engine.settings.get("max_ping_pong") or 3)
+
+    def reviewer_for(self, task: Task) -> str:
+        """Handoffs have no tasks to review."""
+        return task.assignee
+
+    def _roles(self) -> dict[str, str]:
+        return {name: role.description or role.profile for name, role in self.engine.crew.roles.items()}
+
+    # ------------------------------------------------------------------ hooks
+    def start(self) -> None:
+        """Give the goal to the start role."""
+        roles = list(self.engine.crew.roles)
+        first = self.engine.settings.get("start") or roles[0]
+        if first not in roles:
+            self.engine.finish("failed", f"handoff cannot start: unknown start role {first!r}")
+            return
+        self.state.update(phase="active", hop=0, active=first, trail=[], ping_pong=0)
+        self._ask(first, None, None)
+
+    def _ask(self, role: str, message: str | None, note: str | None) -> None:
+        hop = int(self.state["hop"])
+        prompt = mode_prompts.handoff_prompt(self.run, role, hop=hop, roles=self._roles(), trail=self.state["trail"],
+                                             message=message, note=note,
+                                             handoffs_left=self.max_handoffs - hop)
+        writes = self.engine.crew.roles[role].writes
+        self.state["active"] = role
+        self.engine.enqueue("handoff", role, prompt, session_key=f"handoff:{role}", original_prompt=prompt,
+                            hop=hop, writes=["**"] if writes is None else list(writes))
+
+    def _check(self, role: str) -> Any:
+        def check(reply: Handoff) -> list[str]:
+            if reply.action != "handoff":
+                return []
+            others = [r for r in self.engine.crew.roles if r != role]
+            if reply.to not in others:
+                return [f"to: hand over to another role of the crew, one of: {', '.join(others)} (got {reply.to!r})"]
+            return []
+        return check
+
+    def on_success(self, job: Job, result: InvokeResult) -> None:
+        """An answer ends the run; a handoff is routed, refused at the bound, or held for the human."""
+        if job.kind != "handoff" or self.state.get("phase") != "active":
+            return
+        if int(job.data.get("hop", -1)) != int(self.state["hop"]):
+            self.engine.event("handoff.stale", f"late turn of {job.role} ignored", None, role=job.role)
+            return
+        reply = self.engine.structured(job, result, Handoff, self._check(job.role))
+        if reply is None:
+            return
+        if reply.action == "answer":
+            self.engine.event("answer", f"{job.role} answered after {self.state['hop']} handoff(s)",
+                              reply.message[:300], role=job.role, session=result.session_id)
+            self._end("done", "answer", f"{job.role} answered", {"role": job.role, "message": reply.message})
+            return
+        target = str(reply.to)
+        hop = {"from": job.role, "to": target, "message": reply.message, "hop": int(self.state["hop"]) + 1}
+        if int(self.state["hop"]) >= self.max_handoffs:
+            self.engine.event("handoff.refused", f"{job.role} → {target} refused: {self.max_handoffs} handoff(s) "
+                              "used", reply.message[:300], role=job.role, human_required=False)
+            self._end("failed", "max_handoffs", f"max_handoffs ({self.max_handoffs}) reached without an answer",
+                      None, last=hop)
+            return
+        streak = self._streak(job.role, target)
+        if streak > self.max_ping_pong:
+            self.state["held"] = hop
+            self.engine.checkpoint(
+                "ping_pong",
+                f"{job.role} and {target} have handed the conversation back and forth {streak - 1} times "
+                f"(limit {self.max_ping_pong}). {job.role} now hands off to {target}: {reply.message[:300]}\n"
+                f"Answer 'continue' (optionally with a note for {target}), a role name to hand over to "
+                "that role instead, or 'stop'.",
+                options=["continue", "stop"], role=job.role, data={"hop": hop})
+            return
+        self._route(hop, streak, None)
+
+    def _streak(self, source: str, target: str) -> int:
+        """The ping-pong count this handoff would make: consecutive handoffs within one pair."""
+        trail = self.state["trail"]
+        if trail and {trail[-1]["from"], trail[-1]["to"]} == {source, target}:
+            return int(self.state.get("ping_pong", 0)) + 1
+        return 1
+
+    def _route(self, hop: dict[str, Any], streak: int, note: str | None) -> None:
+        if note:
+            hop = {**hop, "note": note}
+        self.state["trail"].append(hop)
+        self.state["hop"] = int(hop["hop"])
+        self.state["ping_pong"] = streak
+        self.engine.event("handoff", f"{hop['from']} → {hop['to']} (handoff {hop['hop']}/{self.max_handoffs})",
+                          str(hop["message"])[:300], role=hop["from"], to=hop["to"], hop=hop["hop"])
+        self._ask(hop["to"], str(hop["message"]), note)
+
+    def on_answer(self, checkpoint: Checkpoint, text: str) -> None:
+        """The human's answer to a ping-pong: stop, re-route, or continue with a note."""
+        if checkpoint.kind != "ping_pong" or self.state.get("phase") != "active":
+            return
+        hop = dict(self.state.pop("held", None) or checkpoint.data.get("hop") or {})
+        words = text.split()
+        first = words[0].lower()
+        if first in STOP_WORDS:
+            self._end("cancelled", "human", f"stopped by the human at {checkpoint.id} (ping-pong)", None, last=hop)
+            return
+        if words[0] in self.engine.crew.roles and words[0] != hop["from"]:
+            hop["to"], note = words[0], " ".join(words[1:]) or None
+        elif first in CONTINUE_WORDS:
+            note = " ".join(words[1:]) or None
+        else:
+            note = text
+        if int(self.state["hop"]) >= self.max_handoffs:
+            self._end("failed", "max_handoffs", f"max_handoffs ({self.max_handoffs}) reached without an answer",
+                      None, last=hop)
+            return
+        self._route(hop, 0, note)
+
+    def _end(self, status: str, terminated_by: str, why: str, final: dict[str, Any] | None,
+             last: dict[str, Any] | None = None) -> None:
+        self.state["phase"] = "ended"
+        self.state["ended"] = {"status": status, "terminated_by": terminated_by, "why": why, "final": final,
+                               "last": last}
+        self._finalize()
+
+    def _finalize(self) -> None:
+        """Write the answer and the transcript as artifacts, finish the run."""
+        ended = self.state["ended"]
+        final, last = ended["final"], ended.get("last")
+        artifacts = self.engine.store.artifacts_dir(self.run.id)
+        transcript = artifacts / "transcript.md"
+        trail = list(self.state["trail"]) + ([{**last, "note": "not routed"}] if last else [])
+        store.atomic_write_text(transcript, mode_prompts.handoff_transcript(self.run, trail, final, ended["why"]))
+        written = [(transcript, "engine")]
+        result: dict[str, Any] = {"transcript": str(transcript), "terminated_by": ended["terminated_by"],
+                                  "handoffs": int(self.state["hop"])}
+        if final is not None:
+            final_path = artifacts / "final.md"
+            store.atomic_write_text(final_path, f"# Answer\n\n{str(final['message']).strip()}\n\n"
+                                    f"_{final['role']}, after {self.state['hop']} handoff(s)_\n")
+            written.append((final_path, final["role"]))
+            result.update(summary=str(final["message"]).strip()[:4000], artifact=str(final_path),
+                          answered_by=final["role"])
+        else:
+            result.update(summary=str((last or {}).get("message", "")).strip()[:4000], artifact=str(transcript))
+        for path, role in written:
+            self.engine.store.record_artifact(self.run.id, path, role=role, session=None, task=None)
+            self.engine.event("artifact", f"{path.name} of the handoff run", None, role=role)
+        self.engine.finish(ended["status"], ended["why"], result)
+
+    def tick(self) -> None:
+        """Finish an ended run; fail one whose next turn was cancelled."""
+        phase = self.state.get("phase")
+        if phase == "ended" and self.run.status not in ("done", "failed", "cancelled"):
+            self._finalize()
+        elif phase == "active" and not self.run.jobs and not self.engine.open_checkpoints():
+            self.engine.finish("failed", "the handoff cannot go on: the next turn was cancelled")
