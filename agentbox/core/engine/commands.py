@@ -45,6 +45,7 @@ def _approve(engine: Engine, command: dict[str, Any]) -> str:
     engine.transition(task, TaskEvent.APPROVE, f"approved by the human: {note}", evidence=note, human=True)
     task.verdicts.append(Verdict(verdict="approve", by="human", at=engine.clock(), evidence=[note], note=note))
     engine.drop_jobs(task.id)
+    engine.abort_turns(task.id, "approved by the human")
     _close_task_checkpoints(engine, task.id, "approved by the human")
     engine.mode.on_task_approved(task)
     return f"task {task.id} approved"
@@ -59,6 +60,7 @@ def _rework(engine: Engine, command: dict[str, Any]) -> str:
     task.verdicts.append(Verdict(verdict="reject", by="human", at=engine.clock(), note=note,
                                  blocking_issues=[{"id": "human", "acceptance_id": None, "severity": "blocker", "detail": note}]))
     engine.drop_jobs(task.id)
+    engine.abort_turns(task.id, "sent back by the human")
     _close_task_checkpoints(engine, task.id, "sent back by the human")
     engine.mode.requeue(task)
     return f"task {task.id} sent back for rework"
@@ -74,6 +76,7 @@ def _cancel_task(engine: Engine, command: dict[str, Any]) -> str:
     task = _task(engine, command.get("task"))
     engine.transition(task, TaskEvent.CANCEL, "cancelled by the human", human=True)
     engine.drop_jobs(task.id)
+    engine.abort_turns(task.id, "task cancelled by the human")
     for cp in engine.open_checkpoints():
         if cp.task == task.id:
             cp.status, cp.answer, cp.answered_at = "answered", "task cancelled", engine.clock()
@@ -117,6 +120,8 @@ def _answer(engine: Engine, command: dict[str, Any]) -> str:
     task = engine.run.tasks.get(cp.task or "")
     if cp.kind in ("retry_escalation", "budget") and word == "cancel":
         cp.status, cp.answer, cp.answered_at = "answered", text, engine.clock()
+        engine.event("checkpoint.answered", f"{cp.id} ({cp.kind}) answered", text[:300], task=cp.task, role=cp.role,
+                     checkpoint=cp.id)
         if task is not None and not is_terminal(TaskState(task.state)):
             engine.transition(task, TaskEvent.CANCEL, f"cancelled by the human at {cp.id}", human=True)
             engine.drop_jobs(task.id)
@@ -137,6 +142,11 @@ def _answer(engine: Engine, command: dict[str, Any]) -> str:
             engine.transition(task, TaskEvent.UNBLOCK, f"human said retry at {cp.id}", human=True)
             task.note = note
             engine.mode.requeue(task)
+        elif task is not None and task.state == TaskState.REVIEWING and _rejected_for(task, fp):
+            engine.transition(task, TaskEvent.REJECT, f"human said retry at {cp.id}: rework with the verdict",
+                              human=True)
+            task.note = note
+            engine.mode.requeue(task)
         elif task is None or task.state == TaskState.REVIEWING:
             prompt = spec.get("prompt", "") + (f"\n\nNote from the human: {note}" if note else "")
             engine.enqueue(spec.get("kind", "work"), spec.get("role", ""), prompt, task=spec.get("task"),
@@ -144,7 +154,7 @@ def _answer(engine: Engine, command: dict[str, Any]) -> str:
         return f"{cp.id}: retrying"
     if cp.kind == "budget":
         if task is not None and task.state == TaskState.PAUSED_FOR_BUDGET:
-            extra = _number(text) or engine.task_budget(task) or 0
+            extra = _number(text) or _one_more_budget(engine, task)
             task.budget_extra += int(extra)
             engine.transition(task, TaskEvent.RESUME, f"budget raised by {extra} at {cp.id}", human=True)
             engine.mode.requeue(task)
@@ -161,6 +171,19 @@ def _answer(engine: Engine, command: dict[str, Any]) -> str:
         return f"{cp.id}: answer passed to {task.assignee}"
     engine.mode.on_answer(cp, text)
     return f"{cp.id}: answered"
+
+
+def _rejected_for(task: Any, fp: str | None) -> bool:
+    """True when the task's latest failure is the review rejection escalated as `fp` (the worker must fix it)."""
+    last = task.failures[-1] if task.failures else None
+    return last is not None and last.fingerprint == fp and last.kind == FailureKind.IMPLEMENTATION_DEFECT
+
+
+def _one_more_budget(engine: Engine, task: Any) -> int:
+    """Tokens to add so the task may spend one more budget from where it is now (never less than one budget)."""
+    budget = engine.task_budget(task) or 0
+    base = budget - task.budget_extra
+    return max(budget, task.tokens + base - budget)
 
 
 def _number(text: str) -> int | None:

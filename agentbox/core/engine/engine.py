@@ -34,7 +34,7 @@ from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Failure
 from agentbox.core.engine.prompts import interrupted_prompt
 from agentbox.core.engine.replies import ReplyError, corrective_prompt, parse_reply
 from agentbox.core.engine.run_store import RunStore
-from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
+from agentbox.core.errors import AgentboxError, IllegalTransitionError, NotFoundError, UsageError
 from agentbox.core.invoke import InvokeResult, invoke
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.sessions import SessionStore
@@ -48,6 +48,8 @@ BUDGET_PAUSE_RATIO = 1.2
 """A task over this share of its token budget is paused for a human."""
 POLL_S = 0.2
 """How often the engine looks at its inbox while turns are running."""
+LOCK_WAIT_S = 3.0
+"""How long a starting engine waits for the run's lock held by a command or a probe."""
 
 
 class Engine:
@@ -147,6 +149,18 @@ class Engine:
         for job in [j for j in self.pending() if j.task == task_id]:
             del self.run.jobs[job.id]
 
+    def abort_turns(self, task_id: str, why: str) -> None:
+        """Stop the running turns of a task a human has decided: their answers would be stale."""
+        for job in [j for j in self.in_flight() if j.task == task_id]:
+            flight = self._flights.get(job.id)
+            if flight is not None:
+                flight.cancel()
+            else:
+                _kill_orphan(job)
+            del self.run.jobs[job.id]
+            self.event("turn.aborted", f"{job.kind} turn of {job.role} on {task_id} stopped", why, task=task_id,
+                       role=job.role, session=job.session_id, job=job.id)
+
     def session_for(self, job: Job) -> str:
         """The agentbox session a job runs in (chosen and recorded before it starts)."""
         if job.session_id:
@@ -179,6 +193,11 @@ class Engine:
         return dataclasses.replace(agent, writes=writes)
 
     def _start(self, job: Job) -> None:
+        """Mark `job` started in its session and schedule its turn.
+
+        The turn's process starts only once the loop yields, and the loop saves the state
+        before it yields: the saved state names the session before the process exists.
+        """
         task = self.run.tasks.get(job.task or "")
         if task is not None:
             if job.kind in ("work", "node") and task.state in (TaskState.QUEUED, TaskState.REWORK):
@@ -191,13 +210,16 @@ class Engine:
         self.event("dispatch", f"{job.kind} turn of {job.role}" + (f" on {job.task}" if job.task else ""),
                    "scheduler: slot free, dependencies met, no write-scope overlap",
                    task=job.task, role=job.role, session=session, job=job.id, attempt=job.attempt)
-        self.save()
         self._flights[job.id] = asyncio.ensure_future(self._turn(job))
 
     async def _turn(self, job: Job) -> tuple[Job, InvokeResult]:
-        agent = self._agent(job)
         session = job.session_id
         assert session is not None
+        try:
+            agent = self._agent(job)
+        except AgentboxError as exc:  # the role or its profile cannot be loaded any more
+            return job, InvokeResult(status="error", session_id=session, error_kind="spawn_failed",
+                                     error=exc.message, role=job.role)
         exists = _session_exists(agent.sessions, session)
 
         def spawned(_record: Any, pid: int) -> None:
@@ -206,14 +228,13 @@ class Engine:
                 import psutil
 
                 job.pid_create_time = psutil.Process(pid).create_time()
-            self.save()
 
         timeout = float(self.limits.get("task_timeout_s", 900))
         try:
             result = await invoke(agent, job.prompt, session if exists else None, timeout_s=timeout,
                                   on_spawn=spawned, new_session_id=None if exists else session,
                                   run_id=self.run.id, task_id=job.task)
-        except UsageError as exc:  # sandbox cannot be built, session busy: an environment failure
+        except AgentboxError as exc:  # sandbox cannot be built, session busy: an environment failure
             result = InvokeResult(status="error", session_id=session, error_kind="spawn_failed", error=exc.message,
                                   role=job.role)
         return job, result
@@ -438,7 +459,7 @@ class Engine:
             return
         for job in scheduler.pick(self.pending(), self.in_flight(), self.run, self._max_workers(), self.clock()):
             task = self.run.tasks.get(job.task or "")
-            if task is not None and job.kind in ("work", "node", "review") and self._over_budget(task) \
+            if task is not None and job.kind in ("work", "node") and self._over_budget(task) \
                     and task.state != TaskState.PAUSED_FOR_BUDGET:
                 self.drop_jobs(task.id)
                 self.transition(task, TaskEvent.PAUSE_BUDGET, f"{task.tokens} tokens > {BUDGET_PAUSE_RATIO:.0%} of its budget")
@@ -468,28 +489,40 @@ class Engine:
         self.event("engine.started", f"engine pid {os.getpid()} took the run", None)
 
     async def execute(self) -> Run:
-        """Drive the run until it is done, failed or cancelled (waits on the human meanwhile)."""
+        """Drive the run until it is done, failed or cancelled (waits on the human meanwhile).
+
+        The lock may be held for a moment by a command applied directly or a process probing
+        whether an engine runs, so taking it is retried for `LOCK_WAIT_S` before giving up.
+        """
         self._wake = asyncio.Event()
-        with self.store.engine_lock(self.run.id) as mine:
-            if not mine:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            with self.store.engine_lock(self.run.id) as mine:
+                if mine:
+                    return await self._execute_locked()
+            if time.monotonic() >= deadline:
                 raise UsageError(f"run {self.run.id} already has an engine running",
                                  "watch it with `agentbox status` or the dashboard")
-            self.run = self.store.load(self.run.id)
-            self.run.engine = {"pid": os.getpid(), "started": self.clock()}
-            self.recover()
-            if not self.run.mode_state.get("started"):
-                self.run.mode_state["started"] = True
-                self.mode.start()
+            await asyncio.sleep(0.05)
+
+    async def _execute_locked(self) -> Run:
+        """The run under its lock: recover from disk, start the mode, loop, release."""
+        self.run = self.store.load(self.run.id)
+        self.run.engine = {"pid": os.getpid(), "started": self.clock()}
+        self.recover()
+        if not self.run.mode_state.get("started"):
+            self.run.mode_state["started"] = True
+            self.mode.start()
+        self.save()
+        try:
+            await self._loop()
+        finally:
+            for flight in self._flights.values():
+                flight.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*self._flights.values(), return_exceptions=True)
+            self.run.engine = None
             self.save()
-            try:
-                await self._loop()
-            finally:
-                for flight in self._flights.values():
-                    flight.cancel()
-                with contextlib.suppress(Exception):
-                    await asyncio.gather(*self._flights.values(), return_exceptions=True)
-                self.run.engine = None
-                self.save()
         return self.run
 
     async def _loop(self) -> None:
@@ -529,18 +562,31 @@ def _session_exists(sessions: SessionStore, session_id: str) -> bool:
 
 
 def _kill_orphan(job: Job) -> None:
-    """Kill the agent process of an interrupted turn if it is still alive (same pid and start time)."""
-    if job.pid is None:
-        return
-    with contextlib.suppress(Exception):
-        import psutil
+    """Kill what is left of an interrupted turn, with its children.
 
-        proc = psutil.Process(job.pid)
-        if job.pid_create_time is not None and abs(proc.create_time() - job.pid_create_time) > 0.01:
-            return
-        for child in proc.children(recursive=True):
-            child.kill()
-        proc.kill()
+    That is the recorded process if it is still the same one (pid and start time), and any
+    process still working in the turn's session (`AGENTBOX_SESSION_ID` in its environment):
+    the pid reaches run.json with the next save after the spawn, which a crash may precede.
+    """
+    import psutil
+
+    found: list[Any] = []
+    if job.pid is not None:
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(job.pid)
+            if job.pid_create_time is None or abs(proc.create_time() - job.pid_create_time) <= 0.01:
+                found.append(proc)
+    if job.session_id:
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if proc.pid != os.getpid() and proc.environ().get("AGENTBOX_SESSION_ID") == job.session_id:
+                    found.append(proc)
+    for proc in found:
+        with contextlib.suppress(psutil.Error):
+            for child in proc.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+            proc.kill()
 
 
 def _has_loop() -> bool:

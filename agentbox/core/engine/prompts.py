@@ -54,7 +54,7 @@ def work_prompt(run: Run, task: Task, artifacts_dir: str, upstream_text: str, no
     """Ask a worker to do (or redo) a task and submit."""
     kind = "rework" if task.verdicts and task.verdicts[-1].verdict == "reject" else "work"
     parts = [
-        f"[agentbox:{kind} task={task.id} attempt={task.attempts}]",
+        f"[agentbox:{kind} task={task.id} attempt={task.attempts + 1}]",
         f"Run goal: {run.contract.goal}",
         f"Task {task.id}: {task.brief}",
         f"Acceptance criteria:\n{_acceptance(task)}",

@@ -98,12 +98,14 @@ class RunStore:
 
     def flush_outbox(self, run: Run) -> None:
         """Append the outbox events not yet in events.jsonl (idempotent by `seq`)."""
-        events_path = self.events_path(run.id)
         last = self.last_event_seq(run.id)
+        fresh = []
         for event in run.outbox:
             if event["seq"] > last:
-                store.append_jsonl(events_path, event)
+                fresh.append(event)
                 last = event["seq"]
+        if fresh:
+            _append_lines(self.events_path(run.id), fresh)
         run.outbox = []
 
     def last_event_seq(self, run_id: str) -> int:
@@ -207,3 +209,24 @@ class RunStore:
         """Every manifest entry, oldest first."""
         entries, _ = store.read_jsonl(self.artifacts_dir(run_id) / MANIFEST_FILE)
         return entries
+
+
+def _append_lines(path: Path, records: list[dict[str, Any]]) -> None:
+    """Append JSON lines with one write and one fsync under the file's lock.
+
+    A last line cut short by a crash mid-append is ended first, so the new lines start
+    on their own line (the torn one is skipped by readers and re-sent from the outbox).
+    """
+    data = b"".join((json.dumps(r, ensure_ascii=False, default=str) + "\n").encode("utf-8") for r in records)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with store.locked(path):
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -6,12 +6,14 @@ Pure functions over the run state, so the rules are tested without processes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from pathlib import PurePosixPath
 
 from agentbox.core.engine.models import Job, Run, Task
 from agentbox.core.tasks import TaskState, holds_slot
 
 
+@lru_cache(maxsize=4096)
 def _static_parts(pattern: str) -> tuple[tuple[str, ...], bool]:
     """The literal leading path components of a glob, and whether the whole pattern is literal."""
     parts = PurePosixPath(pattern.strip("/") or ".").parts
@@ -27,36 +29,42 @@ def globs_overlap(first: Iterable[str], second: Iterable[str]) -> bool:
     """True when some path could match a pattern of both lists (conservative).
 
     Two patterns overlap when the literal prefix of one is a path prefix of the other's
-    (`src/**` and `src/app/*.py`), or both are the same literal path. Read-only tasks
-    (empty lists) overlap nothing.
+    (`src/**` and `src/app/*.py`, `src` and `src/x/*.py`: a literal may be a directory),
+    or both are the same literal path. Read-only tasks (empty lists) overlap nothing.
     """
     for a in first:
-        a_static, a_literal = _static_parts(a)
+        a_static, _ = _static_parts(a)
         for b in second:
-            b_static, b_literal = _static_parts(b)
-            if a_literal and b_literal:
-                if a_static == b_static or a_static[: len(b_static)] == b_static or b_static[: len(a_static)] == a_static:
-                    return True
-                continue
+            b_static, _ = _static_parts(b)
             shorter = min(len(a_static), len(b_static))
             if a_static[:shorter] == b_static[:shorter]:
-                if a_literal and len(a_static) < len(b_static):
-                    continue  # a literal file cannot contain b's deeper paths
-                if b_literal and len(b_static) < len(a_static):
-                    continue
                 return True
     return False
 
 
 def deps_state(task: Task, tasks: dict[str, Task]) -> str:
-    """`ready` when every dependency is approved, `failed` when one can never be, else `waiting`."""
+    """`ready` when every dependency is approved, `failed` when one can never be, else `waiting`.
+
+    A dependency can never be approved when it is missing, cancelled, or blocked because
+    one of its own dependencies failed. A task blocked on a human (a question, a retry
+    escalation) may still come back, so its dependents wait for it.
+    """
+    return _deps_state(task, tasks, set())
+
+
+def _deps_state(task: Task, tasks: dict[str, Task], seen: set[str]) -> str:
+    status = "ready"
     for dep in task.depends_on:
         other = tasks.get(dep)
-        if other is None or other.state in (TaskState.CANCELLED, TaskState.BLOCKED):
+        if other is None or other.state == TaskState.CANCELLED:
             return "failed"
+        if other.state == TaskState.BLOCKED and dep not in seen:
+            seen.add(dep)
+            if _deps_state(other, tasks, seen) == "failed":
+                return "failed"
         if other.state != TaskState.APPROVED:
-            return "waiting"
-    return "ready"
+            status = "waiting"
+    return status
 
 
 def job_writes(job: Job, run: Run) -> list[str]:
@@ -68,28 +76,39 @@ def job_writes(job: Job, run: Run) -> list[str]:
 
 def member_busy(role: str, task_id: str | None, run: Run) -> bool:
     """True when the role holds a slot with another task (submitted work keeps its slot)."""
-    return any(
-        t.assignee == role and t.id != task_id and holds_slot(TaskState(t.state))
-        for t in run.tasks.values()
-    )
+    return bool(_slot_holders(run).get(role, set()) - {task_id})
+
+
+def _slot_holders(run: Run) -> dict[str, set[str]]:
+    """Role → the tasks holding its slot (executing, submitted, reviewing, rework)."""
+    holders: dict[str, set[str]] = {}
+    for task in run.tasks.values():
+        if holds_slot(TaskState(task.state)):
+            holders.setdefault(task.assignee, set()).add(task.id)
+    return holders
 
 
 def pick(pending: Sequence[Job], in_flight: Sequence[Job], run: Run, max_workers: int, now: float) -> list[Job]:
     """The pending jobs to start now, in order, respecting every scheduling rule."""
     chosen: list[Job] = []
     active = list(in_flight)
+    if len(active) >= max_workers:
+        return chosen
+    holders = _slot_holders(run)
+    working_roles = {o.role for o in active if o.kind in ("work", "node")}
     for job in pending:
         if len(active) >= max_workers:
             break
         if float(job.data.get("not_before", 0)) > now:
             continue
+        is_work = job.kind in ("work", "node")
+        if is_work and (job.role in working_roles or holders.get(job.role, set()) - {job.task}):
+            continue
         writes = job_writes(job, run)
         if writes and any(globs_overlap(writes, job_writes(other, run)) for other in active):
             continue
-        if job.kind in ("work", "node") and member_busy(job.role, job.task, run):
-            continue
-        if job.kind in ("work", "node") and any(o.kind in ("work", "node") and o.role == job.role for o in active):
-            continue
         chosen.append(job)
         active.append(job)
+        if is_work:
+            working_roles.add(job.role)
     return chosen

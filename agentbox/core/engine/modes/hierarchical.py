@@ -106,8 +106,17 @@ class HierarchicalMode(ModeDriver):
             self._ask_plan(f"The human's feedback: {text}")
 
     def tick(self) -> None:
-        """When the round has closed (every task approved or cancelled), ask for the synthesis."""
-        if self.state.get("phase") != "executing" or not self.all_closed():
+        """When the round has closed (every task approved or cancelled), ask for the synthesis.
+
+        A plan or synthesis turn the human cancelled at a retry escalation leaves nothing to
+        run: the run fails.
+        """
+        phase = self.state.get("phase")
+        if phase in ("planning", "synthesis") and not self.run.jobs and not self.engine.open_checkpoints():
+            self.engine.finish("failed", f"the lead's {'plan' if phase == 'planning' else 'synthesis'} turn "
+                                         "was cancelled: the run cannot go on")
+            return
+        if phase != "executing" or not self.all_closed():
             return
         if any(j.task for j in self.run.jobs.values()):
             return

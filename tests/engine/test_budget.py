@@ -1,0 +1,181 @@
+"""Budget arithmetic without agents: usage accounting, the 120% task pause, the run budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentbox.core import runs
+from agentbox.core.engine.engine import BUDGET_PAUSE_RATIO, Engine
+from agentbox.core.engine.models import Job, Task
+from agentbox.core.invoke import InvokeResult
+from agentbox.core.paths import ProjectPaths
+from agentbox.core.runtimes.base import Usage
+
+
+def engine_for(project: Path, *, per_task: int | None = 100, total: int | None = 1000) -> Engine:
+    """An engine over a fresh run of the example crew with these budgets (never executed)."""
+    paths = ProjectPaths(project)
+    run = runs.create_run(paths, "count tokens")
+    run.contract.limits["budget"] = {"tokens_per_task": per_task, "tokens_total": total}
+    return Engine(paths, run)
+
+
+def result(usage: Usage, ok: bool = True) -> InvokeResult:
+    return InvokeResult(status="ok" if ok else "error", session_id="s", usage=usage,
+                        error_kind=None if ok else "timeout")
+
+
+def add_task(engine: Engine, task_id: str = "t1", **fields: object) -> Task:
+    task = Task(id=task_id, assignee="builder", brief="b", **fields)  # type: ignore[arg-type]
+    engine.run.tasks[task.id] = task
+    return task
+
+
+def test_usage_is_added_to_the_task_and_the_run(project: Path) -> None:
+    engine = engine_for(project)
+    task = add_task(engine)
+    job = Job(id="j", kind="work", role="builder", task="t1")
+    engine._account(job, result(Usage(input_tokens=100, cached_input_tokens=30, output_tokens=20, cost_usd=0.5)))
+    engine._account(job, result(Usage(input_tokens=10, output_tokens=5, cost_usd=0.25)))
+    totals = engine.run.totals
+    assert (totals.tokens, totals.input_tokens, totals.cached_input_tokens, totals.output_tokens) == (165, 110, 30, 25)
+    assert totals.cost_usd == pytest.approx(0.75)
+    assert (totals.turns, totals.unknown_usage_turns) == (2, 0)
+    assert (task.tokens, task.unknown_usage_turns, task.cost_usd) == (165, 0, pytest.approx(0.75))
+
+
+def test_unknown_usage_is_counted_as_unknown_not_zero(project: Path) -> None:
+    engine = engine_for(project)
+    task = add_task(engine)
+    job = Job(id="j", kind="work", role="builder", task="t1")
+    engine._account(job, result(Usage()))
+    engine._account(job, result(Usage(), ok=False))
+    totals = engine.run.totals
+    assert (totals.tokens, totals.turns, totals.unknown_usage_turns) == (0, 2, 2)
+    assert totals.cost_usd is None
+    assert (task.tokens, task.unknown_usage_turns, task.cost_usd) == (0, 2, None)
+    engine._account(job, result(Usage(output_tokens=7)))
+    assert (totals.tokens, totals.unknown_usage_turns, task.tokens, task.unknown_usage_turns) == (7, 2, 7, 2)
+
+
+def test_turns_without_a_task_count_for_the_run_only(project: Path) -> None:
+    engine = engine_for(project)
+    engine._account(Job(id="p", kind="plan", role="lead"), result(Usage(input_tokens=50, output_tokens=50)))
+    assert engine.run.totals.tokens == 100 and engine.run.tasks == {}
+
+
+@pytest.mark.parametrize(("tokens", "extra", "over"), [
+    (0, 0, False), (100, 0, False), (120, 0, False), (121, 0, True), (500, 0, True),
+    (121, 1, False), (240, 100, False), (241, 100, True),
+])
+def test_task_pauses_over_120_percent_of_its_budget(project: Path, tokens: int, extra: int, over: bool) -> None:
+    engine = engine_for(project, per_task=100)
+    task = add_task(engine, tokens=tokens, budget_extra=extra)
+    assert BUDGET_PAUSE_RATIO == 1.2
+    assert engine.task_budget(task) == 100 + extra
+    assert engine._over_budget(task) is over
+
+
+def test_no_task_budget_never_pauses(project: Path) -> None:
+    engine = engine_for(project, per_task=None)
+    task = add_task(engine, tokens=10**9)
+    assert engine.task_budget(task) is None and not engine._over_budget(task)
+
+
+@pytest.mark.parametrize(("spent", "extra", "left"), [
+    (0, 0, True), (999, 0, True), (1000, 0, False), (5000, 0, False), (1000, 1, True), (1500, 600, True),
+])
+def test_run_budget_left(project: Path, spent: int, extra: int, left: bool) -> None:
+    engine = engine_for(project, total=1000)
+    engine.run.totals.tokens = spent
+    engine.run.mode_state["budget_extra"] = extra
+    assert engine.run_budget_left() is left
+
+
+def test_unlimited_run_budget(project: Path) -> None:
+    engine = engine_for(project, total=None)
+    engine.run.totals.tokens = 10**12
+    assert engine.run_budget_left()
+
+
+def test_dispatch_pauses_an_over_budget_task_instead_of_starting_its_work(project: Path) -> None:
+    engine = engine_for(project, per_task=100)
+    task = add_task(engine, state="rework", tokens=130)
+    engine.enqueue("work", "builder", "do it again", task="t1")
+    engine._dispatch()
+    assert task.state == "paused_for_budget"
+    assert engine.pending() == [] and engine.in_flight() == []
+    (cp,) = engine.open_checkpoints()
+    assert (cp.kind, cp.task) == ("budget", "t1")
+    assert "130 tokens" in cp.question
+
+
+def test_dispatch_stops_when_the_run_budget_is_spent(project: Path) -> None:
+    engine = engine_for(project, total=1000)
+    add_task(engine)
+    job = engine.enqueue("work", "builder", "go", task="t1")
+    engine.run.totals.tokens = 1000
+    engine._dispatch()
+    assert not job.started and engine.run.tasks["t1"].state == "queued"
+
+
+def test_run_budget_spent_while_turns_run_keeps_running_then_breaks_the_circuit(project: Path) -> None:
+    engine = engine_for(project, total=1000)
+    add_task(engine, state="executing")
+    job = engine.enqueue("work", "builder", "go", task="t1")
+    job.started = 1.0
+    engine.run.status = "running"
+    engine.run.totals.tokens = 1200
+    engine._update_status()
+    assert engine.run.status == "running" and engine.open_checkpoints() == []
+    del engine.run.jobs[job.id]
+    engine._update_status()
+    assert engine.run.status == "circuit_broken"
+    (cp,) = engine.open_checkpoints()
+    assert cp.kind == "run_budget"
+    engine._update_status()
+    assert len(engine.open_checkpoints()) == 1
+
+
+def test_answering_raise_lifts_the_circuit_breaker(project: Path) -> None:
+    engine = engine_for(project, total=1000)
+    engine.run.status = "running"
+    engine.run.totals.tokens = 1000
+    engine._update_status()
+    cp = engine.open_checkpoints()[0]
+    ok, message = engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": "raise 500"})
+    assert ok, message
+    assert engine.run_budget_left()
+    engine.run.totals.tokens = 1500
+    assert not engine.run_budget_left()
+
+
+@pytest.mark.parametrize(("answer", "budget_after"), [("continue", 230), ("continue 1000", 1100)])
+def test_answering_continue_gives_the_task_room_for_another_budget(project: Path, answer: str,
+                                                                    budget_after: int) -> None:
+    """'continue' lets the task spend one more budget from what it used, so it is not paused again at once."""
+    engine = engine_for(project, per_task=100)
+    task = add_task(engine, state="rework", tokens=130)
+    engine.enqueue("work", "builder", "again", task="t1")
+    engine._dispatch()
+    cp = engine.open_checkpoints()[0]
+    ok, message = engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": answer})
+    assert ok, message
+    assert task.state == "queued"
+    assert engine.task_budget(task) == budget_after
+    assert not engine._over_budget(task)
+
+
+def test_review_of_submitted_work_still_runs_when_the_task_is_over_budget(project: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tokens are spent already: pausing before the review would only make the worker redo it."""
+    engine = engine_for(project, per_task=100)
+    task = add_task(engine, state="submitted", tokens=500)
+    review = engine.enqueue("review", "reviewer", "review it", task="t1")
+    started: list[Job] = []
+    monkeypatch.setattr(engine, "_start", started.append)
+    engine._dispatch()
+    assert started == [review]
+    assert task.state == "submitted" and engine.open_checkpoints() == []
