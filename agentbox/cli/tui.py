@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
+import signal
 import sys
+import time
 
 from agentbox.cli.common import maybe_project
+from agentbox.core.paths import ProjectPaths
+
+ENGINE_STOP_WAIT_S = 5.0
+"""How long `agentbox demo` waits for the engine to let go of a cancelled run."""
 
 
 def run_default(args: argparse.Namespace) -> int:
@@ -26,27 +33,55 @@ def tui(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    """Run the demo crew in a temp project (dashboard unless --no-tui)."""
-    from agentbox.core.demo import make_demo_project, run_demo
+    """Run the demo crew in a temp project: the dashboard on the live run, or printed progress."""
+    from agentbox.core.demo import make_demo_project
 
     project = make_demo_project()
     print(f"demo project: {project.root}", file=sys.stderr)
     try:
         if args.no_tui or not sys.stdout.isatty():
-            from agentbox.cli.runs import _printer
-
-            final = asyncio.run(run_demo(project, _printer(False)))
-            print(f"\nrun {final.id}: {final.status}")
-            if final.result:
-                print(f"synthesis: {final.result.get('artifact')}\n\n{final.result.get('summary', '')}")
-            return 0 if final.status == "done" else 1
-        from agentbox.tui.factory import make_app
-
-        app = make_app(project, demo=True)
-        app.run()
-        return 0
+            return _printed_demo(project)
+        return _dashboard_demo(project)
     finally:
         if not args.keep:
             shutil.rmtree(project.root, ignore_errors=True)
         else:
             print(f"kept {project.root}", file=sys.stderr)
+
+
+def _printed_demo(project: ProjectPaths) -> int:
+    from agentbox.cli.runs import _printer
+    from agentbox.core.demo import run_demo
+
+    final = asyncio.run(run_demo(project, _printer(False)))
+    print(f"\nrun {final.id}: {final.status}")
+    if final.result:
+        print(f"synthesis: {final.result.get('artifact')}\n\n{final.result.get('summary', '')}")
+    return 0 if final.status == "done" else 1
+
+
+def _dashboard_demo(project: ProjectPaths) -> int:
+    """Start the demo run's engine in the background and watch it; the person answers its question."""
+    from agentbox.core import runs
+    from agentbox.core.demo import DEMO_GOAL
+    from agentbox.core.engine.models import TERMINAL_RUN_STATES
+    from agentbox.tui.factory import make_app
+
+    run = runs.create_run(project, DEMO_GOAL)
+    runs.detach(project, run.id)
+    app = make_app(project, demo=True, run_id=run.id)
+    previous = signal.signal(signal.SIGHUP, lambda *_: app.exit())  # terminal closed: still clean up
+    try:
+        app.run()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+        final = runs.load(project, run.id)
+        if final.status not in TERMINAL_RUN_STATES:
+            runs.send_command(project, run.id, {"action": "cancel_run", "note": "the demo was closed"})
+        deadline = time.monotonic() + ENGINE_STOP_WAIT_S
+        while runs.engine_alive(project, run.id) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    final = runs.load(project, run.id)
+    with contextlib.suppress(OSError):  # the terminal may be gone (closed window)
+        print(f"run {final.id}: {final.status}")
+    return 0 if final.status == "done" else 1

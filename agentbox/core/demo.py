@@ -34,13 +34,20 @@ async def run_demo(project: ProjectPaths, on_event: Callable[[dict[str, Any]], N
     run = create_run(project, DEMO_GOAL)
     engine = Engine.open(project, run.id, on_event=on_event)
 
+    retries = 0
+
     async def human() -> None:
+        nonlocal retries
         while engine.run.status not in ("done", "failed", "cancelled"):
             await asyncio.sleep(0.2)
             for cp in engine.open_checkpoints():
                 await asyncio.sleep(answer_after_s)
                 if cp.status == "open":
-                    answer = DEMO_ANSWER if cp.kind == "question" else "retry"
+                    if cp.kind == "question":
+                        answer = DEMO_ANSWER
+                    else:  # a stand-in human retries once, then gives up rather than looping
+                        retries += 1
+                        answer = "retry" if retries <= 1 else "cancel"
                     engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": answer,
                                           "note": "answered by the demo's stand-in human"})
 

@@ -67,6 +67,8 @@ class Engine:
         self.crew = project_mod.load_crew(project).crew
         self.mode = driver_for(run.contract.mode)(self)
         self._flights: dict[str, asyncio.Task[tuple[Job, InvokeResult]]] = {}
+        self._saved_seq = run.seq
+        self._dirty = False
         self._wake = asyncio.Event() if _has_loop() else None
         self._rng = None
 
@@ -103,6 +105,18 @@ class Engine:
     def save(self) -> None:
         """Persist the state and flush the decision log."""
         self.store.save(self.run)
+        self._saved_seq = self.run.seq
+        self._dirty = False
+
+    def save_if_changed(self) -> None:
+        """Save only when something happened since the last save.
+
+        Every decision is an event, so a new `seq` means new state; the few changes that
+        log nothing (a turn enqueued, a pid learned) mark the engine dirty. An idle run
+        waiting on a human is then not rewritten (the dashboard would see a change each time).
+        """
+        if self._dirty or self.run.seq != self._saved_seq or self.run.outbox:
+            self.save()
 
     def next_id(self, prefix: str) -> str:
         """A short id unique in this run (`cp-3`, `job-17`)."""
@@ -133,6 +147,7 @@ class Engine:
         job = Job(id=self.next_id("job"), kind=kind, role=role, task=task, session_id=session_id,  # type: ignore[arg-type]
                   prompt=prompt, data={"not_before": not_before, **data})
         self.run.jobs[job.id] = job
+        self._dirty = True
         self._poke()
         return job
 
@@ -224,6 +239,7 @@ class Engine:
 
         def spawned(_record: Any, pid: int) -> None:
             job.pid = pid
+            self._dirty = True
             with contextlib.suppress(Exception):
                 import psutil
 
@@ -536,7 +552,7 @@ class Engine:
             self._dispatch()
             self.mode.tick()
             self._update_status()
-            self.save()
+            self.save_if_changed()
             if self.run.status in TERMINAL_RUN_STATES:
                 continue
             assert self._wake is not None

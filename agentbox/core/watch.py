@@ -1,0 +1,277 @@
+"""Live view of a project's files: what changed under `.agent-box/`, and incremental reads.
+
+`watch_project` runs `watchfiles.awatch` on the project's `.agent-box/` (and, when asked,
+the top level of the profiles directory) and turns each batch of raw file changes into a
+few small typed facts (`RunChanged`, `EventsAppended`, ...). Temporary files of atomic
+writes, lock files and raw agent output are not news. The readers below let a face
+follow a run without re-reading whole files: the decision log from a byte offset, its
+last records when a run is opened, the artifact manifest from an offset.
+
+Headless: no Textual here; the TUI wraps these facts in its own messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentbox.core import store
+from agentbox.core.engine.models import Run
+from agentbox.core.engine.run_store import EVENTS_FILE, MANIFEST_FILE, RUN_FILE, RunStore
+from agentbox.core.paths import CREW_FILE, ProjectPaths
+
+DEBOUNCE_MS = 50
+"""Longest time changes are grouped before a batch is yielded."""
+STEP_MS = 10
+"""A batch is yielded once no new change arrived for this long."""
+
+
+# ----------------------------------------------------------------------------- facts
+@dataclass(frozen=True, order=True)
+class RunChanged:
+    """A run's state file (run.json) was written, created or removed."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, order=True)
+class EventsAppended:
+    """Lines were appended to a run's decision log (events.jsonl)."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, order=True)
+class ArtifactsChanged:
+    """A file in a run's artifact area or its manifest changed."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, order=True)
+class SessionChanged:
+    """A session record or its turns changed (a turn started, ended or was added)."""
+
+    role: str
+    """The session owner's directory name (the role)."""
+    session_id: str
+
+
+@dataclass(frozen=True, order=True)
+class CrewChanged:
+    """crew.yaml, a role's instructions or the shared knowledge changed."""
+
+
+@dataclass(frozen=True, order=True)
+class GraphsChanged:
+    """A work graph file changed."""
+
+
+@dataclass(frozen=True, order=True)
+class ProfilesChanged:
+    """A profile directory appeared, disappeared or changed at the top level."""
+
+
+BoxChange = RunChanged | EventsAppended | ArtifactsChanged | SessionChanged | CrewChanged | GraphsChanged | ProfilesChanged
+
+_IGNORED_SUFFIXES = (".tmp", ".lock", ".swp", "~")
+_IGNORED_DIRS = {".locks", "__pycache__", ".git"}
+
+
+def is_noise(path: str) -> bool:
+    """True for files that never carry news: temp files of atomic writes, locks, editor swaps."""
+    name = os.path.basename(path)
+    return name.endswith(_IGNORED_SUFFIXES) or name.startswith(".#")
+
+
+def classify(project: ProjectPaths, path: str | Path, profiles_dir: Path | None = None) -> BoxChange | None:
+    """The fact a change of `path` means, or None when it is noise."""
+    path = Path(path)
+    if is_noise(str(path)):
+        return None
+    if profiles_dir is not None and path.parent == profiles_dir:
+        return ProfilesChanged()
+    try:
+        parts = path.relative_to(project.box).parts
+    except ValueError:
+        return None
+    if not parts or _IGNORED_DIRS.intersection(parts):
+        return None
+    top = parts[0]
+    if top == "runs" and len(parts) >= 3:
+        run_id, name = parts[1], parts[2]
+        if name == RUN_FILE and len(parts) == 3:
+            return RunChanged(run_id)
+        if name == EVENTS_FILE and len(parts) == 3:
+            return EventsAppended(run_id)
+        if name == "artifacts":
+            return ArtifactsChanged(run_id)
+        return None
+    if top == "runs" and len(parts) == 2:
+        return RunChanged(parts[1])
+    if top == "sessions" and len(parts) == 3:
+        owner, name = parts[1], parts[2]
+        for suffix in (".turns.jsonl", ".json"):
+            if name.endswith(suffix):
+                return SessionChanged(owner, name[: -len(suffix)])
+        return None
+    if top in (CREW_FILE, "roles", "knowledge"):
+        return CrewChanged()
+    if top == "graphs":
+        return GraphsChanged()
+    return None
+
+
+def classify_all(project: ProjectPaths, paths: Iterable[str | Path], profiles_dir: Path | None = None) -> list[BoxChange]:
+    """The distinct facts of a batch of changed paths, in a stable order."""
+    facts = {fact for path in paths if (fact := classify(project, path, profiles_dir)) is not None}
+    return sorted(facts, key=lambda f: (type(f).__name__, repr(f)))
+
+
+async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = None, debounce_ms: int = DEBOUNCE_MS,
+                        step_ms: int = STEP_MS, stop_event: Any = None) -> AsyncIterator[list[BoxChange]]:
+    """Yield batches of facts about `.agent-box/` (and the profiles dir) until cancelled or stopped.
+
+    The profiles directory is watched non-recursively: agents write their tool state
+    inside profile dirs all the time, and none of that is news for the dashboard.
+    """
+    import asyncio
+
+    from watchfiles import awatch
+
+    def keep(_change: object, path: str) -> bool:
+        return not is_noise(path)
+
+    streams = [awatch(project.box, watch_filter=keep, debounce=debounce_ms, step=step_ms, stop_event=stop_event)]
+    if profiles_dir is not None and profiles_dir.is_dir():
+        streams.append(awatch(profiles_dir, watch_filter=keep, debounce=debounce_ms, step=step_ms,
+                              stop_event=stop_event, recursive=False))
+    if len(streams) == 1:
+        async for changes in streams[0]:
+            facts = classify_all(project, (p for _, p in changes), profiles_dir)
+            if facts:
+                yield facts
+        return
+    queue: asyncio.Queue[list[BoxChange] | None] = asyncio.Queue()
+
+    async def pump(stream: AsyncIterator[set[tuple[Any, str]]]) -> None:
+        try:
+            async for changes in stream:
+                facts = classify_all(project, (p for _, p in changes), profiles_dir)
+                if facts:
+                    queue.put_nowait(facts)
+        finally:
+            queue.put_nowait(None)
+
+    pumps = [asyncio.ensure_future(pump(s)) for s in streams]
+    try:
+        finished = 0
+        while finished < len(pumps):
+            batch = await queue.get()
+            if batch is None:
+                finished += 1
+                continue
+            yield batch
+    finally:
+        for task in pumps:
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*pumps, return_exceptions=True)
+
+
+# ----------------------------------------------------------------------------- incremental reads
+_SAVE_TIME = re.compile(rb'\n "updated": [-+0-9.eE]+,')
+"""run.json's top-level save time (RunStore writes it with one space of indent)."""
+
+
+def read_run_if_changed(project: ProjectPaths, run_id: str, last_digest: bytes | None) -> tuple[Run | None, bytes]:
+    """The run, or None when run.json differs from `last_digest` only by its save time.
+
+    A running engine saves its state several times a second even when nothing happened;
+    hashing the bytes is far cheaper than validating a big run again. If the file's
+    layout ever changes, every read simply counts as a change.
+    """
+    store = RunStore(project)
+    try:
+        raw = (store.dir(run_id) / RUN_FILE).read_bytes()
+    except FileNotFoundError:
+        raw = b""
+    digest = hashlib.blake2b(_SAVE_TIME.sub(b"", raw, count=1), digest_size=16).digest()
+    if raw and digest == last_digest:
+        return None, digest
+    return store.load(run_id), digest
+
+
+def read_events(project: ProjectPaths, run_id: str, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """Decision-log records appended since byte `offset`, and the next offset."""
+    return RunStore(project).events(run_id, offset)
+
+
+def tail_events(project: ProjectPaths, run_id: str, limit: int, chunk: int = 1 << 18) -> tuple[list[dict[str, Any]], int]:
+    """The last `limit` decision-log records and the offset of the end of the log.
+
+    Reads backwards from the end in chunks, so opening a run with a huge log costs only
+    the records shown; follow it afterwards with `read_events` from the returned offset.
+    """
+    path = RunStore(project).events_path(run_id)
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return [], 0
+    with handle:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        data = handle.read(0)
+        end = size
+        start = size
+        while start > 0:
+            start = max(0, start - chunk)
+            handle.seek(start)
+            data = handle.read(end - start) + data
+            end = start
+            if data.count(b"\n") > limit:
+                break
+    last_newline = data.rfind(b"\n")
+    if last_newline < 0:
+        return [], size - len(data)
+    complete_end = size - len(data) + last_newline + 1
+    lines = data[: last_newline + 1].splitlines()
+    if start > 0:
+        lines = lines[1:]  # the first line may be cut
+    records: list[dict[str, Any]] = []
+    for raw in lines[-limit:] if limit else []:
+        if raw.strip():
+            with contextlib.suppress(json.JSONDecodeError):
+                records.append(json.loads(raw))
+    return records, complete_end
+
+
+def task_events(project: ProjectPaths, run_id: str, task_id: str, limit: int = 500) -> list[dict[str, Any]]:
+    """The last `limit` decision-log records about one task (a task detail view, read once)."""
+    needle = json.dumps(task_id, ensure_ascii=False).encode("utf-8")
+    marker = b'"task": ' + needle
+    path = RunStore(project).events_path(run_id)
+    found: list[dict[str, Any]] = []
+    try:
+        with path.open("rb") as handle:
+            for raw in handle:
+                if marker in raw:
+                    with contextlib.suppress(json.JSONDecodeError):
+                        record = json.loads(raw)
+                        if record.get("task") == task_id:
+                            found.append(record)
+    except FileNotFoundError:
+        return []
+    return found[-limit:]
+
+
+def read_manifest(project: ProjectPaths, run_id: str, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Artifact manifest entries added since byte `offset`, and the next offset."""
+    return store.read_jsonl(RunStore(project).artifacts_dir(run_id) / MANIFEST_FILE, offset)

@@ -1,0 +1,1 @@
+"""The Textual face of agentbox: the dashboard and its screens (imported only by `agentbox tui`)."""

@@ -1,0 +1,334 @@
+"""The dashboard's run actions: ask the person what is needed, then call a core service in a worker.
+
+Every state change goes through `agentbox.core.runs` (the engine's inbox, or the run
+applied directly when no engine holds it); the dashboard then sees the result on disk
+like any other change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, get_args
+
+from rich.text import Text
+
+from agentbox.core.engine.models import TERMINAL_RUN_STATES
+from agentbox.core.errors import AgentboxError
+from agentbox.tui import messages as msg
+from agentbox.tui import model
+from agentbox.tui.screens.modals import (
+    AnswerDialog,
+    ConfirmDialog,
+    NoteDialog,
+    PickDialog,
+    StartRunDialog,
+)
+
+if TYPE_CHECKING:
+    from agentbox.tui.screens.dashboard import DashboardScreen
+
+CONTEXT_ACTIONS = {"approve", "rework", "answer", "pause", "resume", "cancel_run"}
+
+
+class RunActions:
+    """Mixed into the dashboard screen: actions of the footer and the command palette."""
+
+    # ------------------------------------------------------------------ footer state
+    def check_action(self: DashboardScreen, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Hide the actions that make no sense for the run as it is now."""
+        if action not in CONTEXT_ACTIONS:
+            return True
+        run = self.run
+        active = run is not None and run.status not in TERMINAL_RUN_STATES
+        if action in ("approve", "rework"):
+            return active and bool(model.tasks_in(run, "reviewing"))
+        if action == "answer":
+            return active and bool(model.open_checkpoints(run))
+        if action == "pause":
+            return active and run is not None and not run.paused
+        if action == "resume":
+            return active and run is not None and run.paused
+        return active
+
+    # ------------------------------------------------------------------ commands to the run
+    def send(self: DashboardScreen, action: str, target: str | None = None, **fields: Any) -> None:
+        """Send one command to the shown run (in a thread: a busy engine may take a moment to acknowledge)."""
+        if self.run_id is None:
+            self.notify("no run is open", severity="warning")
+            return
+        command = {"action": action, **fields}
+        self.run_worker(partial(self._send_now, self.run_id, command, target), thread=True, group="commands",
+                        name=f"command {action}", exit_on_error=False)
+
+    def _send_now(self: DashboardScreen, run_id: str, command: dict[str, Any], target: str | None) -> None:
+        from agentbox.core import runs
+
+        try:
+            ok, message = runs.send_command(self.project, run_id, command)
+        except AgentboxError as exc:
+            ok, message = False, exc.message
+        self.post_message(msg.CommandApplied(str(command["action"]), ok, message, target))
+
+    def on_command_applied(self: DashboardScreen, message: msg.CommandApplied) -> None:
+        """Say how the command went."""
+        self.notify(message.message, title=message.action.replace("_", " "),
+                    severity="information" if message.ok else "error", timeout=6 if message.ok else 12)
+
+    def action_pause(self: DashboardScreen) -> None:
+        """Pause the run: running turns finish, nothing new starts."""
+        self.send("pause")
+
+    def action_resume(self: DashboardScreen) -> None:
+        """Resume a paused run."""
+        self.send("resume")
+
+    def action_cancel_run(self: DashboardScreen) -> None:
+        """Cancel the whole run (asks first)."""
+        if self.run_id is None:
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.send("cancel_run", note="cancelled from the dashboard")
+
+        self.app.push_screen(ConfirmDialog(f"Cancel run {self.run_id}? Running turns are stopped."), confirmed)
+
+    def action_cancel_task(self: DashboardScreen, task_id: str | None = None) -> None:
+        """Cancel one task (asks first)."""
+        task_id = task_id or self.selected_task
+        if task_id is None:
+            self.notify("select a task in the queue first", severity="warning")
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.send("cancel_task", task_id, task=task_id)
+
+        self.app.push_screen(ConfirmDialog(f"Cancel task {task_id}?"), confirmed)
+
+    def _with_task(self: DashboardScreen, task_id: str | None, verb: str, then: Callable[[str], None]) -> None:
+        """Run `then` on the given task, the selected one in review, the only one in review, or a chosen one."""
+        if task_id:
+            then(task_id)
+            return
+        reviewing = model.tasks_in(self.run, "reviewing")
+        selected = self.selected_task
+        if selected and any(t.id == selected for t in reviewing):
+            then(selected)
+        elif len(reviewing) == 1:
+            then(reviewing[0].id)
+        elif not reviewing:
+            self.notify("no task is in review", severity="warning")
+        else:
+            options = [(t.id, Text.assemble((t.id, "bold"), f"  {t.assignee}  {t.brief[:60]}")) for t in reviewing]
+            self.app.push_screen(PickDialog(f"{verb} which task?", options),
+                                 lambda chosen: then(chosen) if chosen else None)
+
+    def action_approve(self: DashboardScreen, task_id: str | None = None) -> None:
+        """Approve a task in review, with a note (the evidence of a human approval)."""
+        def ask(task: str) -> None:
+            dialog = NoteDialog(f"Approve {task}", "Your note is recorded as the approval's evidence.",
+                                required=False, value="approved from the dashboard", ok_label="approve")
+            self.app.push_screen(dialog, lambda note: self.send("approve", task, task=task, note=note)
+                                 if note is not None else None)
+
+        self._with_task(task_id, "Approve", ask)
+
+    def action_rework(self: DashboardScreen, task_id: str | None = None) -> None:
+        """Send a task in review back to its worker, with a note saying what to fix."""
+        def ask(task: str) -> None:
+            dialog = NoteDialog(f"Send {task} back for rework", "Say what to fix: the worker gets your note.",
+                                required=True, placeholder="what to fix", ok_label="send back")
+            self.app.push_screen(dialog, lambda note: self.send("rework", task, task=task, note=note)
+                                 if note else None)
+
+        self._with_task(task_id, "Send back", ask)
+
+    def action_answer(self: DashboardScreen, checkpoint_id: str | None = None) -> None:
+        """Answer a checkpoint (the only open one, or a chosen one)."""
+        waiting = model.open_checkpoints(self.run)
+        if checkpoint_id:
+            waiting = [c for c in waiting if c.id == checkpoint_id]
+        if not waiting:
+            self.notify("nothing waits on you", severity="warning")
+            return
+
+        def ask(cp_id: str | None) -> None:
+            cp = next((c for c in waiting if c.id == cp_id), None)
+            if cp is not None:
+                self.app.push_screen(AnswerDialog(cp), lambda text: self.send("answer", cp.id, checkpoint=cp.id,
+                                                                               text=text) if text else None)
+
+        if len(waiting) == 1:
+            ask(waiting[0].id)
+            return
+        options = [(c.id, Text.assemble((c.id, "bold"), f"  {c.kind}  {c.question.strip()[:60]}")) for c in waiting]
+        self.app.push_screen(PickDialog("Answer which checkpoint?", options), ask)
+
+    # ------------------------------------------------------------------ runs
+    def action_start_run(self: DashboardScreen) -> None:
+        """Start a run: a goal and a mode; the engine runs in the background."""
+        from agentbox.core.config import Mode
+
+        modes = list(get_args(Mode))
+        default = self.crew.mode if self.crew else "hierarchical"
+        self.app.push_screen(StartRunDialog(modes, default),
+                             lambda chosen: self.start_run(*chosen) if chosen else None)
+
+    def start_run(self: DashboardScreen, goal: str, mode: str | None = None) -> None:
+        """Create the run and start its engine, in a thread."""
+        self.run_worker(partial(self._start_run_now, goal, mode), thread=True, group="start-run",
+                        name="start run", exit_on_error=False)
+
+    def _start_run_now(self: DashboardScreen, goal: str, mode: str | None) -> None:
+        from agentbox.core import runs
+        from agentbox.core.engine.modes import driver_for
+
+        try:
+            if mode:
+                driver_for(mode)
+            run = runs.create_run(self.project, goal, mode)
+            pid = runs.detach(self.project, run.id)
+        except AgentboxError as exc:
+            self.post_message(msg.ActionFailed("start a run", exc.message + (f"\n{exc.hint}" if exc.hint else "")))
+            return
+        except (ImportError, KeyError):
+            self.post_message(msg.ActionFailed("start a run", f"the {mode} mode is not available in this version"))
+            return
+        self.post_message(msg.RunStarted(run.id, pid))
+
+    def on_run_started(self: DashboardScreen, message: msg.RunStarted) -> None:
+        """Show the new run."""
+        self._wanted_run = message.run_id
+        self.run_id = message.run_id
+        self._request("runs")
+        self.notify(f"run {message.run_id} started (engine pid {message.pid})")
+
+    def action_switch_run(self: DashboardScreen, run_id: str | None = None) -> None:
+        """Show another run (asks which when none is given)."""
+        if run_id:
+            self._wanted_run = run_id
+            self.run_id = run_id
+            return
+        if not self.run_ids:
+            self.notify("no run yet: press n to start one", severity="warning")
+            return
+        self._request("summaries")
+
+    def on_run_summaries_loaded(self: DashboardScreen, message: msg.RunSummariesLoaded) -> None:
+        """Let the person pick a run."""
+        options = [(s["id"], Text.assemble((s["id"], "bold"), "  ", (s["status"], model.RUN_STATUS_STYLE.get(s["status"], "")),
+                                           f"  {s['mode']}  {s['tasks']} task(s)  ", (s["goal"][:60], "italic")))
+                   for s in message.summaries]
+        self.app.push_screen(PickDialog("Switch to run", options, highlighted=self.run_id),
+                             lambda chosen: self.action_switch_run(chosen) if chosen else None)
+
+    # ------------------------------------------------------------------ members
+    def latest_session(self: DashboardScreen, role: str) -> str | None:
+        """The most recently used session of `role`."""
+        records = [r for r in self.sessions.values() if r.role == role]
+        return max(records, key=lambda r: r.updated).id if records else None
+
+    def _role(self: DashboardScreen, role: str | None) -> str | None:
+        role = role or self.selected_role
+        if role is None:
+            self.notify("the crew has no member", severity="warning")
+        return role
+
+    def action_talk(self: DashboardScreen, role: str | None = None, session_id: str | None = None) -> None:
+        """Talk to a member: a prompt box resuming its latest session (or `session_id`)."""
+        from agentbox.tui.screens.talk import TalkScreen
+
+        role = self._role(role)
+        if role is None:
+            return
+        name = f"talk-{role}"
+        if not self.app.is_screen_installed(name):
+            self.app.install_screen(TalkScreen(self.project, role, session_id or self.latest_session(role)), name)
+        screen = self.app.get_screen(name)
+        if session_id and isinstance(screen, TalkScreen):
+            screen.use_session(session_id)
+        self.app.push_screen(name)
+
+    def action_history(self: DashboardScreen, role: str | None = None) -> None:
+        """A member's session history."""
+        from agentbox.tui.screens.sessions import SessionHistoryScreen
+
+        role = self._role(role)
+        if role is not None:
+            self.app.push_screen(SessionHistoryScreen(self, role))
+
+    def action_attach(self: DashboardScreen, role: str | None = None, session_id: str | None = None) -> None:
+        """Suspend the dashboard and run the member's tool interactively, resuming its session."""
+        from agentbox.core import services
+
+        role = self._role(role)
+        if role is None:
+            return
+        try:
+            agent = services.role_agent(self.project, role)
+            argv, env, session = services.interactive_command(agent, session_id or self.latest_session(role))
+        except AgentboxError as exc:
+            self.notify(exc.message, title=f"attach to {role}", severity="error")
+            return
+        self._suspended_call(argv, env, f"attached to {role} · session {session} — exit the tool to come back")
+
+    def _suspended_call(self: DashboardScreen, argv: list[str], env: dict[str, str] | None, banner: str) -> None:
+        from textual.app import SuspendNotSupported
+
+        try:
+            with self.app.suspend():
+                print(f"[agentbox] {banner}", file=sys.stderr)
+                with contextlib.suppress(OSError):
+                    subprocess.call(argv, env=env, cwd=str(self.project.root))
+        except SuspendNotSupported:
+            self.notify("this terminal cannot suspend the dashboard", severity="error")
+            return
+        self.refresh(layout=True)
+
+    # ------------------------------------------------------------------ tasks and artifacts
+    def action_task_detail(self: DashboardScreen, task_id: str | None = None) -> None:
+        """A task's brief, acceptance, verdicts, failures and events."""
+        from agentbox.tui.screens.task import TaskDetailScreen
+
+        task_id = task_id or self.selected_task
+        if task_id is None:
+            self.notify("select a task in the queue first", severity="warning")
+            return
+        self.app.push_screen(TaskDetailScreen(self, task_id))
+
+    def _artifact(self: DashboardScreen, path: str | None) -> dict[str, Any] | None:
+        if path:
+            return next((e for e in reversed(self.manifest) if e["path"] == path), {"path": path})
+        entry = self.selected_artifact
+        if entry is None:
+            self.notify("no artifact selected", severity="warning")
+        return entry
+
+    def action_view_artifact(self: DashboardScreen, path: str | None = None) -> None:
+        """The artifact in a full-screen viewer."""
+        from agentbox.tui.screens.artifact import ArtifactScreen
+
+        entry = self._artifact(path)
+        if entry is not None:
+            self.app.push_screen(ArtifactScreen(entry, self.project.root, self))
+
+    def action_edit_artifact(self: DashboardScreen, path: str | None = None) -> None:
+        """Open the artifact in $VISUAL / $EDITOR, then come back."""
+        entry = self._artifact(path)
+        if entry is None:
+            return
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        self._suspended_call([*shlex.split(editor), str(entry["path"])], None, f"editing {entry['path']}")
+
+    def action_profiles(self: DashboardScreen) -> None:
+        """The profiles agentbox knows."""
+        from agentbox.tui.screens.profiles import ProfilesScreen
+
+        self.app.push_screen(ProfilesScreen())

@@ -1,0 +1,75 @@
+"""The agentbox TUI application: routing only (screens do the work; CSS in app.tcss)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from textual.app import App
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState
+
+from agentbox.core.paths import ProjectPaths
+from agentbox.tui import gc_tuning
+from agentbox.tui.commands import AgentboxCommands
+from agentbox.tui.screens.dashboard import DashboardScreen
+from agentbox.tui.screens.profiles import ProfilesScreen
+
+DEMO_HINT = ("This is the demo crew at work. The builder will ask you a question: "
+             "press a to answer it. ctrl+p lists every action.")
+
+
+class AgentboxApp(App[None]):
+    """The dashboard inside a project; the profiles and how to init outside one."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "agentbox"
+    COMMANDS = App.COMMANDS | {AgentboxCommands}
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "toggle_keys", "keys", show=False),
+    ]
+
+    def __init__(self, project: ProjectPaths | None, *, run_id: str | None = None, demo: bool = False,
+                 clock: Callable[[], float] = time.time, live: bool = True,
+                 sample_interval_s: float | None = 1.0) -> None:
+        super().__init__()
+        self.project = project
+        self.run_id = run_id
+        self.demo = demo
+        self.clock = clock
+        self.live = live
+        self.sample_interval_s = sample_interval_s
+
+    def get_default_screen(self) -> Screen[None]:
+        """The dashboard, or the profiles with the way to create a project."""
+        if self.project is None:
+            return ProfilesScreen(intro=True)
+        return DashboardScreen(self.project, run_id=self.run_id, clock=self.clock, live=self.live,
+                               sample_interval_s=self.sample_interval_s)
+
+    def on_mount(self) -> None:
+        """Tune the collector for redraws; greet the demo's viewer."""
+        gc_tuning.tune()
+        if self.demo:
+            self.notify(DEMO_HINT, title="agentbox demo", timeout=8)
+
+    @property
+    def dashboard(self) -> DashboardScreen | None:
+        """The dashboard screen (None outside a project)."""
+        return next((s for s in self.screen_stack if isinstance(s, DashboardScreen)), None)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A worker that failed becomes a notification, never a traceback."""
+        if event.state == WorkerState.ERROR:
+            error = event.worker.error
+            self.notify(f"{type(error).__name__}: {error}", title=event.worker.name or "error", severity="error",
+                        timeout=15)
+
+    def action_toggle_keys(self) -> None:
+        """Show or hide the list of every key."""
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()

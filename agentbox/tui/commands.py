@@ -1,0 +1,87 @@
+"""The command palette: every action of the TUI, with its target spelled out (task, role, run...)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import TYPE_CHECKING
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from agentbox.core.engine.models import TERMINAL_RUN_STATES
+from agentbox.tui import model
+from agentbox.tui.widgets.artifacts import display_path
+
+if TYPE_CHECKING:
+    from agentbox.tui.screens.dashboard import DashboardScreen
+
+Command = tuple[str, Callable[[], object], str]
+DISCOVERY_LIMIT = 300
+"""Commands listed before anything is typed (a run of thousands of tasks has thousands)."""
+
+
+def dashboard_commands(board: DashboardScreen) -> Iterator[Command]:
+    """(title, callback, help) of every action the dashboard can do now."""
+    run = board.run
+    active = run is not None and run.status not in TERMINAL_RUN_STATES
+    yield "Start a run…", board.action_start_run, "a goal and a mode; the engine runs in the background"
+    if active and run is not None:
+        if run.paused:
+            yield "Resume the run", board.action_resume, f"resume {run.id}"
+        else:
+            yield "Pause the run", board.action_pause, "running turns finish, nothing new starts"
+        yield "Cancel the run…", board.action_cancel_run, f"cancel {run.id}"
+        for cp in model.open_checkpoints(run):
+            yield (f"Answer {cp.id}: {cp.question.strip().splitlines()[0][:70]}",
+                   partial(board.action_answer, cp.id), f"{cp.kind} checkpoint")
+        for task in model.tasks_in(run, "reviewing"):
+            yield f"Approve task {task.id}…", partial(board.action_approve, task.id), task.brief[:80]
+            yield f"Send task {task.id} back for rework…", partial(board.action_rework, task.id), task.brief[:80]
+        for task in run.tasks.values():
+            if task.state not in ("approved", "cancelled"):
+                yield f"Cancel task {task.id}…", partial(board.action_cancel_task, task.id), task.brief[:80]
+    if run is not None:
+        for task in run.tasks.values():
+            yield f"Task detail: {task.id}", partial(board.action_task_detail, task.id), f"{task.state} · {task.brief[:70]}"
+    roles = [r.role for r in board.crew.roles] if board.crew else []
+    for role in roles:
+        yield f"Talk to {role}", partial(board.action_talk, role), "a prompt box resuming its latest session"
+        yield f"Session history of {role}", partial(board.action_history, role), "sessions → turns → prompt and result"
+        yield f"Attach to {role}", partial(board.action_attach, role), "run its tool interactively, then come back"
+    for run_id in reversed(board.run_ids):
+        if run is None or run_id != run.id:
+            yield f"Switch to run {run_id}", partial(board.action_switch_run, run_id), "show another run"
+    if len(board.run_ids) > 1:
+        yield "Switch run…", board.action_switch_run, "pick a run from the list"
+    seen: set[str] = set()
+    for entry in reversed(board.manifest):
+        shown = display_path(entry, board.project.root)
+        if shown in seen:
+            continue
+        seen.add(shown)
+        yield f"View artifact {shown}", partial(board.action_view_artifact, entry["path"]), f"by {entry.get('role')}"
+        yield f"Edit artifact {shown} in $EDITOR", partial(board.action_edit_artifact, entry["path"]), "then come back"
+    yield "Profiles", board.action_profiles, "the profiles agentbox knows"
+
+
+class AgentboxCommands(Provider):
+    """Commands of the dashboard (targets listed by name) for the palette."""
+
+    def _commands(self) -> list[Command]:
+        board = getattr(self.app, "dashboard", None)
+        if board is None:
+            return []
+        return list(dashboard_commands(board))
+
+    async def discover(self) -> Hits:
+        """The first commands when nothing is typed yet (typing searches all of them)."""
+        for title, callback, help_text in self._commands()[:DISCOVERY_LIMIT]:
+            yield DiscoveryHit(title, callback, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        """Fuzzy match on the titles."""
+        matcher = self.matcher(query)
+        for title, callback, help_text in self._commands():
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), callback, text=title, help=help_text)

@@ -1,0 +1,187 @@
+"""Reads for the TUI, run in thread workers: each calls core services and returns a message.
+
+Nothing here touches a widget; the dashboard posts what these return and its handlers
+update the snapshots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from agentbox.core import watch
+from agentbox.core.engine.run_store import RunStore
+from agentbox.core.errors import AgentboxError
+from agentbox.core.paths import ProjectPaths
+from agentbox.core.sessions import SessionRecord, SessionStore
+from agentbox.tui import messages as msg
+from agentbox.tui.model import CrewInfo, RoleInfo
+
+EVENTS_SHOWN = 200
+"""Records of the decision log shown when a run is opened (the log is then followed)."""
+PREVIEW_BYTES = 256 * 1024
+"""Most bytes of a file shown in a preview."""
+
+
+def load_run(project: ProjectPaths, run_id: str, last_digest: bytes | None = None) -> msg.RunLoaded:
+    """run.json of `run_id`, unless only its save time changed since `last_digest`."""
+    try:
+        run, digest = watch.read_run_if_changed(project, run_id, last_digest)
+    except AgentboxError as exc:
+        return msg.RunLoaded(run_id, None, exc.message)
+    return msg.RunLoaded(run_id, run, unchanged=run is None, digest=digest)
+
+
+def list_runs(project: ProjectPaths) -> msg.RunsListed:
+    """The ids of the project's runs, oldest first."""
+    return msg.RunsListed(tuple(RunStore(project).list_ids()))
+
+
+def run_summaries(project: ProjectPaths) -> msg.RunSummariesLoaded:
+    """id, status, mode, goal, tasks and creation time of every run, newest first."""
+    store = RunStore(project)
+    summaries = []
+    for run_id in reversed(store.list_ids()):
+        try:
+            run = store.load(run_id)
+        except AgentboxError as exc:
+            summaries.append({"id": run_id, "status": "unreadable", "goal": exc.message, "mode": "", "tasks": 0,
+                              "created": 0.0})
+            continue
+        summaries.append({"id": run.id, "status": run.status, "goal": run.contract.goal, "mode": run.contract.mode,
+                          "tasks": len(run.tasks), "created": run.created})
+    return msg.RunSummariesLoaded(summaries)
+
+
+def load_crew(project: ProjectPaths) -> msg.CrewLoaded:
+    """The crew with each role's tool (from its profile)."""
+    from agentbox.core import profiles
+    from agentbox.core import project as project_mod
+
+    try:
+        crew = project_mod.load_crew(project).crew
+    except AgentboxError as exc:
+        return msg.CrewLoaded(None, exc.message)
+    roles = []
+    for name, role in crew.roles.items():
+        tool = "?"
+        with contextlib.suppress(AgentboxError):
+            tool = profiles.resolve(role.profile).tool
+        roles.append(RoleInfo(name, role.profile, tool, role.description or ""))
+    return msg.CrewLoaded(CrewInfo(tuple(roles), crew.mode, crew.graph.file))
+
+
+def load_sessions(project: ProjectPaths) -> msg.SessionsLoaded:
+    """Every session record of the project."""
+    return msg.SessionsLoaded(SessionStore(project.sessions_dir).list(), complete=True)
+
+
+def load_session(project: ProjectPaths, session_ids: list[str]) -> msg.SessionsLoaded:
+    """The records of the sessions that changed (gone ones reported as removed)."""
+    sessions = SessionStore(project.sessions_dir)
+    records, removed = [], []
+    for session_id in session_ids:
+        try:
+            records.append(sessions.find(session_id))
+        except (AgentboxError, TypeError, ValueError):
+            removed.append(session_id)
+    return msg.SessionsLoaded(records, removed=tuple(removed))
+
+
+def session_turns(project: ProjectPaths, record: SessionRecord) -> msg.TurnsLoaded:
+    """Every turn of one session."""
+    return msg.TurnsLoaded(record.id, SessionStore(project.sessions_dir).turns(record))
+
+
+def tail_events(project: ProjectPaths, run_id: str, limit: int = EVENTS_SHOWN) -> msg.EventsRead:
+    """The end of a run's decision log, and where to follow it from."""
+    records, offset = watch.tail_events(project, run_id, limit)
+    return msg.EventsRead(run_id, records, offset, initial=True)
+
+
+def read_events(project: ProjectPaths, run_id: str, offset: int) -> msg.EventsRead:
+    """Decision-log records appended since `offset`."""
+    records, offset = watch.read_events(project, run_id, offset)
+    return msg.EventsRead(run_id, records, offset)
+
+
+def read_manifest(project: ProjectPaths, run_id: str, offset: int, initial: bool) -> msg.ManifestRead:
+    """Artifact manifest entries since `offset`."""
+    entries, offset = watch.read_manifest(project, run_id, offset)
+    return msg.ManifestRead(run_id, entries, offset, initial)
+
+
+def task_events(project: ProjectPaths, run_id: str, task_id: str) -> msg.TaskEventsLoaded:
+    """The decision-log records about one task."""
+    return msg.TaskEventsLoaded(task_id, watch.task_events(project, run_id, task_id))
+
+
+def read_text(path: str) -> msg.TextLoaded:
+    """A file's text for a preview (capped at PREVIEW_BYTES)."""
+    try:
+        with Path(path).open("rb") as handle:
+            data = handle.read(PREVIEW_BYTES + 1)
+    except OSError as exc:
+        return msg.TextLoaded(path, "", error=exc.strerror or str(exc))
+    truncated = len(data) > PREVIEW_BYTES
+    if b"\0" in data[:8192]:
+        return msg.TextLoaded(path, "", error="binary file")
+    text = data[:PREVIEW_BYTES].decode("utf-8", errors="replace")
+    return msg.TextLoaded(path, text, truncated, highlighted=highlight(path, text))
+
+
+def highlight(path: str, text: str) -> Any:
+    """The text highlighted for its file type, with line numbers (done here, off the UI thread)."""
+    from rich.syntax import Syntax
+    from rich.text import Text
+
+    lexer = Syntax.guess_lexer(path, code=text[:4096])
+    body = Syntax(text, lexer, theme="ansi_dark").highlight(text)
+    lines = body.split("\n", allow_blank=True)
+    if lines and not lines[-1].plain:
+        lines.pop()
+    width = len(str(len(lines)))
+    numbered = Text(no_wrap=True, overflow="ellipsis")
+    for number, line in enumerate(lines, 1):
+        numbered.append(f"{number:>{width}} ", style="dim")
+        numbered.append_text(line)
+        numbered.append("\n")
+    return numbered
+
+
+def list_profiles() -> msg.ProfilesLoaded:
+    """Every profile agentbox can use."""
+    from agentbox.core import profiles
+
+    errors: list[Any] = []
+    found = profiles.all_profiles(errors)
+    return msg.ProfilesLoaded(found, [getattr(e, "message", str(e)) for e in errors])
+
+
+class Coalescer:
+    """At most one read in flight per kind; requests made meanwhile collapse into one more read."""
+
+    def __init__(self) -> None:
+        self._busy: set[str] = set()
+        self._again: set[str] = set()
+
+    def request(self, key: str) -> bool:
+        """True when a read of `key` should start now (else it is remembered for later)."""
+        if key in self._busy:
+            self._again.add(key)
+            return False
+        self._busy.add(key)
+        return True
+
+    def finished(self, key: str) -> bool:
+        """Mark a read done; True when another was requested meanwhile and should start now."""
+        if key in self._again:
+            self._again.discard(key)
+            return True
+        self._busy.discard(key)
+        return False
+
+    def busy(self, key: str) -> bool:
+        """True while a read of `key` is in flight."""
+        return key in self._busy

@@ -1,0 +1,184 @@
+"""The TUI's messages: small dataclasses named as past-tense facts.
+
+Workers compute and post these; handlers on the dashboard turn them into reactive
+snapshots that the widgets render.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from textual.message import Message
+
+from agentbox.core.engine.models import Checkpoint, Run
+from agentbox.core.watch import BoxChange
+from agentbox.tui.model import CrewInfo
+
+
+@dataclass
+class BoxChanged(Message):
+    """The watcher saw files change under `.agent-box/` (already turned into facts)."""
+
+    facts: list[BoxChange]
+
+
+@dataclass
+class RunLoaded(Message):
+    """A run's state was read from disk (None with an error when it could not be)."""
+
+    run_id: str
+    run: Run | None
+    error: str | None = None
+    unchanged: bool = False
+    """Nothing but the save time differs from the run already shown (`run` is then None)."""
+    digest: bytes | None = None
+    """What to compare the next read with."""
+
+
+@dataclass
+class RunsListed(Message):
+    """The project's run ids were listed, oldest first."""
+
+    run_ids: tuple[str, ...]
+
+
+@dataclass
+class RunSummariesLoaded(Message):
+    """One-line summaries of every run, for the run switcher."""
+
+    summaries: list[dict[str, Any]]
+
+
+@dataclass
+class CrewLoaded(Message):
+    """crew.yaml was read (None with an error when it is broken)."""
+
+    crew: CrewInfo | None
+    error: str | None = None
+
+
+@dataclass
+class SessionsLoaded(Message):
+    """Session records were read; `complete` means every record of the project."""
+
+    records: list[Any]
+    complete: bool = False
+    removed: tuple[str, ...] = ()
+
+
+@dataclass
+class EventsRead(Message):
+    """Decision-log records were read up to `offset` (`initial`: the tail of a newly opened run)."""
+
+    run_id: str
+    records: list[dict[str, Any]]
+    offset: int
+    initial: bool = False
+
+
+@dataclass
+class ManifestRead(Message):
+    """Artifact manifest entries were read up to `offset`."""
+
+    run_id: str
+    entries: list[dict[str, Any]]
+    offset: int
+    initial: bool = False
+
+
+@dataclass
+class MembersSampled(Message):
+    """CPU and memory of the members' agent processes were sampled (a newer sample replaces an older one)."""
+
+    samples: dict[str, Any]
+
+    def can_replace(self, message: Message) -> bool:
+        """A pending older sample is dropped in favour of this one."""
+        return isinstance(message, MembersSampled)
+
+
+@dataclass
+class CheckpointOpened(Message):
+    """A checkpoint appeared that waits on the human."""
+
+    run_id: str
+    checkpoint: Checkpoint
+
+
+@dataclass
+class CommandApplied(Message):
+    """A run command (approve, rework, answer, pause...) was applied or refused."""
+
+    action: str
+    ok: bool
+    message: str
+    target: str | None = None
+
+
+@dataclass
+class RunStarted(Message):
+    """A run was created and its engine started in the background."""
+
+    run_id: str
+    pid: int
+
+
+@dataclass
+class ActionFailed(Message):
+    """A user action could not be done (shown as a notification, never a traceback)."""
+
+    what: str
+    error: str
+
+
+@dataclass
+class MemberReplied(Message):
+    """A member answered a prompt from the talk box."""
+
+    role: str
+    prompt: str
+    result: Any
+
+
+@dataclass
+class TextLoaded(Message):
+    """A file's text was read for a preview or a viewer."""
+
+    path: str
+    text: str
+    truncated: bool = False
+    error: str | None = None
+    highlighted: Any = None
+    """The text with syntax highlighting and line numbers (a rich Text), made in the worker."""
+
+
+@dataclass
+class TaskEventsLoaded(Message):
+    """The decision-log records about one task were read."""
+
+    task_id: str
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class TurnsLoaded(Message):
+    """The turns of one session were read."""
+
+    session_id: str
+    turns: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ProfilesLoaded(Message):
+    """The profiles (user, v1, bundled) were listed."""
+
+    profiles: list[Any]
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LoadFinished(Message):
+    """A read of kind `key` ended (after its result was posted); another may start."""
+
+    key: str

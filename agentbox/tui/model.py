@@ -1,0 +1,248 @@
+"""What the dashboard shows, computed from the snapshots: pure functions, no widgets.
+
+Formatting rules kept in one place: token usage a tool did not report is "unknown",
+never 0; times come from the caller's clock (a seam for tests with a frozen clock).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Run, Task
+
+TASK_STATE_ORDER = ("executing", "reviewing", "submitted", "rework", "blocked", "paused_for_budget", "queued",
+                    "approved", "cancelled")
+"""Queue groups, most urgent first; finished work last."""
+
+STATE_STYLE = {
+    "executing": "bold cyan", "reviewing": "bold magenta", "submitted": "magenta", "rework": "yellow",
+    "blocked": "bold red", "paused_for_budget": "yellow", "queued": "", "approved": "green", "cancelled": "dim",
+}
+RUN_STATUS_STYLE = {
+    "planning": "cyan", "running": "bold cyan", "waiting_user": "bold yellow", "paused": "yellow",
+    "blocked": "bold red", "circuit_broken": "bold red", "done": "bold green", "failed": "bold red",
+    "cancelled": "dim",
+}
+MEMBER_STATE_STYLE = {"running": "bold cyan", "waiting": "bold yellow", "submitted": "magenta", "idle": "dim"}
+MEMBER_STATES = ("running", "waiting", "submitted", "idle")
+
+
+@dataclass(frozen=True)
+class RoleInfo:
+    """A crew member as configured: its profile and the tool that profile runs."""
+
+    role: str
+    profile: str
+    tool: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class CrewInfo:
+    """The crew as the dashboard needs it (roles in crew.yaml order)."""
+
+    roles: tuple[RoleInfo, ...]
+    mode: str = "hierarchical"
+    graph_file: str | None = None
+
+    def role(self, name: str) -> RoleInfo | None:
+        """The role called `name`, if the crew has it."""
+        return next((r for r in self.roles if r.role == name), None)
+
+
+@dataclass(frozen=True)
+class MemberRow:
+    """One line of the members table."""
+
+    role: str
+    profile: str
+    tool: str
+    state: str
+    task: str
+    session: str
+    session_id: str | None
+    tokens: str
+    cpu: str
+    memory: str
+
+
+# ----------------------------------------------------------------------------- formatting
+def count(value: float) -> str:
+    """A compact number: 950, 12.3k, 4.0M."""
+    if value < 1000:
+        return f"{value:.0f}"
+    if value < 1_000_000:
+        return f"{value / 1000:.1f}k"
+    return f"{value / 1_000_000:.1f}M"
+
+
+def tokens(known: int, unknown_turns: int, turns: int | None = None) -> str:
+    """Token usage; turns whose usage the tool did not report make it "unknown" (never 0)."""
+    if unknown_turns and not known:
+        return "unknown"
+    if unknown_turns:
+        return f"{count(known)}+unknown"
+    if known == 0 and turns == 0:
+        return "—"
+    return count(known)
+
+
+def elapsed(seconds: float) -> str:
+    """12s, 3:05, 1h02m."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}:{seconds % 60:02d}"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def size(num_bytes: int) -> str:
+    """512B, 12K, 340M, 1.2G."""
+    value = float(num_bytes)
+    for unit in ("B", "K", "M", "G"):
+        if value < 1024 or unit == "G":
+            return f"{value:.0f}{unit}" if value >= 10 or unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024
+    return f"{num_bytes}B"
+
+
+def clock_time(timestamp: float | None) -> str:
+    """HH:MM:SS in local time."""
+    if not timestamp:
+        return "--:--:--"
+    return dt.datetime.fromtimestamp(timestamp).strftime("%H:%M:%S")
+
+
+def date_time(timestamp: float | None) -> str:
+    """YYYY-MM-DD HH:MM in local time."""
+    if not timestamp:
+        return "-"
+    return dt.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M")
+
+
+def month_day_time(timestamp: float | None) -> str:
+    """MM-DD HH:MM in local time (compact, for tables)."""
+    if not timestamp:
+        return "-"
+    return dt.datetime.fromtimestamp(timestamp).strftime("%m-%d %H:%M")
+
+
+def short_id(value: str | None) -> str:
+    """The first 8 characters of a session UUID."""
+    return (value or "")[:8] or "—"
+
+
+def cost(value: float | None) -> str:
+    """$0.061, or "unknown" when no tool reported a cost."""
+    return "cost unknown" if value is None else f"${value:.3f}"
+
+
+# ----------------------------------------------------------------------------- run summary
+def run_elapsed(run: Run, now: float) -> float:
+    """Seconds the run has been going (until it finished)."""
+    end = run.finished if run.finished and run.status in TERMINAL_RUN_STATES else now
+    return max(0.0, end - (run.created or end))
+
+
+def budget_line(run: Run) -> str:
+    """Tokens (and cost) against the run budget, unknown usage called out."""
+    totals = run.totals
+    budget = (run.contract.limits.get("budget") or {}).get("tokens_total")
+    used = tokens(totals.tokens, totals.unknown_usage_turns, totals.turns)
+    if used == "—":
+        used = "0"
+    text = f"{used} tok"
+    if budget:
+        text += f" / {count(int(budget))} ({100 * totals.tokens / int(budget):.0f}%)"
+    if totals.turns:
+        text += f" · {cost(totals.cost_usd)}"
+    if totals.unknown_usage_turns:
+        text += f" · {totals.unknown_usage_turns} turn(s) usage unknown"
+    return text
+
+
+def open_checkpoints(run: Run | None) -> list[Checkpoint]:
+    """Checkpoints waiting on the human, oldest first."""
+    if run is None:
+        return []
+    return sorted((c for c in run.checkpoints.values() if c.status == "open"), key=lambda c: (c.created, c.id))
+
+
+def tasks_in(run: Run | None, *states: str) -> list[Task]:
+    """Tasks of the run in one of `states`, in creation order."""
+    if run is None:
+        return []
+    return [t for t in run.tasks.values() if t.state in states]
+
+
+def queue_groups(run: Run | None) -> list[tuple[str, list[Task]]]:
+    """Tasks grouped by state, in TASK_STATE_ORDER (unknown states last)."""
+    if run is None:
+        return []
+    groups: dict[str, list[Task]] = {}
+    for task in run.tasks.values():
+        groups.setdefault(task.state, []).append(task)
+    order = {state: index for index, state in enumerate(TASK_STATE_ORDER)}
+    return sorted(groups.items(), key=lambda item: (order.get(item[0], len(order)), item[0]))
+
+
+def latest_verdict(task: Task) -> str:
+    """`approve by reviewer`, `reject by human`, or '' when never reviewed."""
+    if not task.verdicts:
+        return ""
+    verdict = task.verdicts[-1]
+    return f"{verdict.verdict} by {verdict.by}"
+
+
+# ----------------------------------------------------------------------------- members
+def member_rows(crew: CrewInfo | None, run: Run | None, sessions: Mapping[str, Any],
+                samples: Mapping[str, Any]) -> list[MemberRow]:
+    """One row per member (busy ones first, then crew order): state, task, session, tokens, process."""
+    roles: list[RoleInfo] = list(crew.roles) if crew else []
+    if run is not None:
+        known = {r.role for r in roles}
+        roles += [RoleInfo(role, profile, "?") for role, profile in run.contract.roles.items() if role not in known]
+    records = list(sessions.values())
+    rows = []
+    for info in roles:
+        state, task, session_id = member_state(info.role, run, records)
+        mine = [r for r in records if r.role == info.role and (run is None or r.run_id == run.id)]
+        known_tokens = sum(r.totals.tokens for r in mine)
+        unknown_turns = sum(r.totals.unknown_usage_turns for r in mine)
+        sample = samples.get(info.role) if state == "running" else None  # a sample outlives its turn by < 1 s
+        rows.append(MemberRow(
+            role=info.role, profile=info.profile, tool=info.tool, state=state, task=task or "—",
+            session=short_id(session_id), session_id=session_id,
+            tokens=tokens(known_tokens, unknown_turns, sum(r.turns for r in mine)),
+            cpu=f"{sample.cpu_percent:.0f}%" if sample else "—",
+            memory=size(sample.rss_bytes) if sample else "—",
+        ))
+    busy_first = {state: index for index, state in enumerate(MEMBER_STATES)}
+    return sorted(rows, key=lambda row: busy_first.get(row.state, len(busy_first)))
+
+
+def member_state(role: str, run: Run | None, records: Iterable[Any]) -> tuple[str, str | None, str | None]:
+    """(state, current task, session id): running > waiting > submitted > idle."""
+    records = list(records)
+    latest = max((r for r in records if r.role == role), key=lambda r: r.updated, default=None)
+    latest_id = latest.id if latest else None
+    if run is not None:
+        for job in run.jobs.values():
+            if job.started and job.role == role:
+                return "running", job.task or job.kind, job.session_id
+    talking = next((r for r in records if r.role == role and r.status == "running"), None)
+    if talking is not None:
+        return "running", talking.task_id or "talk", talking.id
+    if run is not None and run.status not in TERMINAL_RUN_STATES:
+        for cp in open_checkpoints(run):
+            task = run.tasks.get(cp.task or "")
+            if cp.role == role or (task is not None and task.assignee == role):
+                return "waiting", cp.task or cp.id, task.session_id if task else latest_id
+        for task in run.tasks.values():
+            if task.assignee == role and task.state in ("submitted", "reviewing"):
+                return "submitted", task.id, task.session_id
+    return "idle", None, latest_id

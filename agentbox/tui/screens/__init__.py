@@ -1,0 +1,1 @@
+"""Screens: the dashboard, detail views and the modals of run actions."""

@@ -1,0 +1,63 @@
+"""One artifact, full screen, syntax-highlighted, with who made it."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from agentbox.tui import loaders
+from agentbox.tui import messages as msg
+from agentbox.tui.widgets.artifacts import display_path, highlighted, provenance
+
+if TYPE_CHECKING:
+    from agentbox.tui.screens.dashboard import DashboardScreen
+
+
+class ArtifactScreen(Screen[None]):
+    """A file the crew made."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("e", "edit", "edit in $EDITOR")]
+
+    def __init__(self, entry: dict[str, Any], root: Path, dashboard: DashboardScreen | None = None) -> None:
+        super().__init__()
+        self.entry = entry
+        self.root = root
+        self.dashboard = dashboard
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="artifact-view"):
+            yield Static(Text("reading…", style="dim"), id="artifact-body")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Read the file in a worker."""
+        view = self.query_one("#artifact-view")
+        view.border_title = display_path(self.entry, self.root)
+        if self.entry.get("role"):
+            view.border_subtitle = provenance(self.entry).plain
+        self.run_worker(partial(self._read, str(self.entry["path"])), thread=True, exit_on_error=False)
+
+    def _read(self, path: str) -> None:
+        self.post_message(loaders.read_text(path))
+
+    def on_text_loaded(self, message: msg.TextLoaded) -> None:
+        """Show it highlighted."""
+        body = self.query_one("#artifact-body", Static)
+        if message.error:
+            body.update(Text(f"cannot show {message.path}: {message.error}", style="red"))
+            return
+        body.update(highlighted(message))
+
+    def action_edit(self) -> None:
+        """Open it in $VISUAL / $EDITOR."""
+        if self.dashboard is not None:
+            self.dashboard.action_edit_artifact(str(self.entry["path"]))
+            self.run_worker(partial(self._read, str(self.entry["path"])), thread=True, exit_on_error=False)

@@ -1,0 +1,378 @@
+"""The dashboard: live members, queue, artifacts, events and checkpoints of one run.
+
+Data flow: one long-lived worker follows `.agent-box/` with the core watcher and posts
+`BoxChanged`; its handler asks for the reads the facts call for; each read runs in a
+thread worker (at most one in flight per kind, a request meanwhile means one more run)
+and posts what it read; the handlers store it in the reactive snapshots below, which the
+widgets are bound to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Tree
+
+from agentbox.core import paths, watch
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
+from agentbox.core.monitor import ProcessMonitor, agent_pids
+from agentbox.core.paths import ProjectPaths
+from agentbox.tui import gc_tuning, loaders
+from agentbox.tui import messages as msg
+from agentbox.tui.actions import CONTEXT_ACTIONS, RunActions
+from agentbox.tui.model import CrewInfo
+from agentbox.tui.widgets.artifacts import ArtifactsPanel
+from agentbox.tui.widgets.checkpoints import CheckpointBar
+from agentbox.tui.widgets.events import EventLog
+from agentbox.tui.widgets.header import RunHeader
+from agentbox.tui.widgets.members import MembersTable
+from agentbox.tui.widgets.queue import GROUP_PREFIX, QueueTree
+
+NARROW_WIDTH = 110
+"""Below this many columns the artifact preview hides and the members table drops a column."""
+POLL_S = 1.0
+"""How often the run is re-read when the file watcher cannot run here."""
+
+
+class DashboardScreen(RunActions, Screen[None]):
+    """Members, queue, artifacts, events and checkpoints of the selected run, all live."""
+
+    BINDINGS = [
+        Binding("n", "start_run", "run", tooltip="start a run"),
+        Binding("a", "answer", "answer", tooltip="answer a checkpoint"),
+        Binding("y", "approve", "approve", tooltip="approve a task in review"),
+        Binding("w", "rework", "rework", tooltip="send a task in review back"),
+        Binding("t", "talk", "talk", tooltip="talk to the highlighted member"),
+        Binding("s", "history", "history", tooltip="session history of the highlighted member"),
+        Binding("p", "pause", "pause"),
+        Binding("p", "resume", "resume"),
+        Binding("x", "cancel_run", "cancel", tooltip="cancel the run"),
+        Binding("o", "attach", "attach", show=False),
+        Binding("r", "switch_run", "runs", show=False),
+        Binding("d", "task_detail", "task detail", show=False),
+        Binding("e", "edit_artifact", "edit artifact", show=False),
+        Binding("v", "view_artifact", "view artifact", show=False),
+        Binding("f", "profiles", "profiles", show=False),
+    ]
+
+    run_id: reactive[str | None] = reactive(None)
+    run: reactive[Run | None] = reactive(None, always_update=True)
+    run_ids: reactive[tuple[str, ...]] = reactive(())
+    crew: reactive[CrewInfo | None] = reactive(None, always_update=True)
+    sessions: reactive[dict[str, Any]] = reactive(dict, always_update=True)
+    samples: reactive[dict[str, Any]] = reactive(dict, always_update=True)
+    manifest: reactive[tuple[dict[str, Any], ...]] = reactive((), always_update=True)
+    now: reactive[float] = reactive(0.0)
+    narrow: reactive[bool] = reactive(False)
+
+    def __init__(self, project: ProjectPaths, *, run_id: str | None = None, clock: Callable[[], float] = time.time,
+                 live: bool = True, sample_interval_s: float | None = 1.0) -> None:
+        super().__init__(id="dashboard")
+        self.project = project
+        self.clock = clock
+        self.live = live
+        self.sample_interval_s = sample_interval_s
+        self._wanted_run = run_id
+        self._loads = loaders.Coalescer()
+        self._events_offset: int | None = None
+        self._manifest_offset: int | None = None
+        self._dirty_sessions: set[str] = set()
+        self._sessions_complete = False
+        self._alerted: set[tuple[str, str]] = set()
+        self._monitor = ProcessMonitor()
+        self._listed_once = False
+        self._possible_actions: tuple[bool, ...] = ()
+        self._run_digest: bytes | None = None
+
+    def compose(self) -> ComposeResult:
+        cls = DashboardScreen
+        yield RunHeader(self.project.root.name, id="run-header").data_bind(cls.run, cls.run_ids, cls.now)
+        yield CheckpointBar(id="checkpoints").data_bind(cls.run)
+        with Vertical(id="body"):
+            yield MembersTable(id="members").data_bind(cls.run, cls.crew, cls.sessions, cls.samples, cls.narrow)
+            with Horizontal(id="middle"):
+                yield QueueTree(id="queue").data_bind(cls.run)
+                yield ArtifactsPanel(self.project.root, id="artifacts").data_bind(cls.manifest)
+            yield EventLog(id="events")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        """Start following the project: watcher, clock, process sampler, first reads."""
+        self.query_one("#members").border_title = "members"
+        self.query_one("#queue").border_title = "queue"
+        self.query_one("#artifacts").border_title = "artifacts"
+        self.query_one("#events").border_title = "events"
+        self.now = self.clock()
+        self.set_interval(1.0, self._tick)
+        if self.sample_interval_s:
+            self.set_interval(self.sample_interval_s, self._sample)
+        if self.live:
+            self.run_worker(self._follow_files, name="watcher", group="watcher", exclusive=True, exit_on_error=False)
+        for key in ("crew", "runs", "sessions"):
+            self._request(key)
+        self.query_one(MembersTable).focus()
+
+    def on_resize(self) -> None:
+        """Narrow terminals hide the artifact preview and a members column."""
+        self.narrow = self.size.width < NARROW_WIDTH
+        self.set_class(self.narrow, "-narrow")
+        self.set_class(self.size.height < 30, "-short")
+
+    # ------------------------------------------------------------------ workers
+    async def _follow_files(self) -> None:
+        """The one long-lived worker: file changes → BoxChanged messages (polling if watching fails)."""
+        try:
+            async for facts in watch.watch_project(self.project, profiles_dir=paths.profiles_dir()):
+                self.post_message(msg.BoxChanged(facts))
+        except Exception as exc:  # no inotify (limits, odd filesystems): poll the shown run instead
+            self.post_message(msg.ActionFailed("live updates", f"cannot watch files ({exc}); re-reading every "
+                                               f"{POLL_S:g} s instead"))
+            while True:
+                await asyncio.sleep(POLL_S)
+                if self.run_id is not None:
+                    self.post_message(msg.BoxChanged([watch.RunChanged(self.run_id), watch.EventsAppended(self.run_id),
+                                                      watch.ArtifactsChanged(self.run_id)]))
+
+    def _request(self, key: str) -> None:
+        if self._loads.request(key):
+            self._launch(key)
+
+    def _launch(self, key: str) -> None:
+        job = self._job(key)
+        if job is None:
+            if self._loads.finished(key):
+                self._launch(key)
+            return
+        self.run_worker(partial(self._read, key, job), name=key, group=f"read-{key}", thread=True, exit_on_error=False)
+
+    def _read(self, key: str, job: Callable[[], Message]) -> None:
+        """Thread body: compute, post the result, then say this read is over."""
+        try:
+            message = job()
+        except Exception as exc:  # any failure of a read becomes a notification, never a traceback
+            message = msg.ActionFailed(f"reading {key}", f"{type(exc).__name__}: {exc}")
+        self.post_message(message)
+        self.post_message(msg.LoadFinished(key))
+
+    def _job(self, key: str) -> Callable[[], Message] | None:
+        """The read for `key` with the current offsets, or None when there is nothing to read."""
+        project, run_id = self.project, self.run_id
+        if key == "crew":
+            return partial(loaders.load_crew, project)
+        if key == "runs":
+            return partial(loaders.list_runs, project)
+        if key == "sessions":
+            if not self._sessions_complete:
+                self._dirty_sessions.clear()
+                return partial(loaders.load_sessions, project)
+            ids, self._dirty_sessions = sorted(self._dirty_sessions), set()
+            return partial(loaders.load_session, project, ids) if ids else None
+        if key == "summaries":
+            return partial(loaders.run_summaries, project)
+        if key == "sample":
+            pids = agent_pids(self.run, self.sessions.values())
+            return partial(self._sample_now, pids) if pids or self.samples else None
+        if run_id is None:
+            return None
+        if key == "run":
+            return partial(loaders.load_run, project, run_id, self._run_digest)
+        if key == "events":
+            offset = self._events_offset
+            return partial(loaders.tail_events, project, run_id) if offset is None else \
+                partial(loaders.read_events, project, run_id, offset)
+        if key == "manifest":
+            offset = self._manifest_offset
+            return partial(loaders.read_manifest, project, run_id, offset or 0, offset is None)
+        raise KeyError(key)
+
+    def _sample_now(self, pids: dict[str, list[int]]) -> msg.MembersSampled:
+        return msg.MembersSampled(self._monitor.sample(pids))
+
+    def _tick(self) -> None:
+        self.now = self.clock()
+
+    def _sample(self) -> None:
+        self._request("sample")
+
+    # ------------------------------------------------------------------ handlers
+    def on_load_finished(self, message: msg.LoadFinished) -> None:
+        """Start the read that was asked for while this one ran."""
+        if self._loads.finished(message.key):
+            self._launch(message.key)
+
+    def on_box_changed(self, message: msg.BoxChanged) -> None:
+        """Ask for the reads the changed files call for."""
+        for fact in message.facts:
+            if isinstance(fact, watch.RunChanged):
+                if fact.run_id == self.run_id:
+                    self._request("run")
+                if fact.run_id not in self.run_ids:
+                    self._request("runs")
+            elif isinstance(fact, watch.EventsAppended):
+                if fact.run_id == self.run_id:
+                    self._request("events")
+            elif isinstance(fact, watch.ArtifactsChanged):
+                if fact.run_id == self.run_id:
+                    self._request("manifest")
+            elif isinstance(fact, watch.SessionChanged):
+                self._dirty_sessions.add(fact.session_id)
+                self._request("sessions")
+            elif isinstance(fact, watch.CrewChanged):
+                self._request("crew")
+            elif isinstance(fact, watch.ProfilesChanged):
+                reload = getattr(self.app.screen, "reload", None)
+                if callable(reload):
+                    reload()
+
+    def on_runs_listed(self, message: msg.RunsListed) -> None:
+        """Pick the run to show; follow a new run when the shown one has ended."""
+        before, first = set(self.run_ids), not self._listed_once
+        self._listed_once = True
+        self.run_ids = message.run_ids
+        if not message.run_ids:
+            return
+        if self.run_id is None or self.run_id not in message.run_ids:
+            wanted = self._wanted_run
+            self.run_id = wanted if wanted in message.run_ids else message.run_ids[-1]
+            return
+        new = [r for r in message.run_ids if r not in before and r != self.run_id]
+        if new and not first:
+            if self.run is None or self.run.status in TERMINAL_RUN_STATES:
+                self.run_id = new[-1]
+                self.notify(f"following the new run {new[-1]}")
+            else:
+                self.notify(f"a new run started: {new[-1]} — press r to switch", timeout=8)
+
+    def watch_run_id(self, old: str | None, new: str | None) -> None:
+        """Open another run: forget the old one's log and artifacts, read the new one."""
+        if new == old:
+            return
+        self._events_offset = None
+        self._manifest_offset = None
+        self._run_digest = None
+        self.query_one(EventLog).reset()
+        self.manifest = ()
+        self.run = None
+        for key in ("run", "events", "manifest"):
+            self._request(key)
+
+    def on_run_loaded(self, message: msg.RunLoaded) -> None:
+        """The new state of the shown run."""
+        if message.run_id != self.run_id:
+            return
+        if message.unchanged:
+            return
+        if message.run is None:
+            self.notify(message.error or "the run cannot be read", severity="error")
+            return
+        self._run_digest = message.digest
+        first = self.run is None
+        self._alert_new_checkpoints(message.run)
+        self.run = message.run
+        if first:
+            self.call_after_refresh(gc_tuning.freeze)
+        possible = tuple(bool(self.check_action(action, ())) for action in sorted(CONTEXT_ACTIONS))
+        if possible != self._possible_actions:  # the footer redraws only when what it offers changes
+            self._possible_actions = possible
+            self.refresh_bindings()
+
+    def _alert_new_checkpoints(self, run: Run) -> None:
+        if run.status in TERMINAL_RUN_STATES:
+            return
+        for cp in run.checkpoints.values():
+            if cp.status == "open" and (run.id, cp.id) not in self._alerted:
+                self._alerted.add((run.id, cp.id))
+                self.post_message(msg.CheckpointOpened(run.id, cp))
+
+    def on_checkpoint_opened(self, message: msg.CheckpointOpened) -> None:
+        """Ring the bell and say what waits: a checkpoint must not go unnoticed."""
+        cp = message.checkpoint
+        self.app.bell()
+        question = cp.question.strip().splitlines()[0] if cp.question.strip() else cp.kind
+        self.notify(f"{question}\npress a to answer", title=f"{cp.id} waits on you", severity="warning", timeout=8)
+
+    def on_events_read(self, message: msg.EventsRead) -> None:
+        """Append what the log gained (the initial tail when the run was just opened)."""
+        if message.run_id != self.run_id or message.initial != (self._events_offset is None):
+            return
+        self.query_one(EventLog).add_records(message.records)
+        self._events_offset = message.offset
+
+    def on_manifest_read(self, message: msg.ManifestRead) -> None:
+        """Artifacts added to the manifest."""
+        if message.run_id != self.run_id or message.initial != (self._manifest_offset is None):
+            return
+        self._manifest_offset = message.offset
+        if message.entries or message.initial:
+            self.manifest = (() if message.initial else self.manifest) + tuple(message.entries)
+
+    def on_sessions_loaded(self, message: msg.SessionsLoaded) -> None:
+        """Session records read: all of them, or the ones that changed."""
+        if message.complete:
+            self._sessions_complete = True
+            self.sessions = {r.id: r for r in message.records}
+            return
+        sessions = dict(self.sessions)
+        sessions.update({r.id: r for r in message.records})
+        for session_id in message.removed:
+            sessions.pop(session_id, None)
+        self.sessions = sessions
+
+    def on_crew_loaded(self, message: msg.CrewLoaded) -> None:
+        """crew.yaml was (re)read."""
+        if message.error:
+            self.notify(message.error, title="crew.yaml", severity="error", timeout=15)
+        self.crew = message.crew
+
+    def on_members_sampled(self, message: msg.MembersSampled) -> None:
+        """New CPU and memory figures."""
+        self.samples = message.samples
+
+    def on_action_failed(self, message: msg.ActionFailed) -> None:
+        """Say what went wrong, without a traceback."""
+        self.notify(message.error, title=message.what, severity="error", timeout=12)
+
+    @on(RunHeader.SwitcherRequested)
+    def _header_clicked(self) -> None:
+        self.action_switch_run()
+
+    @on(DataTable.RowSelected, "#members")
+    def _member_chosen(self, event: DataTable.RowSelected) -> None:
+        self.action_history(str(event.row_key.value))
+
+    @on(Tree.NodeSelected, "#queue")
+    def _task_chosen(self, event: Tree.NodeSelected[str]) -> None:
+        if event.node.data and not event.node.data.startswith(GROUP_PREFIX):
+            self.action_task_detail(event.node.data)
+
+    @on(Tree.NodeSelected, "#artifact-tree")
+    def _artifact_chosen(self, event: Tree.NodeSelected[dict[str, Any]]) -> None:
+        if event.node.data:
+            self.action_view_artifact(str(event.node.data["path"]))
+
+    # ------------------------------------------------------------------ selections
+    @property
+    def selected_role(self) -> str | None:
+        """The member highlighted in the members table."""
+        return self.query_one(MembersTable).selected_role
+
+    @property
+    def selected_task(self) -> str | None:
+        """The task under the queue's cursor."""
+        return self.query_one(QueueTree).selected_task
+
+    @property
+    def selected_artifact(self) -> dict[str, Any] | None:
+        """The manifest entry of the highlighted artifact."""
+        return self.query_one(ArtifactsPanel).selected_entry

@@ -1,0 +1,195 @@
+"""Small dialogs of the run actions: start a run, a note for approve/rework, an answer, a choice."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, OptionList, Select, Static
+from textual.widgets.option_list import Option, OptionDoesNotExist
+
+from agentbox.core.engine.models import Checkpoint
+
+
+class Dialog(ModalScreen[Any]):
+    """A centred box; escape cancels (dismisses with None)."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def action_cancel(self) -> None:
+        """Close without doing anything."""
+        self.dismiss(None)
+
+
+class StartRunDialog(Dialog):
+    """Goal and mode of a new run."""
+
+    def __init__(self, modes: list[str], mode: str) -> None:
+        super().__init__()
+        self.modes = modes
+        self.mode = mode
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label("Start a run", classes="dialog-title")
+            yield Input(placeholder="the goal: what should the crew achieve?", id="goal")
+            yield Select([(m, m) for m in self.modes], value=self.mode, allow_blank=False, id="mode")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("start", variant="primary", id="ok")
+                yield Button("cancel", id="cancel")
+
+    @on(Input.Submitted, "#goal")
+    @on(Button.Pressed, "#ok")
+    def _submit(self) -> None:
+        goal = self.query_one("#goal", Input).value.strip()
+        if not goal:
+            self.notify("say what the crew should do", severity="warning")
+            return
+        self.dismiss((goal, str(self.query_one("#mode", Select).value)))
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel(self) -> None:
+        self.dismiss(None)
+
+
+class NoteDialog(Dialog):
+    """A title, an explanation and one line of text (approve and rework notes)."""
+
+    def __init__(self, title: str, explanation: str, *, required: bool, placeholder: str = "", value: str = "",
+                 ok_label: str = "ok") -> None:
+        super().__init__()
+        self.title_text = title
+        self.explanation = explanation
+        self.required = required
+        self.placeholder = placeholder
+        self.value = value
+        self.ok_label = ok_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.title_text, classes="dialog-title")
+            yield Static(self.explanation, classes="dialog-text")
+            yield Input(value=self.value, placeholder=self.placeholder, id="note")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button(self.ok_label, variant="primary", id="ok")
+                yield Button("cancel", id="cancel")
+
+    @on(Input.Submitted, "#note")
+    @on(Button.Pressed, "#ok")
+    def _submit(self) -> None:
+        note = self.query_one("#note", Input).value.strip()
+        if self.required and not note:
+            self.notify("a note is needed: say what to fix", severity="warning")
+            return
+        self.dismiss(note)
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel(self) -> None:
+        self.dismiss(None)
+
+
+class AnswerDialog(Dialog):
+    """A checkpoint's question, its suggested answers as buttons, and a free answer."""
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        super().__init__()
+        self.checkpoint = checkpoint
+
+    def compose(self) -> ComposeResult:
+        cp = self.checkpoint
+        with Vertical(classes="dialog"):
+            about = f" · {cp.role}" if cp.role else ""
+            about += f" on {cp.task}" if cp.task else ""
+            yield Label(f"{cp.id} · {cp.kind}{about}", classes="dialog-title")
+            yield Static(Text(cp.question.strip()), classes="dialog-text")
+            if cp.options:
+                with Horizontal(classes="dialog-options"):
+                    for index, option in enumerate(cp.options):
+                        yield Button(option, id=f"option-{index}", classes="option")
+            yield Input(placeholder="your answer", id="answer")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("answer", variant="primary", id="ok")
+                yield Button("cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        """Type the answer straight away."""
+        self.query_one("#answer", Input).focus()
+
+    @on(Button.Pressed, ".option")
+    def _option(self, event: Button.Pressed) -> None:
+        self.dismiss(str(event.button.label))
+
+    @on(Input.Submitted, "#answer")
+    @on(Button.Pressed, "#ok")
+    def _submit(self) -> None:
+        text = self.query_one("#answer", Input).value.strip()
+        if not text:
+            self.notify("the answer is empty", severity="warning")
+            return
+        self.dismiss(text)
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ConfirmDialog(Dialog):
+    """Yes or no."""
+
+    BINDINGS = [Binding("y", "yes", "yes"), Binding("n,escape", "cancel", "no")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(self.question, classes="dialog-text")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("yes", variant="error", id="yes")
+                yield Button("no", id="no")
+
+    def action_yes(self) -> None:
+        """Confirmed."""
+        self.dismiss(True)
+
+    @on(Button.Pressed, "#yes")
+    def _yes(self) -> None:
+        self.dismiss(True)
+
+    @on(Button.Pressed, "#no")
+    def _no(self) -> None:
+        self.dismiss(None)
+
+
+class PickDialog(Dialog):
+    """Choose one of a few things (a task, a checkpoint, a run)."""
+
+    def __init__(self, title: str, options: list[tuple[str, Text | str]], highlighted: str | None = None) -> None:
+        super().__init__()
+        self.title_text = title
+        self.options = options
+        self.highlighted_value = highlighted
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.title_text, classes="dialog-title")
+            yield OptionList(*(Option(label, id=value) for value, label in self.options), id="choices")
+
+    def on_mount(self) -> None:
+        """Start on the current choice."""
+        choices = self.query_one(OptionList)
+        choices.focus()
+        if self.highlighted_value is not None:
+            with contextlib.suppress(OptionDoesNotExist):  # an unknown id: keep the first one
+                choices.highlighted = choices.get_option_index(self.highlighted_value)
+
+    @on(OptionList.OptionSelected)
+    def _chosen(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)

@@ -1,0 +1,167 @@
+"""One task in detail: brief, acceptance, write scope, attempts, verdicts, failures and its events."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from agentbox.core.engine.models import Run, Task
+from agentbox.tui import loaders, model
+from agentbox.tui import messages as msg
+from agentbox.tui.widgets.events import event_line
+
+if TYPE_CHECKING:
+    from agentbox.tui.screens.dashboard import DashboardScreen
+
+
+def section(title: str) -> Text:
+    """A section heading."""
+    return Text(f"\n{title}", style="bold underline")
+
+
+def task_summary(task: Task) -> Group:
+    """Everything about a task except its events."""
+    head = Text.assemble((task.id, "bold"), "  ", (task.assignee, "cyan"), "  ",
+                         (task.state, model.STATE_STYLE.get(task.state) or "bold"),
+                         f"  · attempts {task.attempts} · round {task.round} · tokens ",
+                         model.tokens(task.tokens, task.unknown_usage_turns), f" · {model.cost(task.cost_usd)}")
+    parts: list[Any] = [head, section("Brief"), Text(task.brief)]
+    parts.append(section("Acceptance criteria"))
+    for criterion in task.acceptance:
+        parts.append(Text.assemble((f"  {criterion.id}  ", "bold"), criterion.criterion))
+    if not task.acceptance:
+        parts.append(Text("  none", style="dim"))
+    scope = ", ".join(task.writes) or "nothing (read-only)"
+    parts += [section("Scope"), Text.assemble(("  writes      ", "dim"), scope),
+              Text.assemble(("  depends on  ", "dim"), ", ".join(task.depends_on) or "—"),
+              Text.assemble(("  sessions    ", "dim"), f"work {model.short_id(task.session_id)} · "
+                            f"review {model.short_id(task.review_session_id)}")]
+    if task.note:
+        parts.append(Text.assemble(("  next note   ", "dim"), task.note))
+    parts.append(section(f"Verdicts ({len(task.verdicts)})"))
+    if task.verdicts:
+        table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
+        for column in ("#", "verdict", "by", "at", "conf.", "issues / note"):
+            table.add_column(column, overflow="fold")
+        for index, verdict in enumerate(task.verdicts, 1):
+            issues = "; ".join(f"[{b.get('acceptance_id') or '-'}] {b.get('detail', '')}" for b in verdict.blocking_issues)
+            failing = [c.get("acceptance_id") for c in verdict.checklist if not c.get("pass", True)]
+            detail = issues or verdict.note or "; ".join(verdict.evidence[:2])
+            if failing:
+                detail += f" (failing: {', '.join(str(f) for f in failing)})"
+            table.add_row(str(index), Text(verdict.verdict, style="green" if verdict.verdict == "approve" else "red"),
+                          Text(verdict.by), model.clock_time(verdict.at),
+                          "-" if verdict.confidence is None else f"{verdict.confidence:.2f}", Text(detail))
+        parts.append(table)
+    else:
+        parts.append(Text("  not reviewed yet", style="dim"))
+    parts.append(section(f"Failures ({len(task.failures)})"))
+    if task.failures:
+        table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
+        for column in ("at", "kind", "fingerprint", "message"):
+            table.add_column(column, overflow="fold")
+        for failure in task.failures:
+            table.add_row(model.clock_time(failure.at), Text(failure.kind), Text(failure.fingerprint[:12]),
+                          Text(failure.message[:400]))
+        parts.append(table)
+    else:
+        parts.append(Text("  none", style="dim"))
+    return Group(*parts)
+
+
+class TaskDetailScreen(Screen[None]):
+    """A task, live: re-rendered whenever the run changes."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "back"),
+        Binding("y", "approve", "approve"),
+        Binding("w", "rework", "rework"),
+        Binding("c", "cancel_task", "cancel task"),
+        Binding("s", "history", "sessions"),
+        Binding("t", "talk", "talk"),
+    ]
+
+    def __init__(self, dashboard: DashboardScreen, task_id: str) -> None:
+        super().__init__()
+        self.dashboard = dashboard
+        self.task_id = task_id
+        self._events_for: float | None = None
+        self.events_shown: list[dict[str, Any]] = []
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="task-body"):
+            yield Static(id="task-info")
+            yield Static(id="task-events")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Follow the dashboard's run."""
+        self.query_one("#task-body").border_title = f"task {self.task_id}"
+        self.watch(self.dashboard, "run", self._show, init=True)
+
+    @property
+    def task(self) -> Task | None:
+        """The task as last loaded."""
+        run = self.dashboard.run
+        return run.tasks.get(self.task_id) if run else None
+
+    def _show(self, run: Run | None) -> None:
+        task = run.tasks.get(self.task_id) if run else None
+        if task is None:
+            self.query_one("#task-info", Static).update(Text(f"no task {self.task_id} in this run", style="dim"))
+            return
+        self.query_one("#task-info", Static).update(task_summary(task))
+        if task.updated != self._events_for and run is not None:
+            self._events_for = task.updated
+            self.run_worker(partial(self._read_events, run.id), thread=True, exclusive=True, group="task-events",
+                            exit_on_error=False)
+        self.refresh_bindings()
+
+    def _read_events(self, run_id: str) -> None:
+        self.post_message(loaders.task_events(self.dashboard.project, run_id, self.task_id))
+
+    def on_task_events_loaded(self, message: msg.TaskEventsLoaded) -> None:
+        """Show the task's part of the decision log."""
+        self.events_shown = message.records
+        lines = [section(f"Events ({len(message.records)})")] + [event_line(r) for r in message.records]
+        self.query_one("#task-events", Static).update(Group(*lines))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Approve and rework only for a task in review."""
+        task = self.task
+        if action in ("approve", "rework"):
+            return task is not None and task.state == "reviewing"
+        if action == "cancel_task":
+            return task is not None and task.state not in ("approved", "cancelled")
+        return True
+
+    def action_approve(self) -> None:
+        """Approve this task."""
+        self.dashboard.action_approve(self.task_id)
+
+    def action_rework(self) -> None:
+        """Send this task back."""
+        self.dashboard.action_rework(self.task_id)
+
+    def action_cancel_task(self) -> None:
+        """Cancel this task."""
+        self.dashboard.action_cancel_task(self.task_id)
+
+    def action_history(self) -> None:
+        """The assignee's session history."""
+        if self.task is not None:
+            self.dashboard.action_history(self.task.assignee)
+
+    def action_talk(self) -> None:
+        """Talk to the assignee in this task's session."""
+        if self.task is not None:
+            self.dashboard.action_talk(self.task.assignee, self.task.session_id)

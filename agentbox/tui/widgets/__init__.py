@@ -1,0 +1,1 @@
+"""The dashboard's panels: header, checkpoints, members, queue, artifacts, events."""

@@ -1,0 +1,76 @@
+"""The decision log, followed incrementally: new records are appended, old ones scroll away."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import RichLog
+
+from agentbox.tui import model
+
+MAX_LINES = 300
+"""Records kept on screen; older ones are dropped (the file keeps them all)."""
+
+STYLES = {"checkpoint": "bold yellow", "failure": "red", "escalation": "bold red", "run.finished": "bold green",
+          "verdict": "magenta", "submission": "cyan", "dispatch": "blue", "retry": "yellow", "plan": "green",
+          "run.status": "bold", "command": "bold cyan", "artifact": "green"}
+
+
+def event_line(record: dict[str, Any]) -> Text:
+    """`12:03:01 verdict        greet: reject by reviewer — no docstring ⚑`."""
+    kind = str(record.get("type", "?"))
+    style = STYLES.get(kind, "dim" if kind.startswith("task.") else "")
+    line = Text.assemble((model.clock_time(record.get("at")) + " ", "dim"), (f"{kind:<17} ", style),
+                         str(record.get("what", "")))
+    why = record.get("why")
+    if why and kind in ("checkpoint", "failure", "run.finished", "escalation", "run.status", "verdict", "command"):
+        line.append(f" — {why}", style="dim")
+    if record.get("tokens") and kind == "turn":
+        line.append(f"  {model.count(int(record['tokens']))} tok", style="dim")
+    if record.get("human_required"):
+        line.append("  ⚑ human", style="bold yellow")
+    return line
+
+
+class EventLog(RichLog):
+    """The run's decision log."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_lines=MAX_LINES, min_width=20, wrap=True, markup=False, highlight=False, auto_scroll=True, **kwargs)
+        self.records_shown = 0
+        self.last_seq = 0
+        self._kept: deque[dict[str, Any]] = deque(maxlen=MAX_LINES)
+        self._wrapped_at = 0
+
+    def on_resize(self) -> None:
+        """Re-wrap the kept records at the new width; stay at the end."""
+        width = self.scrollable_content_region.width
+        if self._wrapped_at and width != self._wrapped_at and self._kept:
+            super().clear()
+            for record in self._kept:
+                self.write(event_line(record))
+        self._wrapped_at = width
+        if self.auto_scroll:
+            self.call_after_refresh(self.scroll_end, animate=False, immediate=True)
+
+    def reset(self) -> None:
+        """Forget the records of the previous run."""
+        self.clear()
+        self._kept.clear()
+        self.records_shown = 0
+        self.last_seq = 0
+
+    def add_records(self, records: Iterable[dict[str, Any]]) -> None:
+        """Append records (only the last MAX_LINES of a big batch are written)."""
+        batch = list(records)
+        for record in batch[-MAX_LINES:]:
+            self._kept.append(record)
+            self.write(event_line(record))
+        self.records_shown += len(batch)
+        if batch and self.auto_scroll:
+            self.call_after_refresh(self.scroll_end, animate=False, immediate=True)
+        if batch:
+            self.last_seq = int(batch[-1].get("seq") or self.last_seq)

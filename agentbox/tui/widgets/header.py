@@ -1,0 +1,61 @@
+"""The run summary at the top: which run, its mode and state, elapsed time, tokens and cost."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from agentbox.core.engine.models import Run
+from agentbox.tui import model
+
+
+class RunHeader(Widget):
+    """Goal, mode, state, elapsed, tokens and cost against the budget; a click opens the run switcher."""
+
+    run: reactive[Run | None] = reactive(None, always_update=True, layout=True)
+    run_ids: reactive[tuple[str, ...]] = reactive(())
+    now: reactive[float] = reactive(0.0)
+
+    class SwitcherRequested(Message):
+        """The person clicked the header to switch runs."""
+
+    def __init__(self, project_name: str, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.project_name = project_name
+
+    def render(self) -> Group:
+        width = max(20, self.size.width or 80)
+        run = self.run
+        title = Text.assemble(("agentbox", "bold"), (f" · {self.project_name}", "dim"))
+        if run is None:
+            title.append("  no run yet", style="italic")
+            return Group(title, Text("press n to start a run · ctrl+p: every action", style="dim"))
+        title.append(f"  {run.id}", style="bold")
+        if len(self.run_ids) > 1:
+            position = self.run_ids.index(run.id) + 1 if run.id in self.run_ids else len(self.run_ids)
+            title.append(f" ({position}/{len(self.run_ids)}, r: switch)", style="dim")
+        _append_if_fits(title, Text("  ctrl+p: every action", style="dim"), width)
+        status = Text.assemble((f"● {run.status}", model.RUN_STATUS_STYLE.get(run.status, "")),
+                               (" (paused)" if run.paused and run.status != "paused" else "", "yellow"),
+                               f"  {run.contract.mode}  {model.elapsed(model.run_elapsed(run, self.now))}")
+        _append_if_fits(status, Text(f"  {model.budget_line(run)}", style="dim"), width)
+        if run.status_reason and run.status not in ("running", "planning"):
+            _append_if_fits(status, Text(f"  {run.status_reason}", style="dim italic"), width)
+        for line in (title, status):
+            line.no_wrap = True
+            line.overflow = "ellipsis"
+        goal = Text.assemble(("goal ", "dim"), (run.contract.goal, "italic"))
+        return Group(title, status, goal)
+
+    def on_click(self) -> None:
+        """Open the run switcher."""
+        self.post_message(self.SwitcherRequested())
+
+
+def _append_if_fits(line: Text, extra: Text, width: int) -> None:
+    """Add `extra` to a one-line header entry only when the line still fits."""
+    if line.cell_len + extra.cell_len <= width:
+        line.append_text(extra)

@@ -1,0 +1,77 @@
+"""The crew at work: one row per member with its state, task, session, tokens and process load."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widgets import DataTable
+
+from agentbox.core.engine.models import Run
+from agentbox.tui import model
+from agentbox.tui.model import CrewInfo, MemberRow
+
+WIDE_COLUMNS = ("role", "profile", "tool", "state", "task", "session", "tokens", "cpu", "mem")
+NARROW_COLUMNS = ("role", "profile", "state", "task", "session", "tokens", "cpu", "mem")
+
+
+class MembersTable(DataTable[Any]):
+    """Members of the crew; the highlighted row is the target of talk, history and attach."""
+
+    run: reactive[Run | None] = reactive(None, always_update=True)
+    crew: reactive[CrewInfo | None] = reactive(None, always_update=True)
+    sessions: reactive[dict[str, Any]] = reactive(dict, always_update=True)
+    samples: reactive[dict[str, Any]] = reactive(dict, always_update=True)
+    narrow: reactive[bool] = reactive(False)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        self.rows_shown: list[MemberRow] = []
+        self._columns: tuple[str, ...] = ()
+        self._scheduled = False
+
+    @property
+    def selected_role(self) -> str | None:
+        """The role of the highlighted row."""
+        if not self.rows_shown:
+            return None
+        return self.rows_shown[min(self.cursor_row, len(self.rows_shown) - 1)].role
+
+    def row_of(self, role: str) -> MemberRow | None:
+        """The row shown for `role`."""
+        return next((r for r in self.rows_shown if r.role == role), None)
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            self.call_after_refresh(self._rebuild)
+
+    watch_run = watch_crew = watch_sessions = watch_samples = watch_narrow = lambda self, _value: self._schedule()  # noqa: E731
+
+    def _rebuild(self) -> None:
+        self._scheduled = False
+        rows = model.member_rows(self.crew, self.run, self.sessions, self.samples)
+        columns = NARROW_COLUMNS if self.narrow else WIDE_COLUMNS
+        if rows == self.rows_shown and columns == self._columns:
+            return
+        selected = self.selected_role
+        if columns != self._columns:
+            self.clear(columns=True)
+            for name in columns:
+                self.add_column(name, key=name)
+            self._columns = columns
+        else:
+            self.clear()
+        for row in rows:
+            cells = {
+                "role": Text(row.role, style="bold"), "profile": row.profile, "tool": row.tool,
+                "state": Text(row.state, style=model.MEMBER_STATE_STYLE.get(row.state, "")), "task": row.task,
+                "session": row.session, "tokens": Text(row.tokens, justify="right"),
+                "cpu": Text(row.cpu, justify="right"), "mem": Text(row.memory, justify="right"),
+            }
+            self.add_row(*(cells[c] for c in columns), key=row.role)
+        self.rows_shown = rows
+        if selected is not None:
+            index = next((i for i, r in enumerate(rows) if r.role == selected), 0)
+            self.move_cursor(row=index, animate=False)

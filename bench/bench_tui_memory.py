@@ -1,0 +1,159 @@
+"""P6: resident memory of the TUI + the engine while 8 agents run (the agents excluded), goal ≤ 150 MB.
+
+Everything is real: `agentbox tui` runs as its own process in a pseudo-terminal of
+200×60 (the screen it draws is read and thrown away), the engine runs detached as
+`agentbox run --resume` would (`runs.detach`), and eight scripted workers under bwrap each
+take 30 s on their task, so all eight are in flight at once (max_workers 8). The TUI
+follows the run live: watcher, reads, process sampling of the eight agent trees.
+
+Measured with psutil on the two processes only (their children — bwrap and the agents —
+are excluded): RSS, and USS (memory no other process shares). Baseline, same run: the
+same TUI process on the same project before the run starts (nothing to show yet).
+
+    .venv/bin/python bench/bench_tui_memory.py [--agents 8] [--hold 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+GOAL_MB = 150.0
+
+
+def write_profile(home: Path, name: str, scenario: dict[str, Any]) -> None:
+    directory = home / "profiles" / name
+    directory.mkdir(parents=True)
+    (directory / "scenario.json").write_text(json.dumps(scenario))
+    (directory / "profile.yaml").write_text(json.dumps(
+        {"name": name, "runtime": {"tool": "scripted", "scenario": "scenario.json"}, "sandbox": {"network": False}}))
+
+
+def make_project(home: Path, root: Path, agents: int, delay: float) -> None:
+    usage = {"input_tokens": 100, "output_tokens": 20}
+    plan = {"notes": "bench", "tasks": [
+        {"id": f"t{n}", "assignee": f"w{n}", "brief": f"task {n}", "acceptance": [{"id": "a1", "criterion": "done"}],
+         "writes": [f"src/t{n}/**"]} for n in range(agents)]}
+    write_profile(home, "bench-lead", {"defaults": {"usage": usage}, "rules": [
+        {"id": "plan", "when": {"prompt_contains": "[agentbox:plan"}, "do": {"reply_json": plan}}],
+        "fallback": {"reply": "ok"}})
+    write_profile(home, "bench-worker", {"defaults": {"usage": usage}, "rules": [],
+                                         "fallback": {"delay_s": delay, "reply_json": {"summary": "done", "evidence": ["x"]}}})
+    shutil.copytree(REPO / ".agent-box.example", root / ".agent-box", ignore=shutil.ignore_patterns("runs", "sessions"))
+    roles: dict[str, Any] = {"lead": {"profile": "bench-lead", "writes": []}}
+    roles.update({f"w{n}": {"profile": "bench-worker", "writes": ["src/**"]} for n in range(agents)})
+    crew = {"mode": "hierarchical", "roles": roles, "hierarchical": {"lead": "lead"},
+            "limits": {"max_workers": agents, "task_timeout_s": 300, "max_auto_retries": 2}}
+    (root / ".agent-box" / "crew.yaml").write_text(json.dumps(crew, indent=1))
+
+
+def start_tui(root: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
+    """`agentbox tui` in a 200×60 pseudo-terminal; its output is drained and discarded."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 200, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "agentbox", "--project", str(root), "tui"], stdin=slave,
+                            stdout=slave, stderr=slave, env={**env, "TERM": "xterm-256color"}, start_new_session=True)
+    os.close(slave)
+
+    def drain() -> None:
+        while True:
+            try:
+                if not os.read(master, 65536):
+                    return
+            except OSError:
+                return
+
+    threading.Thread(target=drain, daemon=True).start()
+    return proc, master
+
+
+def memory(pid: int) -> tuple[float, float]:
+    import psutil
+
+    info = psutil.Process(pid).memory_full_info()
+    return info.rss / 1e6, info.uss / 1e6
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=8)
+    parser.add_argument("--hold", type=int, default=6, help="seconds of sampling while every agent runs")
+    args = parser.parse_args(argv)
+    from agentbox.core import runs
+    from agentbox.core.paths import ProjectPaths
+
+    with tempfile.TemporaryDirectory(prefix="agentbox-bench-p6-") as tmp:
+        home, root = Path(tmp) / "home", Path(tmp) / "repo"
+        os.environ["AGENT_BOX_HOME"] = str(home)
+        make_project(home, root, args.agents, delay=30.0)
+        project = ProjectPaths(root)
+        tui, master = start_tui(root, dict(os.environ))
+        run_id = None
+        try:
+            time.sleep(4)
+            if tui.poll() is not None:
+                raise SystemExit(f"the TUI exited ({tui.returncode})")
+            idle = []
+            for _ in range(3):
+                idle.append(memory(tui.pid))
+                time.sleep(0.5)
+            run_id = runs.create_run(project, "bench P6").id
+            engine_pid = runs.detach(project, run_id)
+            deadline = time.monotonic() + 60
+            while True:
+                run = runs.load(project, run_id)
+                flying = [j for j in run.jobs.values() if j.started and j.pid and j.kind == "work"]
+                if len(flying) == args.agents:
+                    break
+                if time.monotonic() > deadline or run.status in ("failed", "cancelled", "done"):
+                    raise SystemExit(f"only {len(flying)} agents started (run {run.status}); see the engine.log")
+                time.sleep(0.2)
+            time.sleep(2)  # the TUI sees them and samples their processes
+            tui_samples, engine_samples = [], []
+            for _ in range(args.hold):
+                tui_samples.append(memory(tui.pid))
+                engine_samples.append(memory(engine_pid))
+                time.sleep(1)
+            still = len([j for j in runs.load(project, run_id).jobs.values() if j.started])
+        finally:
+            if run_id is not None:
+                runs.send_command(project, run_id, {"action": "cancel_run", "note": "bench over"})
+                stop = time.monotonic() + 15
+                while runs.engine_alive(project, run_id) and time.monotonic() < stop:
+                    time.sleep(0.2)
+            os.write(master, b"q")
+            try:
+                tui.wait(5)
+            except subprocess.TimeoutExpired:
+                tui.kill()
+            os.close(master)
+    tui_rss, tui_uss = max(s[0] for s in tui_samples), max(s[1] for s in tui_samples)
+    eng_rss, eng_uss = max(s[0] for s in engine_samples), max(s[1] for s in engine_samples)
+    idle_rss, idle_uss = max(s[0] for s in idle), max(s[1] for s in idle)
+    print(f"P6 memory with {args.agents} agents running ({still} still in flight at the last sample), max of {args.hold} samples")
+    print(f"  TUI     RSS {tui_rss:6.1f} MB   USS {tui_uss:6.1f} MB")
+    print(f"  engine  RSS {eng_rss:6.1f} MB   USS {eng_uss:6.1f} MB")
+    print(f"  baseline: the same TUI before the run  RSS {idle_rss:6.1f} MB   USS {idle_uss:6.1f} MB"
+          f"   ratio TUI busy/idle RSS {tui_rss / idle_rss:.2f}")
+    total = tui_rss + eng_rss
+    print(f"  P6 TUI + engine = {total:.0f} MB RSS ({tui_uss + eng_uss:.0f} MB USS) (goal ≤ {GOAL_MB:.0f} MB) "
+          f"{'✔' if total <= GOAL_MB else '✘'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
