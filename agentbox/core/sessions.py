@@ -117,7 +117,8 @@ class SessionStore:
     def save(self, record: SessionRecord) -> None:
         """Write the record atomically."""
         record.updated = now()
-        store.atomic_write_json(self._record_path(record.owner, record.id), record.as_dict())
+        # history, not engine state: atomic (a killed process leaves old or new) but not fsynced
+        store.atomic_write_json(self._record_path(record.owner, record.id), record.as_dict(), durable=False)
 
     def find(self, session_id: str) -> SessionRecord:
         """The record of `session_id`, whichever role it belongs to."""
@@ -143,7 +144,7 @@ class SessionStore:
 
     def append_turn(self, record: SessionRecord, turn: dict[str, Any]) -> None:
         """Add one turn line."""
-        store.append_jsonl(self.turns_path(record), turn)
+        store.append_jsonl(self.turns_path(record), turn, durable=False)
 
     def turns(self, record: SessionRecord) -> list[dict[str, Any]]:
         """Every turn of a session, oldest first."""

@@ -69,6 +69,7 @@ class Engine:
         self._flights: dict[str, asyncio.Task[tuple[Job, InvokeResult]]] = {}
         self._saved_seq = run.seq
         self._dirty = False
+        self._role_agents: dict[str, Any] = {}
         self._wake = asyncio.Event() if _has_loop() else None
         self._rng = None
 
@@ -204,8 +205,9 @@ class Engine:
             writes = tuple(task.writes)
         elif "writes" in job.data:
             writes = tuple(job.data["writes"])
-        agent = services.role_agent(self.project, job.role, extra_rw=extra_rw, crew=self.crew)
-        return dataclasses.replace(agent, writes=writes)
+        if job.role not in self._role_agents:  # profile and instructions are read once per run
+            self._role_agents[job.role] = services.role_agent(self.project, job.role, crew=self.crew)
+        return dataclasses.replace(self._role_agents[job.role], writes=writes, extra_rw=extra_rw)
 
     def _start(self, job: Job) -> None:
         """Mark `job` started in its session and schedule its turn.
