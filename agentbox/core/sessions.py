@@ -15,9 +15,7 @@ from typing import Any
 
 from agentbox.core import store
 from agentbox.core.errors import NotFoundError
-from agentbox.core.runtimes.base import Usage
-
-_TOKEN_KEYS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens")
+from agentbox.core.runtimes.base import TOKEN_FIELDS, Usage, add_usage
 
 
 def now() -> float:
@@ -39,19 +37,12 @@ class Totals:
 
     def add(self, usage: Usage) -> None:
         """Add one turn's usage."""
-        if not usage.known:
-            self.unknown_usage_turns += 1
-        for key in _TOKEN_KEYS:
-            value = getattr(usage, key)
-            if value is not None:
-                setattr(self, key, getattr(self, key) + value)
-        if usage.cost_usd is not None:
-            self.cost_usd = (self.cost_usd or 0.0) + usage.cost_usd
+        add_usage(self, usage)
 
     @property
     def tokens(self) -> int:
         """All known tokens."""
-        return sum(getattr(self, key) for key in _TOKEN_KEYS)
+        return sum(getattr(self, key) for key in TOKEN_FIELDS)
 
 
 @dataclass

@@ -37,6 +37,7 @@ from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import AgentboxError, IllegalTransitionError, NotFoundError, UsageError
 from agentbox.core.invoke import InvokeResult, invoke
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.runtimes.base import add_usage
 from agentbox.core.sessions import SessionStore
 from agentbox.core.tasks import TaskEvent, TaskState, is_terminal, transition
 
@@ -263,14 +264,8 @@ class Engine:
         totals = self.run.totals
         totals.turns += 1
         tokens = usage.total_tokens
-        if tokens is None:
-            totals.unknown_usage_turns += 1
-        else:
-            totals.tokens += tokens
-            for key in ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens"):
-                setattr(totals, key, getattr(totals, key) + (getattr(usage, key) or 0))
-        if usage.cost_usd is not None:
-            totals.cost_usd = (totals.cost_usd or 0.0) + usage.cost_usd
+        add_usage(totals, usage)
+        totals.tokens += tokens or 0
         task = self.run.tasks.get(job.task or "")
         if task is not None:
             if tokens is None:

@@ -306,12 +306,6 @@ class GraphMode(ModeDriver):
         if data.get("graph_route") and task is not None:
             self.requeue(task)
             return
-        if task is not None and job.kind == "node":
-            if task.state == TaskState.EXECUTING:
-                self.engine.transition(task, TaskEvent.REQUEUE, "invalid reply: run the node again")
-            task.note = f"Your previous reply could not be used: {message[:500]}"
-            self.requeue(task)
-            return
         super().retry(job, kind, message, original, data)
 
     def on_task_approved(self, task: Task) -> None:
