@@ -16,7 +16,6 @@ import os
 import signal
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,21 +23,18 @@ from typing import Any, Literal
 
 from agentbox.core import sandbox
 from agentbox.core.errors import SandboxError, UsageError
+from agentbox.core.process import (
+    KILL_GRACE_S,
+    CappedStream,
+    ErrorKind,
+    classify_exit,
+    drain,
+    kill_tree,
+)
 from agentbox.core.profiles import ProfileInfo, ensure_state
 from agentbox.core.runtimes import adapter_for, find_executable
 from agentbox.core.runtimes.base import CapturedOutput, ParseError, ToolCommand, TurnRequest, Usage
 from agentbox.core.sessions import SessionRecord, SessionStore, now
-
-ErrorKind = Literal["spawn_failed", "timeout", "killed", "nonzero_exit", "tool_error", "parse_error"]
-
-HEAD_BYTES = 1 << 20
-"""Bytes kept from the start of each stream (native ids come first)."""
-TAIL_BYTES = 4 << 20
-"""Bytes kept from the end of each stream (results come last)."""
-LOG_CAP_BYTES = 64 << 20
-"""Most bytes of a stream written to its log file."""
-KILL_GRACE_S = 2.0
-"""Time between SIGTERM and SIGKILL of a timed-out process group."""
 
 
 @dataclass(frozen=True)
@@ -125,80 +121,6 @@ class InvokeResult:
         }
 
 
-class _Stream:
-    """Drains one pipe: head and tail kept in memory, everything (capped) in a log file."""
-
-    def __init__(self, log_path: Path) -> None:
-        self.head = bytearray()
-        self.tail: deque[bytes] = deque()
-        self.tail_size = 0
-        self.total = 0
-        self.log_path = log_path
-        self._log = log_path.open("wb")
-        self._truncated: bool | None = None
-
-    def feed(self, chunk: bytes) -> None:
-        if self.total < LOG_CAP_BYTES:
-            self._log.write(chunk[: LOG_CAP_BYTES - self.total])
-        self.total += len(chunk)
-        room = HEAD_BYTES - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail.append(chunk)
-            self.tail_size += len(chunk)
-            while self.tail_size - len(self.tail[0]) >= TAIL_BYTES:
-                self.tail_size -= len(self.tail.popleft())
-
-    @property
-    def truncated(self) -> bool:
-        if self._truncated is not None:
-            return self._truncated
-        return self.total > len(self.head) + self.tail_size
-
-    def text(self) -> str:
-        """Head and tail as text, once (a cut tail starts at its first whole line).
-
-        Built in place in the head buffer, whose bytes are then dropped: a flood costs the
-        kept bytes and one str, not several copies of them.
-        """
-        self._truncated = truncated = self.truncated
-        data, self.head = self.head, bytearray()
-        if truncated:
-            data += b"\n"
-        start = len(data)
-        while self.tail:
-            data += self.tail.popleft()
-        self.tail_size = 0
-        if truncated:
-            cut = data.find(b"\n", start)
-            del data[start : cut + 1 if cut >= 0 else len(data)]
-        return str(data, "utf-8", errors="replace")
-
-    def close(self) -> None:
-        self._log.close()
-
-
-async def _drain(reader: asyncio.StreamReader, stream: _Stream) -> None:
-    while chunk := await reader.read(1 << 16):
-        stream.feed(chunk)
-
-
-def _kill_tree(pid: int) -> None:
-    """SIGKILL a process group and every descendant that left it."""
-    descendants = []
-    with contextlib.suppress(Exception):
-        import psutil
-
-        descendants = psutil.Process(pid).children(recursive=True)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    for child in descendants:
-        with contextlib.suppress(Exception):
-            child.kill()
-
-
 @contextlib.contextmanager
 def _session_lock(path: Path):  # type: ignore[no-untyped-def]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -233,19 +155,6 @@ def _prepare_session(agent: Agent, session_id: str | None, new_id: str | None = 
         tool=agent.profile.tool, cwd=str(agent.cwd), created=created, updated=created,
         sandboxed=agent.profile.profile.sandbox != "none", **(tags or {}),
     )
-
-
-def _classify_exit(code: int | None, sandboxed: bool) -> ErrorKind | None:
-    """killed (by a signal from outside), nonzero_exit, or None for success."""
-    if code is None:
-        return "killed"
-    if code < 0:
-        return "killed" if -code in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP) else "nonzero_exit"
-    if code == 0:
-        return None
-    if sandboxed and code - 128 in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        return "killed"
-    return "nonzero_exit"
 
 
 @dataclass
@@ -388,7 +297,7 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
     base = {"session_id": record.id, "turn": turn, "role": agent.role, "profile": agent.profile.name,
             "tool": agent.profile.tool, "sandboxed": record.sandboxed, "log_path": str(out_log)}
     t0 = time.monotonic()
-    stdout, stderr = _Stream(out_log), _Stream(err_log)
+    stdout, stderr = CappedStream(out_log), CappedStream(err_log)
     timed_out = False
     exit_code: int | None = None
     try:
@@ -417,7 +326,7 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
                 await proc.stdin.drain()
             proc.stdin.close()
         assert proc.stdout is not None and proc.stderr is not None
-        drains = asyncio.gather(_drain(proc.stdout, stdout), _drain(proc.stderr, stderr), proc.wait())
+        drains = asyncio.gather(drain(proc.stdout, stdout), drain(proc.stderr, stderr), proc.wait())
         try:
             await asyncio.wait_for(asyncio.shield(drains), timeout=timeout_s)
         except TimeoutError:
@@ -427,11 +336,11 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
             try:
                 await asyncio.wait_for(asyncio.shield(drains), timeout=KILL_GRACE_S)
             except TimeoutError:
-                _kill_tree(proc.pid)
+                kill_tree(proc.pid)
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(drains, timeout=10)
         except asyncio.CancelledError:
-            _kill_tree(proc.pid)
+            kill_tree(proc.pid)
             stdout.close()
             stderr.close()
             cancelled = InvokeResult(status="error", error_kind="killed", error="cancelled by the caller; the process group was killed",
@@ -439,7 +348,7 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
             _finish(store, record, prompt, cancelled, started)
             raise
         exit_code = proc.returncode
-        _kill_tree(proc.pid)  # nothing of the turn outlives it
+        kill_tree(proc.pid)  # nothing of the turn outlives it
     finally:
         stdout.close()
         stderr.close()
@@ -454,7 +363,7 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
     if record.sandboxed and exit_code == 1 and err_text.startswith("bwrap:") and not out_text.strip():
         result = InvokeResult(status="error", error_kind="spawn_failed", error=err_text.strip(), **base)
         return _finish(store, record, prompt, result, started)
-    exit_kind = _classify_exit(exit_code, record.sandboxed)
+    exit_kind = classify_exit(exit_code, record.sandboxed)
     captured = CapturedOutput(out_text, err_text, exit_code, stdout.truncated, prepared.scratch)
     try:
         parsed = adapter.parse(captured, prepared.request)
