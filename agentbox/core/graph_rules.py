@@ -1,0 +1,612 @@
+"""Work graph validation: the five rules of seed 004, plus schema and reference checks.
+
+Validation reports *every* violation as `Violation(rule, detail, line)`:
+
+- `schema`: malformed YAML, a wrong key, type or value (every pydantic error, with its
+  field path and line);
+- `reference`: an edge naming an unknown node, a node naming an unknown role (when the
+  crew's roles are given), a node name used twice, a success edge written twice;
+- `acyclic`: the forward edges form no cycle (each cycle is named `a -> b -> a`);
+- `single-entry`: exactly one node has no forward in-edge;
+- `reachable`: every node is reachable from the entry along forward edges;
+- `backward-labeled`: an edge that points back (its target comes before its source along
+  forward edges) must be `kind: backward`, and a `backward` edge must close a loop;
+- `fail-fallback-edge`: a node with fail edges has exactly one fail edge without a
+  `fail_reason` (its fallback), and no two of its fail edges share a reason.
+
+Rules that cannot be judged because of earlier problems are skipped, not guessed: the
+graph rules need every node's name and every edge's from/to/condition/kind/fail_reason
+to be well formed; single-entry, reachable and backward-labeled also need every edge to
+name known nodes. The other rules still run.
+
+"Points back" does not depend on which topological order is picked: a forward edge
+points back when it closes a forward cycle (it is the edge a depth-first search from the
+entry, in file order, meets on its way back); a backward edge `u -> v` is right exactly
+when `v` is `u` itself (a retry) or an ancestor of `u` — `v` comes before `u` in every
+topological order of the forward edges.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from agentbox.core.config import NAME_PATTERN
+from agentbox.core.errors import ConfigError, NotFoundError, Violation
+from agentbox.core.graph_model import Graph
+from agentbox.core.yaml_io import parse_yaml, position
+
+RULES: tuple[str, ...] = (
+    "schema",
+    "reference",
+    "acyclic",
+    "single-entry",
+    "reachable",
+    "backward-labeled",
+    "fail-fallback-edge",
+)
+"""Every rule name a violation can carry, in the order they are reported."""
+
+_TOP_KEYS = ("name", "description", "nodes", "edges")
+_NODE_KEYS = ("name", "role", "brief")
+_EDGE_KEYS = ("from", "to", "condition", "fail_reason", "kind")
+_SEED_KEYS = {
+    "edgeKind": "kind",
+    "edge_kind": "kind",
+    "failReason": "fail_reason",
+    "nodeName": "name",
+    "systemAgentId": "role",
+    "source": "from",
+    "target": "to",
+}
+"""Key names of seed 004's JSON API (and other likely slips) → this file format's names."""
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def validate_graph(
+    document: Any, file: Path | str, roles: Collection[str] | None = None
+) -> list[Violation]:
+    """Every violation of a parsed graph document (round-trip YAML keeps the lines).
+
+    `file` is where the document came from (for the caller's messages); `roles` are the
+    crew's role names, or None to skip the unknown-role check.
+    """
+    return _check(document, roles)[1]
+
+
+def check_graph_text(
+    text: str, file: Path | str, roles: Collection[str] | None = None
+) -> tuple[Graph | None, list[Violation]]:
+    """Parse and validate graph YAML; the Graph is returned only when nothing is violated."""
+    try:
+        document = parse_yaml(text, file)
+    except ConfigError as exc:
+        return None, [Violation("schema", exc.detail, exc.line)]
+    return _check(document, roles)
+
+
+def check_graph_file(
+    path: Path, roles: Collection[str] | None = None
+) -> tuple[Graph | None, list[Violation]]:
+    """Read, parse and validate a graph file; a missing or unreadable file raises."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise NotFoundError(f"no work graph at {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=path) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, [Violation("schema", f"not UTF-8 text (byte {exc.start})", None)]
+    return check_graph_text(text, path, roles)
+
+
+# ----------------------------------------------------------------------------- internals
+
+
+@dataclass(frozen=True)
+class _Node:
+    """A node as far as the graph rules need it (read leniently from the document)."""
+
+    name: str
+    role: str | None
+    line: int | None
+    role_line: int | None
+
+
+@dataclass(frozen=True)
+class _Edge:
+    """An edge as far as the graph rules need it (read leniently from the document)."""
+
+    source: str | None
+    target: str | None
+    condition: str | None
+    reason: str | None
+    kind: str | None
+    line: int | None
+    from_line: int | None
+    to_line: int | None
+
+    def describe(self) -> str:
+        label = str(self.condition) if self.reason is None else f"{self.condition}: {self.reason}"
+        if self.kind == "backward":
+            label += ", backward"
+        return f"{self.source} -> {self.target} ({label})"
+
+
+def _check(document: Any, roles: Collection[str] | None) -> tuple[Graph | None, list[Violation]]:
+    """All violations of one document, and the Graph when there are none."""
+    if document is None:
+        return None, [
+            Violation("schema", "the file is empty: a graph needs `nodes` and `edges`", 1)
+        ]
+    if not isinstance(document, dict):
+        got = _type_name(document)
+        return None, [
+            Violation(
+                "schema", f"expected a mapping with `nodes` and `edges` at the top, got {got}", 1
+            )
+        ]
+    violations: list[Violation] = []
+    graph: Graph | None = None
+    try:
+        graph = Graph.model_validate(_plain(document))
+    except ValidationError as exc:
+        violations.extend(_schema_violation(error, document) for error in exc.errors())
+
+    nodes, nodes_complete = _read_nodes(document)
+    edges, edges_complete = _read_edges(document)
+    names = list(dict.fromkeys(n.name for n in nodes))
+    violations.extend(_duplicate_nodes(nodes))
+    if roles is not None:
+        violations.extend(_unknown_roles(nodes, roles))
+    dangling: list[Violation] = []
+    if nodes_complete:
+        dangling = _dangling_edges(edges, names)
+        violations.extend(dangling)
+    violations.extend(_duplicate_success_edges(edges))
+    if nodes_complete and edges_complete:
+        violations.extend(_graph_rules(nodes, names, edges, judge_paths=not dangling))
+    violations.sort(key=lambda v: (RULES.index(v.rule), v.line if v.line is not None else 1 << 30))
+    return (graph if not violations else None), violations
+
+
+def _graph_rules(
+    nodes: list[_Node], names: list[str], edges: list[_Edge], *, judge_paths: bool
+) -> list[Violation]:
+    """acyclic, single-entry, reachable, backward-labeled and fail-fallback-edge."""
+    out: list[Violation] = []
+    known = set(names)
+    node_line = {}
+    for node in nodes:
+        node_line.setdefault(node.name, node.line)
+    forward = [e for e in edges if e.kind == "forward" and e.source in known and e.target in known]
+    successors: dict[str, list[_Edge]] = {name: [] for name in names}
+    predecessors: dict[str, list[str]] = {name: [] for name in names}
+    for edge in forward:
+        assert edge.source is not None and edge.target is not None
+        successors[edge.source].append(edge)
+        predecessors[edge.target].append(edge.source)
+    candidates = [name for name in names if not predecessors[name]]
+
+    # acyclic (and the forward edges that point back, found on the way)
+    back_edges = _back_edges(names, candidates, successors)
+    for edge, cycle in back_edges:
+        out.append(
+            Violation(
+                "acyclic",
+                f"forward edges form a cycle: {' -> '.join(cycle)} (closed by {edge.describe()})",
+                edge.line,
+            )
+        )
+
+    if judge_paths:
+        # single-entry
+        if not candidates and names:
+            first = names[0]
+            entered_from = ", ".join(dict.fromkeys(predecessors[first]))
+            out.append(
+                Violation(
+                    "single-entry",
+                    f"no entry node: every node has a forward in-edge ({first} is entered from "
+                    f"{entered_from}); an edge back to the entry must be kind: backward",
+                    node_line[first],
+                )
+            )
+        elif len(candidates) > 1:
+            out.append(
+                Violation(
+                    "single-entry",
+                    f"{len(candidates)} entry nodes (no forward in-edge): {', '.join(candidates)}; "
+                    "exactly one is allowed, connect the others downstream of the real entry",
+                    node_line[candidates[1]],
+                )
+            )
+
+        # reachable
+        if candidates:
+            reached = _reach(candidates, lambda n: (e.target for e in successors[n]))
+            source = (
+                f"the entry {candidates[0]}"
+                if len(candidates) == 1
+                else f"any entry ({', '.join(candidates)})"
+            )
+            for name in names:
+                if name not in reached:
+                    out.append(
+                        Violation(
+                            "reachable",
+                            f"node {name} is not reachable from {source} along forward edges",
+                            node_line[name],
+                        )
+                    )
+
+        # backward-labeled: forward edges that point back ...
+        for edge, _cycle in back_edges:
+            where = (
+                f"to {edge.target} itself"
+                if edge.source == edge.target
+                else f"to {edge.target}, which comes before {edge.source} along forward edges"
+            )
+            out.append(
+                Violation(
+                    "backward-labeled",
+                    f"edge {edge.describe()} points back {where}: mark it kind: backward",
+                    edge.line,
+                )
+            )
+        # ... and backward edges that close no loop
+        below: dict[str, set[str]] = {}
+
+        def descendants(name: str) -> set[str]:
+            if name not in below:
+                below[name] = _reach([name], lambda n: (str(e.target) for e in successors[n]))
+            return below[name]
+
+        for edge in edges:
+            if edge.kind != "backward" or edge.source == edge.target:
+                continue
+            assert edge.source is not None and edge.target is not None
+            if edge.source in descendants(edge.target):
+                continue
+            why = (
+                f"{edge.target} comes after {edge.source} along forward edges; make it forward"
+                if edge.target in descendants(edge.source)
+                else f"there is no forward path {edge.target} -> ... -> {edge.source}"
+            )
+            out.append(
+                Violation(
+                    "backward-labeled",
+                    f"edge {edge.describe()} is kind: backward but closes no loop: {why}",
+                    edge.line,
+                )
+            )
+
+    # fail-fallback-edge
+    fails: dict[str, list[_Edge]] = {}
+    for edge in edges:
+        if edge.condition == "fail" and edge.source in known:
+            assert edge.source is not None
+            fails.setdefault(edge.source, []).append(edge)
+    for name, group in fails.items():
+        fallbacks = [e for e in group if e.reason is None]
+        if not fallbacks:
+            reasons = ", ".join(str(e.reason) for e in group)
+            out.append(
+                Violation(
+                    "fail-fallback-edge",
+                    f"node {name} has fail edges only with a fail_reason ({reasons}) and no "
+                    "fallback: add a fail edge without fail_reason, or any other failure "
+                    f"leaves {name} blocked",
+                    node_line[name],
+                )
+            )
+        elif len(fallbacks) > 1:
+            targets = ", ".join(str(e.target) for e in fallbacks)
+            out.append(
+                Violation(
+                    "fail-fallback-edge",
+                    f"node {name} has {len(fallbacks)} fallback fail edges (to {targets}); "
+                    "keep exactly one fail edge without fail_reason",
+                    fallbacks[1].line,
+                )
+            )
+        by_reason: dict[str, list[_Edge]] = {}
+        for edge in group:
+            if edge.reason is not None:
+                by_reason.setdefault(edge.reason, []).append(edge)
+        for reason, same in by_reason.items():
+            if len(same) > 1:
+                targets = ", ".join(str(e.target) for e in same)
+                out.append(
+                    Violation(
+                        "fail-fallback-edge",
+                        f"node {name} has {len(same)} fail edges with fail_reason {reason!r} "
+                        f"(to {targets}); a reason must route to exactly one edge",
+                        same[1].line,
+                    )
+                )
+    return out
+
+
+def _back_edges(
+    names: list[str], candidates: list[str], successors: dict[str, list[_Edge]]
+) -> list[tuple[_Edge, list[str]]]:
+    """Three-colour DFS (entries first, then file order): each edge closing a cycle, with it."""
+    white, grey, black = 0, 1, 2
+    colour = dict.fromkeys(names, white)
+    found: list[tuple[_Edge, list[str]]] = []
+    for start in [*candidates, *(n for n in names if n not in candidates)]:
+        if colour[start] != white:
+            continue
+        colour[start] = grey
+        path = [start]
+        stack: list[tuple[str, int]] = [(start, 0)]
+        while stack:
+            node, index = stack[-1]
+            if index < len(successors[node]):
+                stack[-1] = (node, index + 1)
+                edge = successors[node][index]
+                target = edge.target
+                assert target is not None
+                if colour[target] == white:
+                    colour[target] = grey
+                    path.append(target)
+                    stack.append((target, 0))
+                elif colour[target] == grey:
+                    found.append((edge, [*path[path.index(target) :], target]))
+            else:
+                colour[node] = black
+                path.pop()
+                stack.pop()
+    return found
+
+
+def _reach(starts: Iterable[str], step: Callable[[str], Iterable[str]]) -> set[str]:
+    """Every node reachable from `starts` (included) by repeatedly applying `step`."""
+    seen = set(starts)
+    todo = list(seen)
+    while todo:
+        for nxt in step(todo.pop()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def _duplicate_nodes(nodes: list[_Node]) -> list[Violation]:
+    first: dict[str, _Node] = {}
+    out: list[Violation] = []
+    for node in nodes:
+        if node.name in first:
+            at = first[node.name].line
+            out.append(
+                Violation(
+                    "reference",
+                    f"duplicate node name {node.name!r} (first defined at line {at})",
+                    node.line,
+                )
+            )
+        else:
+            first[node.name] = node
+    return out
+
+
+def _unknown_roles(nodes: list[_Node], roles: Collection[str]) -> list[Violation]:
+    known = sorted(roles)
+    out: list[Violation] = []
+    for node in nodes:
+        role = node.role
+        if role is None or not re.match(NAME_PATTERN, role) or role in roles:
+            continue
+        out.append(
+            Violation(
+                "reference",
+                f"node {node.name}: unknown role {role!r}{_did_you_mean(role, known)}; "
+                f"crew roles: {', '.join(known) or '(none)'}",
+                node.role_line,
+            )
+        )
+    return out
+
+
+def _dangling_edges(edges: list[_Edge], names: list[str]) -> list[Violation]:
+    known = set(names)
+    out: list[Violation] = []
+    for edge in edges:
+        for end, value, line in (
+            ("from", edge.source, edge.from_line),
+            ("to", edge.target, edge.to_line),
+        ):
+            if value is None or value in known:
+                continue
+            out.append(
+                Violation(
+                    "reference",
+                    f"edge {edge.source or '?'} -> {edge.target or '?'}: {end} names unknown node "
+                    f"{value!r}{_did_you_mean(value, names)}; nodes: {', '.join(names)}",
+                    line,
+                )
+            )
+    return out
+
+
+def _duplicate_success_edges(edges: list[_Edge]) -> list[Violation]:
+    seen: dict[tuple[str | None, str | None], _Edge] = {}
+    out: list[Violation] = []
+    for edge in edges:
+        if edge.condition != "success" or edge.source is None or edge.target is None:
+            continue
+        key = (edge.source, edge.target)
+        if key in seen:
+            out.append(
+                Violation(
+                    "reference",
+                    f"edge {edge.source} -> {edge.target} (success) is written twice "
+                    f"(first at line {seen[key].line})",
+                    edge.line,
+                )
+            )
+        else:
+            seen[key] = edge
+    return out
+
+
+def _did_you_mean(value: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(value, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _read_nodes(document: dict[str, Any]) -> tuple[list[_Node], bool]:
+    """The nodes whose name is a string; complete when every node has one."""
+    raw = document.get("nodes")
+    if not isinstance(raw, list):
+        return [], False
+    nodes: list[_Node] = []
+    complete = True
+    for index, item in enumerate(raw):
+        name = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str):
+            complete = False
+            continue
+        role = item.get("role")
+        nodes.append(
+            _Node(
+                name=str(name),
+                role=str(role) if isinstance(role, str) else None,
+                line=position(document, ("nodes", index))[0],
+                role_line=position(document, ("nodes", index, "role"))[0],
+            )
+        )
+    return nodes, complete
+
+
+def _read_edges(document: dict[str, Any]) -> tuple[list[_Edge], bool]:
+    """The edges with their ends as far as readable; complete when every edge is usable."""
+    raw = document.get("edges", [])
+    if raw is None:
+        raw = []
+    if not isinstance(raw, list):
+        return [], False
+    edges: list[_Edge] = []
+    complete = True
+    for index, item in enumerate(raw):
+        if not isinstance(item, dict):
+            complete = False
+            continue
+        source, target = item.get("from"), item.get("to")
+        condition, reason = item.get("condition"), item.get("fail_reason")
+        kind = item.get("kind", "forward")
+        usable = (
+            isinstance(source, str)
+            and isinstance(target, str)
+            and condition in ("success", "fail")
+            and kind in ("forward", "backward")
+            and (reason is None or (isinstance(reason, str) and reason != ""))
+            and all(key in _EDGE_KEYS for key in item)
+        )
+        complete = complete and usable
+        edges.append(
+            _Edge(
+                source=str(source) if isinstance(source, str) else None,
+                target=str(target) if isinstance(target, str) else None,
+                condition=str(condition) if isinstance(condition, str) else None,
+                reason=str(reason) if isinstance(reason, str) and condition == "fail" else None,
+                kind=str(kind) if isinstance(kind, str) else None,
+                line=position(document, ("edges", index))[0],
+                from_line=position(document, ("edges", index, "from"))[0],
+                to_line=position(document, ("edges", index, "to"))[0],
+            )
+        )
+    return edges, complete
+
+
+def _schema_violation(error: Any, document: Any) -> Violation:
+    """One pydantic error as a `schema` violation: `edges[2].kind: invalid value ...`."""
+    loc = tuple(
+        p
+        for p in error["loc"]
+        if not (isinstance(p, str) and ("[" in p or p.startswith("function-")))
+    )
+    line = position(document, loc)[0]
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    return Violation("schema", f"{path or 'graph'}: {_describe(error, loc)}", line)
+
+
+def _describe(error: Any, loc: tuple[str | int, ...]) -> str:
+    """A human sentence for one pydantic error, naming the valid keys or values."""
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    value = error.get("input")
+    if kind == "extra_forbidden":
+        key = str(loc[-1]) if loc else "?"
+        container = loc[0] if len(loc) > 1 else None
+        valid = (
+            _NODE_KEYS
+            if container == "nodes"
+            else _EDGE_KEYS
+            if container == "edges"
+            else _TOP_KEYS
+        )
+        hint = f" (did you mean {_SEED_KEYS[key]!r}?)" if key in _SEED_KEYS else ""
+        return f"unknown key {key!r}{hint}; valid keys: {', '.join(valid)}"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "literal_error":
+        return f"invalid value {value!r}; allowed: {ctx.get('expected', '')}"
+    if kind == "string_pattern_mismatch":
+        return (
+            f"invalid name {value!r}: use letters, digits, '.', '_' or '-', starting with a "
+            "letter or digit (at most 64)"
+        )
+    if kind == "string_too_short":
+        if loc and loc[-1] == "fail_reason":
+            return "must not be empty (leave fail_reason out for the fallback edge)"
+        return "must not be empty"
+    if kind == "too_short" and loc == ("nodes",):
+        return "a graph needs at least one node"
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        return f"expected a mapping, got {_type_name(value)}"
+    if kind == "list_type":
+        return f"expected a list, got {_type_name(value)}"
+    if kind == "string_type":
+        return f"expected a string, got {_type_name(value)}"
+    if kind == "value_error":
+        return str(error["msg"]).removeprefix("Value error, ")
+    return str(error["msg"])
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, int | float):
+        return "a number"
+    return type(value).__name__
+
+
+def _plain(data: Any) -> Any:
+    """Round-trip YAML containers and scalars → plain built-ins (pydantic wants those)."""
+    if isinstance(data, dict):
+        return {str(k): _plain(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_plain(v) for v in data]
+    if isinstance(data, str):
+        return str(data)
+    return data
