@@ -237,10 +237,10 @@ class TestCodexArgv:
         argv = self.a.build(req("codex", model="gpt-x", extra_args=("--oss",))).argv
         assert argv[-4:] == ["-m", "gpt-x", "--oss", "do the thing"]
 
-    def test_read_only_keeps_codex_sandbox(self) -> None:
+    def test_read_only_relies_on_the_mount_not_codex_sandbox(self) -> None:
         argv = self.a.build(req("codex", read_only=True)).argv
-        assert argv[argv.index("-s") + 1] == "read-only"
-        assert "--dangerously-bypass-approvals-and-sandbox" not in argv
+        assert "--dangerously-bypass-approvals-and-sandbox" in argv
+        assert "-s" not in argv
 
     def test_instructions_prepended_on_first_turn_only(self) -> None:
         first = self.a.build(req("codex", instructions="You build.")).argv[-1]

@@ -33,10 +33,13 @@ class CodexAdapter:
         return [HomeBind(config_dir, target)], {"CODEX_HOME": str(target)}
 
     def _permissions(self, request: TurnRequest) -> list[str]:
-        # Writers: bubblewrap is the boundary, codex's own sandbox is skipped. Readers keep
-        # codex's read-only sandbox on top of the read-only mount.
-        if request.read_only:
-            return ["-s", "read-only"]
+        """codex's own sandbox is skipped for every role: agentbox's bubblewrap is the boundary.
+
+        A read-only role gets the project mounted read-only. codex's nested sandbox
+        (`-s read-only`) cannot start at all when codex is installed under /tmp or its
+        helpers cannot be created ("execvp codex-linux-sandbox: No such file"), and then
+        a reviewer could not even run `cat`; the mount enforces the same rule everywhere.
+        """
         return ["--dangerously-bypass-approvals-and-sandbox"]
 
     def build(self, request: TurnRequest) -> ToolCommand:
