@@ -19,7 +19,9 @@ PROFILE_FILE = "profile.yaml"
 CREW_FILE = "crew.yaml"
 
 #: The repository root (or installed tree) that ships `profiles/` and `.agent-box.example/`.
-_SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
+_DATA = Path(__file__).resolve().parent.parent / "data"
+"""Shipped data: links to the repository's `profiles/` and `.agent-box.example/`, which a
+built wheel carries as real directories (so a plain `pip install` finds them too)."""
 
 
 def agent_box_home() -> Path:
@@ -45,12 +47,12 @@ def global_sessions_dir() -> Path:
 
 def bundled_profiles_dir() -> Path:
     """The profile templates shipped with agentbox (`profiles/` in the repository)."""
-    return _SOURCE_ROOT / "profiles"
+    return (_DATA / "profiles").resolve()
 
 
 def example_project_dir() -> Path:
     """The sample project that `agentbox init` copies (`.agent-box.example/`)."""
-    return _SOURCE_ROOT / ".agent-box.example"
+    return (_DATA / "example-project").resolve()
 
 
 def package_dir() -> Path:
