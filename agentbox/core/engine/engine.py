@@ -5,48 +5,34 @@ inbox commands, start the pending turns the scheduler allows, wait for a turn to
 (or a command, or a back-off timer), hand the result to the mode, save. Everything a
 mode does goes through the engine's small API (`enqueue`, `transition`, `checkpoint`,
 `structured`, `fail`, `finish`), which records each decision in the log.
+
+Parts of that API live in sibling modules whose functions are bound as Engine methods:
+`turns` (running a turn), `routing` (failures), `budgets` and `recovery` (after a crash).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import os
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
-
-from pydantic import BaseModel
+from typing import Any
 
 from agentbox.core import project as project_mod
-from agentbox.core import services
-from agentbox.core.engine import scheduler
-from agentbox.core.engine.failures import (
-    FailureKind,
-    backoff_delays,
-    classify_invoke_error,
-    fingerprint,
-)
-from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Failure, Job, Run, Task
-from agentbox.core.engine.prompts import interrupted_prompt
-from agentbox.core.engine.replies import ReplyError, corrective_prompt, parse_reply
+from agentbox.core.engine import budgets, recovery, routing, scheduler, turns
+from agentbox.core.engine.budgets import BUDGET_PAUSE_RATIO as BUDGET_PAUSE_RATIO
+from agentbox.core.engine.failures import backoff_delays
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Job, Run, Task
+from agentbox.core.engine.recovery import _kill_orphan
+from agentbox.core.engine.routing import ENV_RETRIES as ENV_RETRIES
 from agentbox.core.engine.run_store import RunStore
-from agentbox.core.errors import AgentboxError, IllegalTransitionError, NotFoundError, UsageError
-from agentbox.core.invoke import InvokeResult, invoke
+from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
+from agentbox.core.invoke import InvokeResult
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.runtimes.base import add_usage
-from agentbox.core.sessions import SessionStore
-from agentbox.core.tasks import TaskEvent, TaskState, is_terminal, transition
+from agentbox.core.tasks import TaskEvent, TaskState, transition
 
-M = TypeVar("M", bound=BaseModel)
-
-ENV_RETRIES = 3
-"""Environment failures of one turn are retried this many times (1 s, 4 s, 16 s + jitter)."""
-BUDGET_PAUSE_RATIO = 1.2
-"""A task over this share of its token budget is paused for a human."""
 POLL_S = 0.2
 """How often the engine looks at its inbox while turns are running."""
 LOCK_WAIT_S = 3.0
@@ -72,7 +58,6 @@ class Engine:
         self._dirty = False
         self._role_agents: dict[str, Any] = {}
         self._wake = asyncio.Event() if _has_loop() else None
-        self._rng = None
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -195,21 +180,6 @@ class Engine:
             job.session_id = self.run.sessions.setdefault(key, new)
         return job.session_id
 
-    def _agent(self, job: Job) -> Any:
-        task = self.run.tasks.get(job.task or "")
-        extra_rw: tuple[Path, ...] = ()
-        writes: tuple[str, ...] = ()
-        if job.kind in ("work", "node") and task is not None:
-            handoff = self.store.artifacts_dir(self.run.id) / task.id
-            handoff.mkdir(parents=True, exist_ok=True)
-            extra_rw = (handoff,)
-            writes = tuple(task.writes)
-        elif "writes" in job.data:
-            writes = tuple(job.data["writes"])
-        if job.role not in self._role_agents:  # profile and instructions are read once per run
-            self._role_agents[job.role] = services.role_agent(self.project, job.role, crew=self.crew)
-        return dataclasses.replace(self._role_agents[job.role], writes=writes, extra_rw=extra_rw)
-
     def _start(self, job: Job) -> None:
         """Mark `job` started in its session and schedule its turn.
 
@@ -230,139 +200,22 @@ class Engine:
                    task=job.task, role=job.role, session=session, job=job.id, attempt=job.attempt)
         self._flights[job.id] = asyncio.ensure_future(self._turn(job))
 
-    async def _turn(self, job: Job) -> tuple[Job, InvokeResult]:
-        session = job.session_id
-        assert session is not None
-        try:
-            agent = self._agent(job)
-        except AgentboxError as exc:  # the role or its profile cannot be loaded any more
-            return job, InvokeResult(status="error", session_id=session, error_kind="spawn_failed",
-                                     error=exc.message, role=job.role)
-        exists = _session_exists(agent.sessions, session)
-
-        def spawned(_record: Any, pid: int) -> None:
-            job.pid = pid
-            self._dirty = True
-            with contextlib.suppress(Exception):
-                import psutil
-
-                job.pid_create_time = psutil.Process(pid).create_time()
-
-        timeout = float(self.limits.get("task_timeout_s", 900))
-        try:
-            result = await invoke(agent, job.prompt, session if exists else None, timeout_s=timeout,
-                                  on_spawn=spawned, new_session_id=None if exists else session,
-                                  run_id=self.run.id, task_id=job.task)
-        except AgentboxError as exc:  # sandbox cannot be built, session busy: an environment failure
-            result = InvokeResult(status="error", session_id=session, error_kind="spawn_failed", error=exc.message,
-                                  role=job.role)
-        return job, result
-
-    # ------------------------------------------------------------------ results
-    def _account(self, job: Job, result: InvokeResult) -> None:
-        usage = result.usage
-        totals = self.run.totals
-        totals.turns += 1
-        tokens = usage.total_tokens
-        add_usage(totals, usage)
-        totals.tokens += tokens or 0
-        task = self.run.tasks.get(job.task or "")
-        if task is not None:
-            if tokens is None:
-                task.unknown_usage_turns += 1
-            else:
-                task.tokens += tokens
-            if usage.cost_usd is not None:
-                task.cost_usd = (task.cost_usd or 0.0) + usage.cost_usd
-
-    def _complete(self, job: Job, result: InvokeResult) -> None:
-        self.run.jobs.pop(job.id, None)
-        self._account(job, result)
-        self.event("turn", f"{job.kind} turn of {job.role} ended: {result.status}"
-                   + (f" ({result.error_kind})" if result.error_kind else ""),
-                   result.error if not result.ok else None, task=job.task, role=job.role,
-                   session=result.session_id, tokens=result.usage.total_tokens, job=job.id,
-                   duration_s=round(result.duration_s, 2), turn=result.turn)
-        task = self.run.tasks.get(job.task or "")
-        if task is not None and is_terminal(TaskState(task.state)):
-            return  # decided meanwhile (cancelled, approved by a human): the late answer is ignored
-        if job.kind == "review" and task is not None and task.state != TaskState.REVIEWING:
-            return
-        if not result.ok:
-            kind = classify_invoke_error(result.error_kind or "nonzero_exit")
-            self.fail(job, kind, f"{result.error_kind}: {result.error or ''}")
-            return
-        self.mode.on_success(job, result)
-
-    # ------------------------------------------------------------------ structured replies
-    def structured(self, job: Job, result: InvokeResult, model: type[M],
-                   check: Callable[[M], list[str]] | None = None) -> M | None:
-        """The reply as `model`, or None after arranging the corrective re-prompt / failure."""
-        try:
-            reply = parse_reply(model, result.text)
-            problems = check(reply) if check is not None else []
-        except ReplyError as exc:
-            reply, problems = None, list(exc.reasons)
-        if not problems:
-            return reply
-        if not job.corrective:
-            self.event("reply.invalid", f"{job.role}'s {model.__name__} is invalid; one corrective re-prompt",
-                       "; ".join(problems), task=job.task, role=job.role, session=result.session_id)
-            retry = self.enqueue(job.kind, job.role, corrective_prompt(model, problems), task=job.task,
-                                 session_id=result.session_id, **{k: v for k, v in job.data.items() if k != "not_before"})
-            retry.corrective = True
-            retry.data["original_prompt"] = job.data.get("original_prompt", job.prompt)
-            return None
-        self.fail(job, FailureKind.CONTRACT_DEFECT, f"invalid {model.__name__}: " + "; ".join(problems))
-        return None
+    # ------------------------------------------------------------------ turns and results
+    _turn = turns.run_turn
+    _complete = turns.complete
+    _account = budgets.account
 
     # ------------------------------------------------------------------ failure routing
-    def fail(self, job: Job, kind: FailureKind, message: str, files: tuple[str, ...] = ()) -> None:
-        """Route a typed failure: back off, retry, re-prompt, or ask the human."""
-        fp = fingerprint(kind, message, files)
-        task = self.run.tasks.get(job.task or "")
-        if task is not None:
-            task.failures.append(Failure(kind=kind.value, fingerprint=fp, message=message[:2000], at=self.clock(), job=job.id))
-        self.event("failure", f"{kind.value} in {job.kind} turn of {job.role}", message[:500], task=job.task,
-                   role=job.role, session=job.session_id, fingerprint=fp)
-        original = job.data.get("original_prompt", job.prompt)
-        data = {k: v for k, v in job.data.items() if k not in ("not_before", "original_prompt")}
-        if kind == FailureKind.ENVIRONMENT_FAILURE:
-            delays = backoff_delays(float(self.limits.get("retry_max_s", 300)))
-            if job.attempt <= min(ENV_RETRIES, len(delays)):
-                delay = delays[job.attempt - 1]
-                if task is not None and task.state == TaskState.EXECUTING:
-                    self.transition(task, TaskEvent.REQUEUE, "environment failure: retry after back-off")
-                retry = self.enqueue(job.kind, job.role, original, task=job.task, session_id=job.session_id,
-                                     not_before=self.clock() + delay, original_prompt=original, **data)
-                retry.attempt = job.attempt + 1
-                self.event("retry", f"retry {retry.attempt - 1}/{ENV_RETRIES} of {job.kind} turn in {delay:.1f} s",
-                           "environment failures are retried with back-off and not counted against the task",
-                           task=job.task, role=job.role, fingerprint=fp)
-                return
-            self.escalate(job, fp, f"{job.kind} turn of {job.role} kept failing ({message[:300]})", original, data)
-            return
-        count = self.run.retries.get(fp, 0)
-        max_retries = int(self.limits.get("max_auto_retries", 2))
-        if count >= max_retries:
-            self.escalate(job, fp, f"the same failure happened {count + 1} times: {message[:300]}", original, data)
-            return
-        self.run.retries[fp] = count + 1
-        self.event("retry", f"automatic retry {count + 1}/{max_retries} ({kind.value})", "same fingerprint seen "
-                   f"{count + 1} time(s)", task=job.task, role=job.role, fingerprint=fp)
-        self.mode.retry(job, kind, message, original, data)
+    structured = routing.structured
+    fail = routing.fail
+    escalate = routing.escalate
 
-    def escalate(self, job: Job, fp: str, question: str, original: str, data: dict[str, Any]) -> None:
-        """Stop retrying and ask the human (a retry-escalation checkpoint)."""
-        task = self.run.tasks.get(job.task or "")
-        if task is not None and job.kind != "review" and not is_terminal(TaskState(task.state)) and task.state != TaskState.BLOCKED:
-            self.transition(task, TaskEvent.BLOCK, "retries exhausted: waiting for a human")
-        self.checkpoint("retry_escalation", question + "\nAnswer 'retry' (optionally with a note), or 'cancel'.",
-                        options=["retry", "cancel"], task=job.task, role=job.role,
-                        data={"fingerprint": fp, "job": {"kind": job.kind, "role": job.role, "task": job.task,
-                                                          "session_id": job.session_id, "prompt": original, "data": data}})
-        self.event("escalation", f"{job.kind} turn of {job.role} escalated to the human", question[:300],
-                   task=job.task, role=job.role, fingerprint=fp, human_required=True)
+    def _retry_delays(self) -> list[float]:
+        """The back-off waits before each environment retry of a turn (`retry_max_s` caps them).
+
+        `backoff_delays` is looked up in this module when called, so a test can shorten the waits.
+        """
+        return backoff_delays(float(self.limits.get("retry_max_s", 300)))
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self, kind: str, question: str, *, options: list[str] | None = None, task: str | None = None,
@@ -380,20 +233,9 @@ class Engine:
         return [c for c in self.run.checkpoints.values() if c.status == "open"]
 
     # ------------------------------------------------------------------ budgets
-    def task_budget(self, task: Task) -> int | None:
-        """The task's token budget (plus what a human added), None when unlimited."""
-        per_task = (self.limits.get("budget") or {}).get("tokens_per_task")
-        return None if per_task is None else int(per_task) + task.budget_extra
-
-    def run_budget_left(self) -> bool:
-        """False once the run's token budget is spent."""
-        total = (self.limits.get("budget") or {}).get("tokens_total")
-        extra = int(self.run.mode_state.get("budget_extra", 0))
-        return total is None or self.run.totals.tokens < int(total) + extra
-
-    def _over_budget(self, task: Task) -> bool:
-        budget = self.task_budget(task)
-        return budget is not None and task.tokens > BUDGET_PAUSE_RATIO * budget
+    task_budget = budgets.task_budget
+    run_budget_left = budgets.run_budget_left
+    _over_budget = budgets.over_budget
 
     # ------------------------------------------------------------------ commands
     def apply_command(self, command: dict[str, Any]) -> tuple[bool, str]:
@@ -454,9 +296,8 @@ class Engine:
             run.status = new  # type: ignore[assignment]
             run.status_reason = why
             self.event("run.status", f"run is {new}", why, human_required=new in ("waiting_user", "blocked", "circuit_broken"))
-            if new == "circuit_broken" and not any(c.kind == "run_budget" for c in self.open_checkpoints()):
-                self.checkpoint("run_budget", "The run's token budget is spent. Answer 'raise N' to add N tokens, or 'cancel'.",
-                                options=["raise 1000000", "cancel"])
+            if new == "circuit_broken":
+                budgets.ask_for_run_budget(self)
 
     def _dispatchable(self) -> bool:
         if self.run.paused or not self.run_budget_left():
@@ -471,35 +312,14 @@ class Engine:
         if self.run.paused or not self.run_budget_left() or self.run.status in TERMINAL_RUN_STATES:
             return
         for job in scheduler.pick(self.pending(), self.in_flight(), self.run, self._max_workers(), self.clock()):
-            task = self.run.tasks.get(job.task or "")
-            if task is not None and job.kind in ("work", "node") and self._over_budget(task) \
-                    and task.state != TaskState.PAUSED_FOR_BUDGET:
-                self.drop_jobs(task.id)
-                self.transition(task, TaskEvent.PAUSE_BUDGET, f"{task.tokens} tokens > {BUDGET_PAUSE_RATIO:.0%} of its budget")
-                self.checkpoint("budget", f"Task {task.id} used {task.tokens} tokens, over 120% of its budget "
-                                f"({self.task_budget(task)}). Answer 'continue' to add one more budget, or 'cancel'.",
-                                options=["continue", "cancel"], task=task.id, role=task.assignee)
-                continue
-            self._start(job)
+            if not budgets.pause_if_over_budget(self, job):
+                self._start(job)
 
     def _poke(self) -> None:
         if self._wake is not None:
             self._wake.set()
 
-    def recover(self) -> None:
-        """After a crash: flush the outbox, kill orphaned agents, re-queue interrupted turns."""
-        self.store.flush_outbox(self.run)
-        for job in self.in_flight():
-            _kill_orphan(job)
-            self.event("recover", f"{job.kind} turn of {job.role} was interrupted; resuming it in its session",
-                       "engine restarted", task=job.task, role=job.role, session=job.session_id)
-            job.started = 0.0
-            job.pid = job.pid_create_time = None
-            job.prompt = interrupted_prompt(job.data.get("original_prompt", job.prompt))
-            task = self.run.tasks.get(job.task or "")
-            if task is not None and task.state == TaskState.EXECUTING and job.kind in ("work", "node"):
-                self.transition(task, TaskEvent.REQUEUE, "interrupted turn re-queued")
-        self.event("engine.started", f"engine pid {os.getpid()} took the run", None)
+    recover = recovery.recover
 
     async def execute(self) -> Run:
         """Drive the run until it is done, failed or cancelled (waits on the human meanwhile).
@@ -564,42 +384,6 @@ class Engine:
                         continue
                     job, result = flight.result()
                     self._complete(job, result)
-
-
-def _session_exists(sessions: SessionStore, session_id: str) -> bool:
-    try:
-        sessions.find(session_id)
-    except NotFoundError:
-        return False
-    return True
-
-
-def _kill_orphan(job: Job) -> None:
-    """Kill what is left of an interrupted turn, with its children.
-
-    That is the recorded process if it is still the same one (pid and start time), and any
-    process still working in the turn's session (`AGENTBOX_SESSION_ID` in its environment):
-    the pid reaches run.json with the next save after the spawn, which a crash may precede.
-    """
-    import psutil
-
-    found: list[Any] = []
-    if job.pid is not None:
-        with contextlib.suppress(psutil.Error):
-            proc = psutil.Process(job.pid)
-            if job.pid_create_time is None or abs(proc.create_time() - job.pid_create_time) <= 0.01:
-                found.append(proc)
-    if job.session_id:
-        for proc in psutil.process_iter():
-            with contextlib.suppress(psutil.Error):
-                if proc.pid != os.getpid() and proc.environ().get("AGENTBOX_SESSION_ID") == job.session_id:
-                    found.append(proc)
-    for proc in found:
-        with contextlib.suppress(psutil.Error):
-            for child in proc.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    child.kill()
-            proc.kill()
 
 
 def _has_loop() -> bool:

@@ -1,0 +1,82 @@
+"""Token accounting and budgets: what each turn cost, and when a task or the run must stop.
+
+A task far over its token budget is paused for a human before its next work turn; a run
+whose budget is spent starts nothing new. These functions are bound as `Engine` methods
+(`engine.task_budget`, `engine.run_budget_left`, ...), so modes and commands call them there.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentbox.core.engine.models import Job, Task
+from agentbox.core.invoke import InvokeResult
+from agentbox.core.runtimes.base import add_usage
+from agentbox.core.tasks import TaskEvent, TaskState
+
+if TYPE_CHECKING:
+    from agentbox.core.engine.engine import Engine
+
+BUDGET_PAUSE_RATIO = 1.2
+"""A task over this share of its token budget is paused for a human."""
+
+
+def account(engine: Engine, job: Job, result: InvokeResult) -> None:
+    """Add a finished turn's usage to the run's totals and to its task."""
+    usage = result.usage
+    totals = engine.run.totals
+    totals.turns += 1
+    tokens = usage.total_tokens
+    add_usage(totals, usage)
+    totals.tokens += tokens or 0
+    task = engine.run.tasks.get(job.task or "")
+    if task is not None:
+        if tokens is None:
+            task.unknown_usage_turns += 1
+        else:
+            task.tokens += tokens
+        if usage.cost_usd is not None:
+            task.cost_usd = (task.cost_usd or 0.0) + usage.cost_usd
+
+
+def task_budget(engine: Engine, task: Task) -> int | None:
+    """The task's token budget (plus what a human added), None when unlimited."""
+    per_task = (engine.limits.get("budget") or {}).get("tokens_per_task")
+    return None if per_task is None else int(per_task) + task.budget_extra
+
+
+def run_budget_left(engine: Engine) -> bool:
+    """False once the run's token budget is spent."""
+    total = (engine.limits.get("budget") or {}).get("tokens_total")
+    extra = int(engine.run.mode_state.get("budget_extra", 0))
+    return total is None or engine.run.totals.tokens < int(total) + extra
+
+
+def over_budget(engine: Engine, task: Task) -> bool:
+    """Whether `task` used more than `BUDGET_PAUSE_RATIO` of its token budget."""
+    budget = engine.task_budget(task)
+    return budget is not None and task.tokens > BUDGET_PAUSE_RATIO * budget
+
+
+def pause_if_over_budget(engine: Engine, job: Job) -> bool:
+    """Instead of starting `job`, pause its task for a human when the task is over budget.
+
+    Only work turns are held back: a review of work already submitted still runs.
+    """
+    task = engine.run.tasks.get(job.task or "")
+    if task is None or job.kind not in ("work", "node") or not engine._over_budget(task) \
+            or task.state == TaskState.PAUSED_FOR_BUDGET:
+        return False
+    engine.drop_jobs(task.id)
+    engine.transition(task, TaskEvent.PAUSE_BUDGET, f"{task.tokens} tokens > {BUDGET_PAUSE_RATIO:.0%} of its budget")
+    engine.checkpoint("budget", f"Task {task.id} used {task.tokens} tokens, over 120% of its budget "
+                      f"({engine.task_budget(task)}). Answer 'continue' to add one more budget, or 'cancel'.",
+                      options=["continue", "cancel"], task=task.id, role=task.assignee)
+    return True
+
+
+def ask_for_run_budget(engine: Engine) -> None:
+    """Open the run-budget checkpoint, unless one already waits for the human."""
+    if not any(c.kind == "run_budget" for c in engine.open_checkpoints()):
+        engine.checkpoint("run_budget", "The run's token budget is spent. Answer 'raise N' to add N tokens, or 'cancel'.",
+                          options=["raise 1000000", "cancel"])

@@ -1,0 +1,74 @@
+"""Crash recovery: taking over a run whose previous engine died mid-turn.
+
+The saved state names every running turn's session before its process starts, so a new
+engine can kill what is left of those turns and resume each one in its own session.
+`recover` is bound as `Engine.recover`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import TYPE_CHECKING, Any
+
+from agentbox.core.engine.models import Job
+from agentbox.core.engine.prompts import interrupted_prompt
+from agentbox.core.errors import NotFoundError
+from agentbox.core.sessions import SessionStore
+from agentbox.core.tasks import TaskEvent, TaskState
+
+if TYPE_CHECKING:
+    from agentbox.core.engine.engine import Engine
+
+
+def recover(engine: Engine) -> None:
+    """After a crash: flush the outbox, kill orphaned agents, re-queue interrupted turns."""
+    engine.store.flush_outbox(engine.run)
+    for job in engine.in_flight():
+        _kill_orphan(job)
+        engine.event("recover", f"{job.kind} turn of {job.role} was interrupted; resuming it in its session",
+                     "engine restarted", task=job.task, role=job.role, session=job.session_id)
+        job.started = 0.0
+        job.pid = job.pid_create_time = None
+        job.prompt = interrupted_prompt(job.data.get("original_prompt", job.prompt))
+        task = engine.run.tasks.get(job.task or "")
+        if task is not None and task.state == TaskState.EXECUTING and job.kind in ("work", "node"):
+            engine.transition(task, TaskEvent.REQUEUE, "interrupted turn re-queued")
+    engine.event("engine.started", f"engine pid {os.getpid()} took the run", None)
+
+
+def _session_exists(sessions: SessionStore, session_id: str) -> bool:
+    """Whether the agentbox session exists, so a turn resumes it rather than creating it."""
+    try:
+        sessions.find(session_id)
+    except NotFoundError:
+        return False
+    return True
+
+
+def _kill_orphan(job: Job) -> None:
+    """Kill what is left of an interrupted turn, with its children.
+
+    That is the recorded process if it is still the same one (pid and start time), and any
+    process still working in the turn's session (`AGENTBOX_SESSION_ID` in its environment):
+    the pid reaches run.json with the next save after the spawn, which a crash may precede.
+    """
+    import psutil
+
+    found: list[Any] = []
+    if job.pid is not None:
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(job.pid)
+            if job.pid_create_time is None or abs(proc.create_time() - job.pid_create_time) <= 0.01:
+                found.append(proc)
+    if job.session_id:
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if proc.pid != os.getpid() and proc.environ().get("AGENTBOX_SESSION_ID") == job.session_id:
+                    found.append(proc)
+    for proc in found:
+        with contextlib.suppress(psutil.Error):
+            for child in proc.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+            proc.kill()
