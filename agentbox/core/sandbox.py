@@ -20,6 +20,7 @@ for explicitly by the profile.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -145,7 +146,8 @@ def resolve_write_scopes(project_root: Path, scopes: list[str] | None) -> tuple[
     return tuple(result)
 
 
-def install_roots(executable: Path) -> set[Path]:
+@functools.lru_cache(maxsize=64)
+def install_roots(executable: Path) -> frozenset[Path]:
     """Directories a tool needs to run: its install prefix, its interpreter's, symlink targets."""
     roots: set[Path] = set()
     seen: set[Path] = set()
@@ -167,7 +169,7 @@ def install_roots(executable: Path) -> set[Path]:
                 key, _, value = line.partition("=")
                 if key.strip() == "home" and value.strip():
                     roots.add(_install_root(Path(value.strip()) / "python"))
-    return roots
+    return frozenset(roots)
 
 
 def _install_root(path: Path) -> Path:
@@ -200,12 +202,13 @@ def _shebang_interpreter(path: Path) -> Path | None:
     return Path(program)
 
 
-def python_roots() -> set[Path]:
+@functools.lru_cache(maxsize=1)
+def python_roots() -> frozenset[Path]:
     """What the running Python needs inside a sandbox (venv, base install, agentbox itself)."""
     roots = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.prefix).absolute()}
     roots |= install_roots(Path(sys.executable))
     roots.add(Path(__file__).resolve().parent.parent)
-    return roots
+    return frozenset(roots)
 
 
 def binds_needed(paths: Iterable[Path], hidden: Iterable[Path]) -> tuple[Path, ...]:

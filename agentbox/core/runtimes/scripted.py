@@ -19,6 +19,12 @@ from agentbox.core.runtimes.base import (
 )
 
 PROGRAM = Path(__file__).resolve().parent / "scripted_agent.py"
+#: Imports the program instead of running it as a script, so its bytecode is cached (in
+#: the profile's SCRIPTED_HOME, writable inside the sandbox): ~7 ms less per turn.
+LAUNCHER = (
+    "import os, sys; sys.pycache_prefix = os.path.join(os.environ['SCRIPTED_HOME'], '.pycache'); "
+    f"sys.path.insert(0, {str(PROGRAM.parent)!r}); import scripted_agent; sys.exit(scripted_agent.main())"
+)
 _JSON_CACHE: dict[tuple[str, int, int], bytes] = {}
 
 
@@ -62,7 +68,7 @@ class ScriptedAdapter:
         scenario = _as_json(request.scenario, request.scratch)
         # a JSON scenario needs nothing from site-packages: -S skips the site import (~7 ms)
         flags = ["-I", "-S"] if scenario.suffix == ".json" else ["-I"]
-        argv = [request.executable or sys.executable, *flags, str(PROGRAM), "--scenario", str(scenario)]
+        argv = [request.executable or sys.executable, *flags, "-c", LAUNCHER, "--scenario", str(scenario)]
         if request.native_id is None:
             argv += ["--session-id", request.session_id]
         else:
