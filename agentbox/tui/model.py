@@ -222,16 +222,7 @@ def member_rows(crew: CrewInfo | None, run: Run | None, sessions: Mapping[str, A
             memory=size(sample.rss_bytes) if sample else "—",
         ))
     busy_first = {state: index for index, state in enumerate(MEMBER_STATES)}
-    in_run = _run_members(run, records)
-    return sorted(rows, key=lambda row: (busy_first.get(row.state, len(busy_first)), row.role not in in_run))
-
-
-def _run_members(run: Run | None, records: Iterable[Any]) -> set[str]:
-    """Roles taking part in `run`: assignees, and roles with a session of the run."""
-    if run is None:
-        return set()
-    members = {task.assignee for task in run.tasks.values()} | {job.role for job in run.jobs.values()}
-    return members | {r.role for r in records if r.run_id == run.id and r.role}
+    return sorted(rows, key=lambda row: busy_first.get(row.state, len(busy_first)))
 
 
 def member_state(role: str, run: Run | None, records: Iterable[Any]) -> tuple[str, str | None, str | None]:

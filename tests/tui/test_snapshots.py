@@ -57,19 +57,3 @@ def test_task_detail(project_at: Callable[[str], ProjectPaths], snap_compare: Ca
         await pilot.pause()
 
     assert snap_compare(frozen_app(project_at("waiting")), terminal_size=(140, 50), run_before=open_task)
-
-
-def test_outside_a_project(snap_compare: Callable[..., bool]) -> None:
-    """Outside a project: how to create one, and the profiles."""
-
-    async def loaded(pilot: Pilot[None]) -> None:
-        from textual.widgets import DataTable
-
-        def listed() -> bool:
-            tables = pilot.app.screen.query(DataTable)
-            return bool(tables) and tables.first().row_count > 0
-
-        await wait_for(pilot, listed, "the profiles")
-        await pilot.pause()
-
-    assert snap_compare(frozen_app(None), terminal_size=(120, 40), run_before=loaded)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
+from textual import events
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
@@ -30,6 +31,7 @@ class MembersTable(DataTable[Any]):
         self.rows_shown: list[MemberRow] = []
         self._columns: tuple[str, ...] = ()
         self._scheduled = False
+        self._user_chose = False
 
     @property
     def selected_role(self) -> str | None:
@@ -41,6 +43,23 @@ class MembersTable(DataTable[Any]):
     def row_of(self, role: str) -> MemberRow | None:
         """The row shown for `role`."""
         return next((r for r in self.rows_shown if r.role == role), None)
+
+    def _chose(self) -> None:
+        self._user_chose = True
+
+    def action_cursor_up(self) -> None:
+        """Move up; from now on the highlight follows this member across updates."""
+        self._chose()
+        super().action_cursor_up()
+
+    def action_cursor_down(self) -> None:
+        """Move down; from now on the highlight follows this member across updates."""
+        self._chose()
+        super().action_cursor_down()
+
+    async def _on_click(self, event: events.Click) -> None:
+        self._chose()
+        await super()._on_click(event)
 
     def _schedule(self) -> None:
         if not self._scheduled:
@@ -55,7 +74,9 @@ class MembersTable(DataTable[Any]):
         columns = NARROW_COLUMNS if self.narrow else WIDE_COLUMNS
         if rows == self.rows_shown and columns == self._columns:
             return
-        selected = self.selected_role
+        # until the person picks a member the top row (the busiest) stays highlighted, so
+        # what is highlighted never depends on the order in which the first reads landed
+        selected = self.selected_role if self._user_chose else None
         if columns != self._columns:
             self.clear(columns=True)
             for name in columns:
@@ -72,6 +93,5 @@ class MembersTable(DataTable[Any]):
             }
             self.add_row(*(cells[c] for c in columns), key=row.role)
         self.rows_shown = rows
-        if selected is not None:
-            index = next((i for i, r in enumerate(rows) if r.role == selected), 0)
-            self.move_cursor(row=index, animate=False)
+        index = next((i for i, r in enumerate(rows) if r.role == selected), 0) if selected else 0
+        self.move_cursor(row=index, animate=False)
