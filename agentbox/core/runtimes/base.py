@@ -107,6 +107,11 @@ class HomeBind:
     """Bind a single file rather than a directory."""
 
 
+def bound_home(config_dir: Path, target: Path, variable: str) -> tuple[list[HomeBind], dict[str, str]]:
+    """The common case of `Adapter.homes`: one config dir bound at `target`, named by `variable`."""
+    return [HomeBind(config_dir, target)], {variable: str(target)}
+
+
 @dataclass(frozen=True)
 class TurnRequest:
     """Everything an adapter needs to build one turn's command."""

@@ -13,6 +13,7 @@ from agentbox.core.runtimes.base import (
     ToolCommand,
     TurnRequest,
     Usage,
+    bound_home,
     optional_int,
 )
 from agentbox.core.runtimes.common import json_lines, positional, with_instructions
@@ -29,8 +30,7 @@ class CodexAdapter:
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """dot-codex/ → ~/.codex."""
-        target = home / ".codex"
-        return [HomeBind(config_dir, target)], {"CODEX_HOME": str(target)}
+        return bound_home(config_dir, home / ".codex", "CODEX_HOME")
 
     def _permissions(self, request: TurnRequest) -> list[str]:
         """codex's own sandbox is skipped for every role: agentbox's bubblewrap is the boundary.

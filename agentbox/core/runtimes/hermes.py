@@ -22,6 +22,7 @@ from agentbox.core.runtimes.base import (
     ToolCommand,
     TurnRequest,
     Usage,
+    bound_home,
     optional_int,
 )
 from agentbox.core.runtimes.common import with_instructions
@@ -41,8 +42,7 @@ class HermesAdapter:
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """dot-hermes/ → ~/.hermes."""
-        target = home / ".hermes"
-        return [HomeBind(config_dir, target)], {"HERMES_HOME": str(target)}
+        return bound_home(config_dir, home / ".hermes", "HERMES_HOME")
 
     def _model(self, request: TurnRequest) -> list[str]:
         return ["-m", request.model] if request.model else []

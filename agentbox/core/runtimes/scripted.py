@@ -15,6 +15,7 @@ from agentbox.core.runtimes.base import (
     ToolCommand,
     TurnRequest,
     Usage,
+    bound_home,
     optional_int,
 )
 
@@ -59,8 +60,7 @@ class ScriptedAdapter:
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """The profile's dot-scripted/ becomes SCRIPTED_HOME (sessions, counters)."""
-        target = home / ".scripted"
-        return [HomeBind(config_dir, target)], {"SCRIPTED_HOME": str(target)}
+        return bound_home(config_dir, home / ".scripted", "SCRIPTED_HOME")
 
     def _base(self, request: TurnRequest) -> list[str]:
         if request.scenario is None:
