@@ -128,7 +128,7 @@ class Limits(Strict):
     """Hard limits the engine enforces in code."""
 
     max_workers: int = Field(default=2, ge=1, le=64)
-    """How many agent turns may run at the same time."""
+    """How many tasks may be worked on at the same time (work turns; plans and reviews do not count)."""
     task_timeout_s: float = Field(default=900, gt=0)
     """Wall-clock limit of one agent turn, in seconds; the process group is killed after it."""
     max_auto_retries: int = Field(default=2, ge=0, le=20)

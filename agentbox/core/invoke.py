@@ -297,7 +297,7 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
     base = {"session_id": record.id, "turn": turn, "role": agent.role, "profile": agent.profile.name,
             "tool": agent.profile.tool, "sandboxed": record.sandboxed, "log_path": str(out_log)}
     t0 = time.monotonic()
-    stdout, stderr = CappedStream(out_log), CappedStream(err_log)
+    stdout, stderr = CappedStream(out_log), CappedStream(err_log, lazy=True)
     timed_out = False
     exit_code: int | None = None
     try:
@@ -313,20 +313,13 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
                                   error=f"cannot start {prepared.argv[0]}: {exc.strerror or exc}", **base)
             return _finish(store, record, prompt, result, started)
         record.running["pid"] = proc.pid
-        with contextlib.suppress(Exception):
-            import psutil
-
-            record.running["create_time"] = psutil.Process(proc.pid).create_time()
-        store.save(record)
+        _record_pid(store, record, proc.pid)
         if on_spawn is not None:
             on_spawn(record, proc.pid)
-        if prepared.stdin is not None and proc.stdin is not None:
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                proc.stdin.write(prepared.stdin)
-                await proc.stdin.drain()
-            proc.stdin.close()
         assert proc.stdout is not None and proc.stderr is not None
-        drains = asyncio.gather(drain(proc.stdout, stdout), drain(proc.stderr, stderr), proc.wait())
+        # feeding the prompt is part of the turn: under its timeout, killed when cancelled
+        drains = asyncio.gather(_feed(proc, prepared.stdin), drain(proc.stdout, stdout), drain(proc.stderr, stderr),
+                                proc.wait())
         try:
             await asyncio.wait_for(asyncio.shield(drains), timeout=timeout_s)
         except TimeoutError:
@@ -408,7 +401,28 @@ def _tail(text: str, limit: int = 4000) -> str:
     return text if len(text) <= limit else "…" + text[-limit:]
 
 
-def _finish(store: SessionStore, record: SessionRecord, prompt: str, result: InvokeResult, started: float) -> InvokeResult:
+async def _feed(proc: asyncio.subprocess.Process, data: bytes | None) -> None:
+    """Write the prompt to the process's stdin (if it takes it there) and close it."""
+    if data is None or proc.stdin is None:
+        return
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+    proc.stdin.close()
+
+
+def _record_pid(store: SessionStore, record: SessionRecord, pid: int) -> None:
+    """Note the turn's process (pid and start time, to recognise it after a crash) in the record."""
+    assert record.running is not None
+    with contextlib.suppress(Exception):
+        import psutil
+
+        record.running["create_time"] = psutil.Process(pid).create_time()
+    store.save(record)
+
+
+def _finish(store: SessionStore, record: SessionRecord, prompt: str, result: InvokeResult,
+            started: float) -> InvokeResult:
     """Record the turn and the session's new state; returns the result."""
     record.turns = result.turn
     record.status = "idle"

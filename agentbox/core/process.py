@@ -13,7 +13,7 @@ import os
 import signal
 from collections import deque
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 ErrorKind = Literal["spawn_failed", "timeout", "killed", "nonzero_exit", "tool_error", "parse_error"]
 
@@ -30,18 +30,21 @@ KILL_GRACE_S = 2.0
 class CappedStream:
     """Drains one pipe: head and tail kept in memory, everything (capped) in a log file."""
 
-    def __init__(self, log_path: Path) -> None:
+    def __init__(self, log_path: Path, *, lazy: bool = False) -> None:
+        """`lazy`: create the log file only when the stream writes something (stderr mostly doesn't)."""
         self.head = bytearray()
         self.tail: deque[bytes] = deque()
         self.tail_size = 0
         self.total = 0
         self.log_path = log_path
-        self._log = log_path.open("wb")
+        self._log: BinaryIO | None = None if lazy else log_path.open("wb")
         self._truncated: bool | None = None
 
     def feed(self, chunk: bytes) -> None:
         """Take one chunk: log it (up to the cap), keep it in the head or the rolling tail."""
         if self.total < LOG_CAP_BYTES:
+            if self._log is None:
+                self._log = self.log_path.open("wb")
             self._log.write(chunk[: LOG_CAP_BYTES - self.total])
         self.total += len(chunk)
         room = HEAD_BYTES - len(self.head)
@@ -81,8 +84,9 @@ class CappedStream:
         return str(data, "utf-8", errors="replace")
 
     def close(self) -> None:
-        """Close the log file."""
-        self._log.close()
+        """Close the log file (if one was made)."""
+        if self._log is not None:
+            self._log.close()
 
 
 async def drain(reader: asyncio.StreamReader, stream: CappedStream) -> None:

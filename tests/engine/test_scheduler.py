@@ -126,7 +126,33 @@ def test_pick_respects_max_workers() -> None:
     assert [j.id for j in pick(pending, [], run, 3, now=0)] == ["j0", "j1", "j2"]
     running = [work("jr", "t0", "w0", started=1.0)]
     assert [j.id for j in pick(pending[1:], running, run, 3, now=0)] == ["j1", "j2"]
-    assert pick(pending, [*running, review("r1", "t4", started=1.0), review("r2", "t3", started=1)], run, 3, now=0) == []
+    three = [running[0], work("jr1", "t3", "w3", started=1.0), work("jr2", "t4", "w4", started=1.0)]
+    assert pick(pending[1:3], three, run, 3, now=0) == []
+
+
+def test_pick_reviews_and_plans_are_not_workers() -> None:
+    """max_workers caps the workers; read-only turns (reviews, the lead's plan) start beside them."""
+    tasks = [make_task(f"t{i}", "submitted" if i < 2 else "executing", assignee=f"w{i}") for i in range(4)]
+    run = make_run(*tasks)
+    busy = [work("ja", "t2", "w2", started=1.0), work("jb", "t3", "w3", started=1.0)]
+    plan = Job(id="jp", kind="plan", role="lead")
+    chosen = pick([review("r0", "t0"), review("r1", "t1"), plan], busy, run, 2, now=0)
+    assert [j.id for j in chosen] == ["r0", "r1", "jp"]
+    # running reviews do not use up the workers either
+    tasks.append(make_task("t4", assignee="w4"))
+    run = make_run(*tasks)
+    reviewing = [review("r0", "t0", started=1.0), review("r1", "t1", started=1.0)]
+    assert [j.id for j in pick([work("j4", "t4", "w4")], [busy[0], *reviewing], run, 2, now=0)] == ["j4"]
+
+
+def test_pick_a_writing_turn_is_a_worker() -> None:
+    """A handoff turn may write: it counts against max_workers like work does."""
+    run = make_run(make_task("t0", "executing", assignee="w0", writes=("docs/**",)))
+    handoff = Job(id="jh", kind="handoff", role="dev", data={"writes": ["src/**"]})
+    speech = Job(id="js", kind="speech", role="critic")
+    running = [work("j0", "t0", "w0", started=1.0)]
+    assert [j.id for j in pick([handoff, speech], running, run, 1, now=0)] == ["js"]
+    assert [j.id for j in pick([handoff, speech], running, run, 2, now=0)] == ["jh", "js"]
 
 
 def test_pick_keeps_order_and_skips_what_cannot_start() -> None:

@@ -1,5 +1,11 @@
 """Which pending turns may start now: max_workers, write-scope overlap, member slots, deps.
 
+`max_workers` caps the workers: turns that work on a task (work and graph node turns) or
+may write (a handoff). The lead's plan and synthesis, the reviewer's reviews and chat
+speeches are read-only, so the workspace conflicts the cap exists for cannot come from
+them, and a review never waits for a worker's slot. Each member holds at most one slot
+(see `member_busy`), so at most one review per worker member can be waiting or running.
+
 Pure functions over the run state, so the rules are tested without processes.
 """
 
@@ -88,18 +94,22 @@ def _slot_holders(run: Run) -> dict[str, set[str]]:
     return holders
 
 
+def is_worker_turn(job: Job, run: Run) -> bool:
+    """What `max_workers` counts: work on a task (work, graph node) or any turn that may write."""
+    return job.kind in ("work", "node") or bool(job_writes(job, run))
+
+
 def pick(pending: Sequence[Job], in_flight: Sequence[Job], run: Run, max_workers: int, now: float) -> list[Job]:
     """The pending jobs to start now, in order, respecting every scheduling rule."""
     chosen: list[Job] = []
     active = list(in_flight)
-    if len(active) >= max_workers:
-        return chosen
+    workers = sum(1 for job in active if is_worker_turn(job, run))
     holders = _slot_holders(run)
     working_roles = {o.role for o in active if o.kind in ("work", "node")}
     for job in pending:
-        if len(active) >= max_workers:
-            break
         if float(job.data.get("not_before", 0)) > now:
+            continue
+        if is_worker_turn(job, run) and workers >= max_workers:
             continue
         is_work = job.kind in ("work", "node")
         if is_work and (job.role in working_roles or holders.get(job.role, set()) - {job.task}):
@@ -109,6 +119,8 @@ def pick(pending: Sequence[Job], in_flight: Sequence[Job], run: Run, max_workers
             continue
         chosen.append(job)
         active.append(job)
+        if is_worker_turn(job, run):
+            workers += 1
         if is_work:
             working_roles.add(job.role)
     return chosen

@@ -6,7 +6,6 @@ loop starts a turn as a task of its own and hands each finished one back.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,13 +50,10 @@ async def run_turn(engine: Engine, job: Job) -> tuple[Job, InvokeResult]:
                                  error=exc.message, role=job.role)
     exists = _session_exists(agent.sessions, session)
 
-    def spawned(_record: Any, pid: int) -> None:
+    def spawned(record: Any, pid: int) -> None:
         job.pid = pid
+        job.pid_create_time = (record.running or {}).get("create_time")
         engine._dirty = True
-        with contextlib.suppress(Exception):
-            import psutil
-
-            job.pid_create_time = psutil.Process(pid).create_time()
 
     timeout = float(engine.limits.get("task_timeout_s", 900))
     try:

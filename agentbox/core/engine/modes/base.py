@@ -71,26 +71,37 @@ class ModeDriver:
         self.release_dependents()
 
     # ------------------------------------------------------------------ task work
-    def requeue(self, task: Task) -> None:
-        """Enqueue the work turn of a queued (or rework) task, in its own session."""
+    def requeue(self, task: Task, queued: set[str] | None = None) -> None:
+        """Enqueue the work turn of a queued (or rework) task, in its own session.
+
+        `queued`: the tasks that already have a work turn (computed once by a caller
+        requeueing many tasks; it is kept up to date).
+        """
         if task.state not in (TaskState.QUEUED, TaskState.REWORK):
             return
-        if any(j.task == task.id and j.kind == "work" for j in self.engine.run.jobs.values()):
+        if queued is None:
+            queued = self._tasks_with_work()
+        if task.id in queued:
             return
+        queued.add(task.id)
         deps = [self.run.tasks[d] for d in task.depends_on if d in self.run.tasks]
         note, task.note = task.note, None
         prompt = prompts.work_prompt(self.run, task, self.artifacts_root(), prompts.upstream(deps, self.artifacts_root()), note)
         self.engine.enqueue("work", task.assignee, prompt, task=task.id, session_id=task.session_id,
                             original_prompt=prompt)
 
+    def _tasks_with_work(self) -> set[str]:
+        return {j.task for j in self.engine.run.jobs.values() if j.kind == "work" and j.task}
+
     def release_dependents(self) -> None:
         """Queue every task whose dependencies are now approved; block those that can never run."""
+        queued = self._tasks_with_work()
         for task in self.run.tasks.values():
-            if task.state != TaskState.QUEUED:
+            if task.state != TaskState.QUEUED or task.id in queued:
                 continue
             status = deps_state(task, self.run.tasks)
             if status == "ready":
-                self.requeue(task)
+                self.requeue(task, queued)
             elif status == "failed":
                 self.engine.drop_jobs(task.id)
                 self.engine.transition(task, TaskEvent.BLOCK, "a dependency was cancelled: it can never run")

@@ -202,7 +202,7 @@ class GraphMode(ModeDriver):
                 self.requeue(task)
 
     # ------------------------------------------------------------------ turns
-    def requeue(self, task: Task) -> None:
+    def requeue(self, task: Task, queued: set[str] | None = None) -> None:
         """Enqueue the node's turn, unless it already has one or its ancestors may still deliver."""
         if task.state not in (TaskState.QUEUED, TaskState.REWORK) or self._has_job(task):
             return
