@@ -187,8 +187,8 @@ async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = No
 
 
 # ----------------------------------------------------------------------------- incremental reads
-_SAVE_TIME = re.compile(rb'\n "updated": [-+0-9.eE]+,')
-"""run.json's top-level save time (RunStore writes it with one space of indent)."""
+_SAVE_TIME = re.compile(rb'"updated":[-+0-9.eE]+,"finished":')
+"""run.json's top-level save time (compact JSON; only the run's own `updated` precedes `finished`)."""
 
 
 def read_run_if_changed(project: ProjectPaths, run_id: str, last_digest: bytes | None) -> tuple[Run | None, bytes]:
@@ -203,7 +203,7 @@ def read_run_if_changed(project: ProjectPaths, run_id: str, last_digest: bytes |
         raw = (store.dir(run_id) / RUN_FILE).read_bytes()
     except FileNotFoundError:
         raw = b""
-    digest = hashlib.blake2b(_SAVE_TIME.sub(b"", raw, count=1), digest_size=16).digest()
+    digest = hashlib.blake2b(_SAVE_TIME.sub(b'"finished":', raw, count=1), digest_size=16).digest()
     if raw and digest == last_digest:
         return None, digest
     return store.load(run_id), digest
