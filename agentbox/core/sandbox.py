@@ -117,8 +117,11 @@ def resolve_write_scopes(project_root: Path, scopes: list[str] | None) -> tuple[
     """Host dirs a role may write: the static prefix of each glob, created if missing.
 
     `None` means the whole project; `[]` means read-only. A glob such as `src/**` or
-    `docs/*.md` makes its directory (`src/`, `docs/`) writable; finer checks of which
-    files changed happen after the turn. A scope that escapes the project is refused.
+    `docs/*.md` makes its directory (`src/`, `docs/`) writable: the mount is as fine as
+    the glob's literal prefix, so `docs/*.md` lets the role write any file under `docs/`.
+    A literal file is bound alone when it exists; one that does not exist yet opens its
+    directory (nothing is invented in the project to bind). A scope that escapes the
+    project is refused.
     """
     if scopes is None:
         return (project_root,)
