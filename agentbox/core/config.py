@@ -99,7 +99,10 @@ class Role(Strict):
     instructions: str | None = None
     """Markdown file (relative to .agent-box/) given to the agent on a session's first turn."""
     writes: list[str] | None = None
-    """Glob patterns (relative to the project root) the role may write; `[]` = read-only; absent = whole project."""
+    """Paths or globs (relative to the project root) the role may write; `[]` = read-only; absent = whole project.
+
+    A glob opens its literal directory (`docs/*.md` → `docs/`); a literal file opens that
+    file alone, even before it exists; `dir/` names a directory."""
     model: str | None = None
     """Overrides the profile's model for this project."""
     extra_args: list[str] = Field(default_factory=list)

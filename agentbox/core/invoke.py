@@ -168,6 +168,8 @@ class Prepared:
     stdin: bytes | None
     logs: Path
     scratch: Path
+    made: list[Path] = field(default_factory=list)
+    """Directories made for the write scopes (`sandbox.remove_made_dirs` after the turn)."""
 
 
 def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bool = False) -> Prepared:
@@ -231,9 +233,13 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         if profile.scenario_path is not None:
             needs.add(profile.scenario_path.parent.resolve())
     needs |= {Path(p).expanduser() for p in policy.ro_binds}
+    made: list[Path] = []
+    scopes = sandbox.resolve_write_scopes(agent.cwd, list(agent.writes) if agent.writes is not None else None, made)
+    writable, sealed = sandbox.write_mounts(scopes)
     spec = sandbox.SandboxSpec(
         project_root=agent.cwd,
-        writable=sandbox.resolve_write_scopes(agent.cwd, list(agent.writes) if agent.writes is not None else None),
+        writable=writable,
+        sealed=sealed,
         protected=agent.protected,
         extra_rw=(*agent.extra_rw, scratch),
         homes=tuple(homes),
@@ -245,8 +251,14 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         env=env,
         interactive=interactive,
     )
-    argv = sandbox.bwrap_argv(spec, command.argv, sandbox.require_bwrap())
-    return Prepared(record, request, argv, {"PATH": env.get("PATH", "/usr/bin:/bin")}, command.stdin, logs, scratch)
+    try:
+        bwrap = sandbox.require_bwrap()
+    except SandboxError:
+        sandbox.remove_made_dirs(made)
+        raise
+    argv = sandbox.bwrap_argv(spec, command.argv, bwrap)
+    return Prepared(record, request, argv, {"PATH": env.get("PATH", "/usr/bin:/bin")}, command.stdin, logs, scratch,
+                    made)
 
 
 def _agent_box_home() -> Path:
@@ -345,6 +357,7 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
     finally:
         stdout.close()
         stderr.close()
+        sandbox.remove_made_dirs(prepared.made)  # a scope the turn did not write leaves no empty dir
     duration = time.monotonic() - t0
     out_text, err_text = stdout.text(), stderr.text()
     base.update(duration_s=duration, exit_code=exit_code, truncated=stdout.truncated)

@@ -20,6 +20,7 @@ for explicitly by the profile.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -45,7 +46,7 @@ class SandboxSpec:
     project_root: Path
     """The project, bound at its own path."""
     writable: tuple[Path, ...]
-    """Host paths under the project the role may write (resolved write scopes)."""
+    """Host dirs under the project the role may write (see `write_mounts`)."""
     protected: tuple[Path, ...]
     """Paths under writable ones that stay read-only (the project's `.agent-box/`)."""
     extra_rw: tuple[Path, ...]
@@ -58,6 +59,8 @@ class SandboxSpec:
     """Dirs bound back read-only (tool install dirs, profile ro_binds)."""
     rw_binds: tuple[Path, ...] = ()
     """Extra writable host paths from the profile's sandbox policy."""
+    sealed: tuple[Path, ...] = ()
+    """Entries of writable dirs that stay read-only: the neighbours of a literal file scope."""
     network: bool = True
     """Share the host network namespace."""
     cwd: Path | None = None
@@ -86,8 +89,11 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
     for path in sorted(set(spec.ro_binds), key=lambda p: len(p.parts)):
         argv += ["--ro-bind", str(path), str(path)]
     argv += ["--ro-bind", str(spec.project_root), str(spec.project_root)]
-    for path in sorted(set(spec.writable), key=lambda p: len(p.parts)):
-        argv += ["--bind", str(path), str(path)]
+    # shallower first; at the same depth a sealed entry after the writable dir it is in,
+    # and a deeper write scope (src/** beside a literal README.md) after the seal on src
+    mounts = [(p, "--bind") for p in set(spec.writable)] + [(p, "--ro-bind") for p in set(spec.sealed)]
+    for path, flag in sorted(mounts, key=lambda m: (len(m[0].parts), m[1] == "--ro-bind")):
+        argv += [flag, str(path), str(path)]
     for path in sorted(set(spec.protected), key=lambda p: len(p.parts)):
         if any(_under(path, [w]) for w in spec.writable):
             argv += ["--ro-bind", str(path), str(path)]
@@ -113,19 +119,23 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
 # ----------------------------------------------------------------------------- helpers (impure)
 
 
-def resolve_write_scopes(project_root: Path, scopes: list[str] | None) -> tuple[Path, ...]:
-    """Host dirs a role may write: the static prefix of each glob, created if missing.
+def resolve_write_scopes(project_root: Path, scopes: list[str] | None,
+                         made: list[Path] | None = None) -> tuple[Path, ...]:
+    """Host paths a role may write: the static prefix of each glob, or the literal path.
 
     `None` means the whole project; `[]` means read-only. A glob such as `src/**` or
-    `docs/*.md` makes its directory (`src/`, `docs/`) writable: the mount is as fine as
-    the glob's literal prefix, so `docs/*.md` lets the role write any file under `docs/`.
-    A literal file is bound alone when it exists; one that does not exist yet opens its
-    directory (nothing is invented in the project to bind). A scope that escapes the
-    project is refused.
+    `docs/*.md` makes its directory (`src/`, `docs/`) writable, created if missing: the
+    mount is as fine as the glob's literal prefix, so `docs/*.md` lets the role write any
+    file under `docs/`. A literal path is returned as it is: an existing directory, a
+    missing `name/` (created), or a file that may not exist yet (its directory is
+    created); `write_mounts` turns these into mounts. Directories created are appended
+    to `made` (`remove_made_dirs(made)` takes back those left empty after the turn).
+    A scope that escapes the project is refused.
     """
     if scopes is None:
         return (project_root,)
     root = project_root.resolve()
+    made = made if made is not None else []
     result: list[Path] = []
     for scope in scopes:
         parts = Path(scope).parts
@@ -134,19 +144,59 @@ def resolve_write_scopes(project_root: Path, scopes: list[str] | None) -> tuple[
             if any(ch in part for ch in "*?["):
                 break
             static.append(part)
-        literal_file = len(static) == len(parts)
+        literal = len(static) == len(parts)
         candidate = (project_root / Path(*static)) if static else project_root
         resolved = candidate.resolve()
         if not (resolved == root or resolved.is_relative_to(root)) or Path(scope).is_absolute():
             raise UsageError(f"write scope {scope!r} points outside the project {project_root}")
-        if literal_file and not candidate.is_dir():
-            if candidate.exists():
-                result.append(candidate)
-                continue
-            candidate = candidate.parent
-        candidate.mkdir(parents=True, exist_ok=True)
+        if literal and not candidate.is_dir() and not scope.endswith("/"):
+            _make_dirs(candidate.parent, made)  # a file, there or not yet
+        else:
+            _make_dirs(candidate, made)
         result.append(candidate)
     return tuple(result)
+
+
+def write_mounts(writable: Iterable[Path]) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """The writable dirs and the sealed (read-only) entries in them, for resolved write scopes.
+
+    A literal file scope needs its directory writable, since tools write files atomically
+    (a temporary file beside it, then a rename): claude's Write and Edit do. So its
+    directory is bound writable and every other existing entry in it is sealed read-only
+    again: the role can write that file and create new files there, but change nothing
+    that exists beside it. A file inside a writable directory scope needs nothing more.
+    """
+    scopes = list(dict.fromkeys(writable))
+    dirs = [p for p in scopes if p.is_dir()]
+    files = [p for p in scopes if not p.is_dir() and not _under(p.parent, dirs)]
+    parents = list(dict.fromkeys(f.parent for f in files))
+    keep = set(files) | set(dirs)
+    sealed: list[Path] = []
+    for parent in parents:
+        with contextlib.suppress(OSError):
+            for entry in sorted(parent.iterdir()):
+                if entry not in keep and not entry.is_symlink():  # deeper scopes are bound over the seal
+                    sealed.append(entry)
+    return tuple(dirs + parents), tuple(sealed)
+
+
+def _make_dirs(directory: Path, made: list[Path]) -> None:
+    """mkdir -p, noting each directory created (outermost first)."""
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    try:
+        for d in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                d.mkdir()
+                made.append(d)
+    except FileNotFoundError:  # a parent vanished meanwhile (another turn tidied it)
+        directory.mkdir(parents=True, exist_ok=True)
+
+
+def remove_made_dirs(made: list[Path]) -> None:
+    """Remove the directories made for write scopes that the turn left empty (innermost first)."""
+    for path in reversed(made):
+        with contextlib.suppress(OSError):
+            path.rmdir()  # only when empty
 
 
 @functools.lru_cache(maxsize=64)

@@ -78,11 +78,13 @@ def session_store_for(target: str | None, proj: ProjectPaths | None) -> SessionS
     return SessionStore(proj.sessions_dir)
 
 
-def interactive_command(agent: Agent, session_id: str | None) -> tuple[list[str], dict[str, str], str]:
+def interactive_command(agent: Agent, session_id: str | None) -> tuple[list[str], dict[str, str], str, list[Path]]:
     """The sandboxed interactive command that resumes `session_id` (attach/launch).
 
-    Returns argv, environment and the agentbox session id (new when none was given).
-    The session record is written first, so the attached session shows in the history.
+    Returns argv, environment, the agentbox session id (new when none was given) and the
+    directories made for the write scopes: pass them to `sandbox.remove_made_dirs` once
+    the command has ended. The session record is written first, so the attached
+    session shows in the history.
     """
     from agentbox.core.invoke import _prepare_session, prepare
 
@@ -91,4 +93,4 @@ def interactive_command(agent: Agent, session_id: str | None) -> tuple[list[str]
     if record.native_id is None and record.tool in {"claude", "scripted"}:
         record.native_id = record.id  # these tools take the caller's id for a new session
     agent.sessions.save(record)
-    return prepared.argv, prepared.env, record.id
+    return prepared.argv, prepared.env, record.id, prepared.made

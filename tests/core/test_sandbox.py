@@ -187,11 +187,53 @@ def test_existing_literal_file_scope_is_that_file(tmp_path: Path) -> None:
     assert sandbox.resolve_write_scopes(tmp_path, ["README.md", "lib"]) == (tmp_path / "README.md", tmp_path / "lib")
 
 
-def test_missing_literal_scope_makes_its_target_creatable(tmp_path: Path) -> None:
-    [scope] = sandbox.resolve_write_scopes(tmp_path, ["notes/CHANGES.md"])
+def test_missing_literal_scope_is_that_file_and_its_made_dir_is_taken_back(tmp_path: Path) -> None:
+    made: list[Path] = []
+    [scope] = sandbox.resolve_write_scopes(tmp_path, ["notes/CHANGES.md"], made)
     target = tmp_path / "notes" / "CHANGES.md"
-    assert target.is_relative_to(scope) and scope.is_relative_to(tmp_path)
-    assert not target.exists(), "no file is invented in the user's project"
+    assert scope == target and not target.exists(), "no file is invented in the user's project"
+    assert made == [tmp_path / "notes"] and (tmp_path / "notes").is_dir()
+    sandbox.remove_made_dirs(made)
+    assert not (tmp_path / "notes").exists(), "a scope the turn left unwritten leaves no empty dir"
+
+
+def test_a_made_dir_the_turn_wrote_in_is_kept(tmp_path: Path) -> None:
+    made: list[Path] = []
+    [scope] = sandbox.resolve_write_scopes(tmp_path, ["notes/CHANGES.md"], made)
+    scope.write_text("v1\n")
+    sandbox.remove_made_dirs(made)
+    assert scope.read_text() == "v1\n"
+
+
+def test_missing_literal_with_a_slash_is_a_directory(tmp_path: Path) -> None:
+    made: list[Path] = []
+    assert sandbox.resolve_write_scopes(tmp_path, ["build/out/"], made) == (tmp_path / "build" / "out",)
+    assert (tmp_path / "build" / "out").is_dir() and made == [tmp_path / "build", tmp_path / "build" / "out"]
+
+
+def test_write_mounts_seal_the_neighbours_of_a_literal_file(tmp_path: Path) -> None:
+    """README.md's directory is writable (atomic writes need it) with everything beside it sealed."""
+    for name in ("src", "tests", ".git", ".agent-box"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "README.md").write_text("x")
+    (tmp_path / "setup.py").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "setup.py")
+    scopes = sandbox.resolve_write_scopes(tmp_path, ["README.md", "CHANGES.md", "src/**"])
+    writable, sealed = sandbox.write_mounts(scopes)
+    assert set(writable) == {tmp_path / "src", tmp_path}
+    assert set(sealed) == {tmp_path / n for n in ("tests", ".git", ".agent-box", "setup.py")}
+    # the scope dir `src` is bound writable after the seal of its parent's neighbours
+    argv = sandbox.bwrap_argv(spec(project_root=tmp_path, writable=writable, sealed=sealed), ["true"])
+    binds = [(argv[i], argv[i + 1]) for i in range(len(argv) - 1) if argv[i] in ("--bind", "--ro-bind")]
+    assert binds.index(("--bind", str(tmp_path))) < binds.index(("--ro-bind", str(tmp_path / "tests")))
+    assert ("--ro-bind", str(tmp_path / "src")) not in binds and ("--bind", str(tmp_path / "src")) in binds
+
+
+def test_write_mounts_a_file_inside_a_writable_dir_needs_no_seal(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "other.md").write_text("x")
+    scopes = sandbox.resolve_write_scopes(tmp_path, ["docs/**", "docs/index.md"])
+    assert sandbox.write_mounts(scopes) == ((tmp_path / "docs",), ())
 
 
 @pytest.mark.parametrize("scopes", [None, ["**"], ["*"], ["./**"]])
@@ -355,6 +397,28 @@ async def test_writes_inside_the_scope_succeed_and_outside_fail(crew: ProjectPat
         assert (refused.status, refused.error_kind) == ("error", "tool_error"), refused
         assert "Read-only file system" in (refused.error or ""), refused.error
         assert not target.exists()
+
+
+@pytest.mark.bwrap
+async def test_a_literal_scope_opens_that_file_and_changes_nothing_beside_it(project: Path, agent_box_home: Path) -> None:
+    """A role allowed only `CHANGES.md` (not there yet) and `README.md` writes them, even
+    atomically (temp file + rename, like claude's Write); what exists beside them stays as it is."""
+    make_profile(agent_box_home, "probe")
+    proj = write_crew(project, {"scribe": {"profile": "probe", "writes": ["CHANGES.md", "README.md", "notes/TODO.md"]}})
+    root = proj.root
+    (root / "README.md").write_text("old")
+    (root / "setup.py").write_text("keep")
+    written = await ask(proj, "scribe", f"write {root}/CHANGES.md")
+    assert written.ok and (root / "CHANGES.md").read_text() == "written by scribe", written
+    swap = f"echo new > {root}/README.md.tmp && mv {root}/README.md.tmp {root}/README.md && echo swapped"
+    swapped = await ask(proj, "scribe", f"run {swap}")
+    assert swapped.ok and "swapped" in swapped.text and (root / "README.md").read_text() == "new\n", swapped
+    for command in (f"echo x > {root}/setup.py", f"rm {root}/setup.py", f"echo x > {root}/.agent-box/crew.yaml",
+                    f"echo x > {root}/notes/other.md"):
+        refused = await ask(proj, "scribe", f"run {command}")
+        assert refused.ok and not refused.text.startswith("0|"), (command, refused)
+    assert (root / "setup.py").read_text() == "keep"
+    assert not (root / "notes").exists(), "the unwritten scope's made dir is taken back"
 
 
 @pytest.mark.bwrap

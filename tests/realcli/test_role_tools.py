@@ -215,3 +215,31 @@ def test_codex_role_runs_commands_in_scope(tmp_path: Path, make_profile, fake: F
     assert "Read-only file system" in output and "rc=0" not in output, output
     assert not (root / f"outside-{tag}.txt").exists()
     assert t2.result["usage"]["input_tokens"] == 18  # a delta, not the thread's cumulative 36
+
+
+def test_claude_writes_literal_scopes_and_changes_nothing_beside_them(tmp_path: Path, make_profile,
+                                                                      fake: FakeView) -> None:
+    """`writes: [CHANGES.md, README.md]`: claude's Write (a temp file, then a rename) creates
+    the missing one and Edit rewrites the existing one; the files beside them stay as they are."""
+    profile = make_profile("claude")
+    root = write_project(tmp_path / "proj", {"scribe": {"profile": profile, "writes": ["CHANGES.md", "README.md"]}})
+    (root / "README.md").write_text("old readme\n")
+    (root / "setup.py").write_text("keep\n")
+    box = Box(root)
+    tag = uuid.uuid4().hex[:8]
+
+    def tool(name: str, **arguments: str) -> dict[str, Any]:
+        return {"tool_use": {"name": name, "input": arguments}, "match": {"protocol": "anthropic"}}
+
+    mark = fake.mark()
+    fake.enqueue(tool("Write", file_path=str(root / "CHANGES.md"), content=f"changes {tag}\n"),
+                 tool("Read", file_path=str(root / "README.md")),
+                 tool("Edit", file_path=str(root / "README.md"), old_string="old", new_string=f"new {tag}"),
+                 _bash(f"echo x >> {root}/setup.py; echo rc=$?"))
+    turn = box.invoke("scribe", f"write the changes {tag}")
+    assert turn.code == 0, str(turn)
+    results = _anthropic_tool_results(fake, mark)
+    assert (root / "CHANGES.md").read_text() == f"changes {tag}\n", results
+    assert (root / "README.md").read_text() == f"new {tag} readme\n", results
+    assert "Read-only file system" in results[-1] and "rc=0" not in results[-1], results
+    assert (root / "setup.py").read_text() == "keep\n"
