@@ -1,5 +1,6 @@
 """Handoff mode end to end: scripted roles in bwrap answer or hand off; the handoff bound,
-the ping-pong checkpoint (continue, re-route, stop), invalid targets and budgets."""
+the ping-pong checkpoint (continue, re-route, stop), invalid targets, budgets and a
+kill -9 in the middle of a handoff chain."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ from tests.engine.modes_support import (
     create,
     drive,
     events,
+    finish_engine,
+    kill_when,
     of_type,
     rule,
     sessions_of,
+    start_engine,
     turn_prompts,
     wait_for,
     write_crew,
@@ -148,3 +152,27 @@ def test_a_tiny_run_budget_breaks_the_circuit(project: Path) -> None:
     run = drive(paths, run_id, human)
     assert statuses == ["circuit_broken"]
     assert run.status == "done" and run.result is not None and run.result["answered_by"] == "b"
+
+
+def test_kill_9_mid_handoff_then_resume_loses_and_repeats_nothing(project: Path) -> None:
+    """The engine dies while b holds the conversation; the resumed engine re-runs b's turn in
+    b's own session and the chain a → b → c ends once, with every handoff logged once."""
+    write_profile("relay", [
+        rule("[agentbox:handoff role=a ", handoff("b", "over to b"), delay=0.4),
+        rule("[agentbox:handoff role=b ", handoff("c", "over to c"), delay=0.4),
+        rule("[agentbox:handoff role=c ", {"action": "answer", "message": "c answers"}, delay=0.4),
+    ])
+    paths = handoff_crew(project, "relay", ["a", "b", "c"], max_handoffs=5)
+    run_id = create(paths, "pass it on", "handoff")
+    proc = start_engine(paths, run_id)
+    kill_when(paths, run_id, proc, lambda log: len(of_type(log, "handoff")) >= 1
+              and of_type(log, "dispatch")[-1]["seq"] > of_type(log, "handoff")[-1]["seq"])
+    run = finish_engine(paths, run_id)
+    assert run.status == "done", run.status_reason
+    assert run.result is not None and run.result["answered_by"] == "c" and run.result["handoffs"] == 2
+    log = events(paths, run_id)
+    assert [e["to"] for e in of_type(log, "handoff")] == ["b", "c"]
+    assert [e["seq"] for e in log] == list(range(1, len(log) + 1))
+    assert of_type(log, "recover"), "the resumed engine re-ran the interrupted turn"
+    assert [len(sessions_of(paths, role)) for role in "abc"] == [1, 1, 1]  # b's turn resumed in its session
+    assert [h["to"] for h in run.mode_state["trail"]] == ["b", "c"]
