@@ -36,6 +36,9 @@ from agentbox.core.runtimes import adapter_for, find_executable
 from agentbox.core.runtimes.base import CapturedOutput, ParseError, ToolCommand, TurnRequest, Usage
 from agentbox.core.sessions import SessionRecord, SessionStore, now
 
+PID_NOTE_DELAY_S = 0.25
+"""How long a turn runs before its pid is written to its session record (shorter turns skip that write)."""
+
 
 @dataclass(frozen=True)
 class Agent:
@@ -312,6 +315,7 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
     stdout, stderr = CappedStream(out_log), CappedStream(err_log, lazy=True)
     timed_out = False
     exit_code: int | None = None
+    noting: asyncio.TimerHandle | None = None
     try:
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -325,7 +329,14 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
                                   error=f"cannot start {prepared.argv[0]}: {exc.strerror or exc}", **base)
             return _finish(store, record, prompt, result, started)
         record.running["pid"] = proc.pid
-        _record_pid(store, record, proc.pid)
+        with contextlib.suppress(Exception):
+            import psutil
+
+            record.running["create_time"] = psutil.Process(proc.pid).create_time()
+        # the pid reaches the record (for the dashboard) once the turn has run a moment: a
+        # short turn is written once at its end instead; after a crash the process is found
+        # by its AGENTBOX_SESSION_ID either way
+        noting = asyncio.get_running_loop().call_later(PID_NOTE_DELAY_S, store.save, record)
         if on_spawn is not None:
             on_spawn(record, proc.pid)
         assert proc.stdout is not None and proc.stderr is not None
@@ -355,6 +366,8 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
         exit_code = proc.returncode
         kill_tree(proc.pid)  # nothing of the turn outlives it
     finally:
+        if noting is not None:
+            noting.cancel()
         stdout.close()
         stderr.close()
         sandbox.remove_made_dirs(prepared.made)  # a scope the turn did not write leaves no empty dir
@@ -422,16 +435,6 @@ async def _feed(proc: asyncio.subprocess.Process, data: bytes | None) -> None:
         proc.stdin.write(data)
         await proc.stdin.drain()
     proc.stdin.close()
-
-
-def _record_pid(store: SessionStore, record: SessionRecord, pid: int) -> None:
-    """Note the turn's process (pid and start time, to recognise it after a crash) in the record."""
-    assert record.running is not None
-    with contextlib.suppress(Exception):
-        import psutil
-
-        record.running["create_time"] = psutil.Process(pid).create_time()
-    store.save(record)
 
 
 def _finish(store: SessionStore, record: SessionRecord, prompt: str, result: InvokeResult,

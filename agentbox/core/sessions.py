@@ -134,8 +134,8 @@ class SessionStore:
         return records[0] if records else None
 
     def append_turn(self, record: SessionRecord, turn: dict[str, Any]) -> None:
-        """Add one turn line."""
-        store.append_jsonl(self.turns_path(record), turn, durable=False)
+        """Add one turn line (called under the session's turn lock: one writer at a time)."""
+        store.append_jsonl(self.turns_path(record), turn, durable=False, single_writer=True)
 
     def turns(self, record: SessionRecord) -> list[dict[str, Any]]:
         """Every turn of a session, oldest first."""

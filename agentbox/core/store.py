@@ -68,11 +68,15 @@ def locked(path: Path, *, shared: bool = False) -> Iterator[None]:
         os.close(fd)
 
 
-def append_jsonl(path: Path, record: dict[str, Any], *, durable: bool = True) -> None:
-    """Append one JSON line under the file's lock; a line is never interleaved or torn."""
+def append_jsonl(path: Path, record: dict[str, Any], *, durable: bool = True, single_writer: bool = False) -> None:
+    """Append one JSON line under the file's lock; a line is never interleaved or torn.
+
+    `single_writer`: the caller already guarantees nobody else appends to `path` (a
+    session's turns, under the session's turn lock), so no lock file is taken.
+    """
     line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with locked(path):
+    with contextlib.nullcontext() if single_writer else locked(path):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)

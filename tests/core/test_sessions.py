@@ -84,8 +84,9 @@ async def test_record_is_on_disk_before_the_process_starts(proj: ProjectPaths, b
     assert from_inside["status"] == "running" and from_inside["running"]["turn"] == 1
     assert from_inside["owner"] == "builder" and from_inside["profile"] == "diary"
     [spawn] = seen_at_spawn
-    assert spawn["status"] == "running" and spawn["running"]["pid"] == spawn["spawned_pid"]
+    assert spawn["status"] == "running" and spawn["running"]["turn"] == 1
     assert spawn["running"]["log"] == result.log_path
+    # the pid is written once the turn has run a moment (next test); this turn was shorter
     after = json.loads(record_file(proj, "builder", result.session_id).read_text())
     assert (after["status"], after["running"], after["turns"], after["last_status"]) == ("idle", None, 1, "ok")
 
