@@ -238,28 +238,27 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     needs |= {Path(p).expanduser() for p in policy.ro_binds}
     made: list[Path] = []
     scopes = sandbox.resolve_write_scopes(agent.cwd, list(agent.writes) if agent.writes is not None else None, made)
-    writable, sealed = sandbox.write_mounts(scopes)
-    spec = sandbox.SandboxSpec(
-        project_root=agent.cwd,
-        writable=writable,
-        sealed=sealed,
-        protected=agent.protected,
-        extra_rw=(*agent.extra_rw, scratch),
-        homes=tuple(homes),
-        hidden=hidden,
-        ro_binds=sandbox.binds_needed(needs, hidden) + tuple(Path(p).expanduser() for p in policy.ro_binds if Path(p).expanduser().exists()),
-        rw_binds=tuple(Path(p).expanduser() for p in policy.rw_binds),
-        network=policy.network,
-        cwd=agent.cwd,
-        env=env,
-        interactive=interactive,
-    )
     try:
-        bwrap = sandbox.require_bwrap()
-    except SandboxError:
-        sandbox.remove_made_dirs(made)
+        writable, sealed = sandbox.write_mounts(scopes)
+        spec = sandbox.SandboxSpec(
+            project_root=agent.cwd,
+            writable=writable,
+            sealed=sealed,
+            protected=agent.protected,
+            extra_rw=(*agent.extra_rw, scratch),
+            homes=tuple(homes),
+            hidden=hidden,
+            ro_binds=sandbox.binds_needed(needs, hidden) + tuple(Path(p).expanduser() for p in policy.ro_binds if Path(p).expanduser().exists()),
+            rw_binds=tuple(Path(p).expanduser() for p in policy.rw_binds),
+            network=policy.network,
+            cwd=agent.cwd,
+            env=env,
+            interactive=interactive,
+        )
+        argv = sandbox.bwrap_argv(spec, command.argv, sandbox.require_bwrap())
+    except BaseException:
+        sandbox.remove_made_dirs(made)  # no turn: nothing made for it stays
         raise
-    argv = sandbox.bwrap_argv(spec, command.argv, bwrap)
     return Prepared(record, request, argv, {"PATH": env.get("PATH", "/usr/bin:/bin")}, command.stdin, logs, scratch,
                     made)
 

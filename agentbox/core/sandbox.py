@@ -157,6 +157,10 @@ def resolve_write_scopes(project_root: Path, scopes: list[str] | None,
     return tuple(result)
 
 
+MAX_SEALED_ENTRIES = 500
+"""Most entries sealed read-only beside a literal file scope (one bind mount each)."""
+
+
 def write_mounts(writable: Iterable[Path]) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
     """The writable dirs and the sealed (read-only) entries in them, for resolved write scopes.
 
@@ -173,10 +177,15 @@ def write_mounts(writable: Iterable[Path]) -> tuple[tuple[Path, ...], tuple[Path
     keep = set(files) | set(dirs)
     sealed: list[Path] = []
     for parent in parents:
-        with contextlib.suppress(OSError):
-            for entry in sorted(parent.iterdir()):
-                if entry not in keep and not entry.is_symlink():  # deeper scopes are bound over the seal
-                    sealed.append(entry)
+        try:
+            entries = sorted(parent.iterdir())
+        except OSError:
+            continue
+        if len(entries) > MAX_SEALED_ENTRIES:
+            names = ", ".join(f.name for f in files if f.parent == parent)
+            raise SandboxError(f"{parent} holds {len(entries)} entries: too many to seal around the write scope {names}",
+                               f"give the role the directory instead (`{parent.name}/**`), or move the file")
+        sealed += [e for e in entries if e not in keep and not e.is_symlink()]  # deeper scopes bind over the seal
     return tuple(dirs + parents), tuple(sealed)
 
 

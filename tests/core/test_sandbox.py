@@ -229,6 +229,15 @@ def test_write_mounts_seal_the_neighbours_of_a_literal_file(tmp_path: Path) -> N
     assert ("--ro-bind", str(tmp_path / "src")) not in binds and ("--bind", str(tmp_path / "src")) in binds
 
 
+def test_write_mounts_refuse_to_seal_a_huge_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "MAX_SEALED_ENTRIES", 3)
+    for n in range(4):
+        (tmp_path / f"f{n}").write_text("x")
+    with pytest.raises(SandboxError, match="too many to seal") as caught:
+        sandbox.write_mounts(sandbox.resolve_write_scopes(tmp_path, ["out.csv"]))
+    assert "/**" in str(caught.value.hint)
+
+
 def test_write_mounts_a_file_inside_a_writable_dir_needs_no_seal(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "other.md").write_text("x")
