@@ -1,7 +1,7 @@
 """Live view of a project's files: what changed under `.agent-box/`, and incremental reads.
 
 `watch_project` runs `watchfiles.awatch` on the project's `.agent-box/` (and, when asked,
-the top level of the profiles directory) and turns each batch of raw file changes into a
+the profiles directory: its entries and each profile's profile.yaml) and turns each batch of raw file changes into a
 few small typed facts (`RunChanged`, `EventsAppended`, ...). Temporary files of atomic
 writes, lock files and raw agent output are not news. The readers below let a face
 follow a run without re-reading whole files: the decision log from a byte offset, its
@@ -25,7 +25,7 @@ from typing import Any
 from agentbox.core import store
 from agentbox.core.engine.models import Run
 from agentbox.core.engine.run_store import EVENTS_FILE, MANIFEST_FILE, RUN_FILE, RunStore
-from agentbox.core.paths import CREW_FILE, ProjectPaths
+from agentbox.core.paths import CREW_FILE, PROFILE_FILE, ProjectPaths
 
 DEBOUNCE_MS = 50
 """Longest time changes are grouped before a batch is yielded."""
@@ -76,7 +76,7 @@ class GraphsChanged:
 
 @dataclass(frozen=True, order=True)
 class ProfilesChanged:
-    """A profile directory appeared, disappeared or changed at the top level."""
+    """A profile directory appeared or disappeared, or a profile.yaml was edited."""
 
 
 BoxChange = RunChanged | EventsAppended | ArtifactsChanged | SessionChanged | CrewChanged | GraphsChanged | ProfilesChanged
@@ -96,7 +96,8 @@ def classify(project: ProjectPaths, path: str | Path, profiles_dir: Path | None 
     path = Path(path)
     if is_noise(str(path)):
         return None
-    if profiles_dir is not None and path.parent == profiles_dir:
+    if profiles_dir is not None and (path.parent == profiles_dir
+                                     or (path.name == PROFILE_FILE and path.parent.parent == profiles_dir)):
         return ProfilesChanged()
     try:
         parts = path.relative_to(project.box).parts
@@ -139,8 +140,10 @@ async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = No
                         step_ms: int = STEP_MS, stop_event: Any = None) -> AsyncIterator[list[BoxChange]]:
     """Yield batches of facts about `.agent-box/` (and the profiles dir) until cancelled or stopped.
 
-    The profiles directory is watched non-recursively: agents write their tool state
-    inside profile dirs all the time, and none of that is news for the dashboard.
+    The profiles directory is not watched recursively: agents write their tool state
+    inside profile dirs all the time, and none of that is news for the dashboard. Its
+    entries are watched, and each profile dir present at the start for its profile.yaml
+    (a profile made later shows up; edits of its profile.yaml are seen after a restart).
     """
     import asyncio
 
@@ -151,7 +154,11 @@ async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = No
 
     streams = [awatch(project.box, watch_filter=keep, debounce=debounce_ms, step=step_ms, stop_event=stop_event)]
     if profiles_dir is not None and profiles_dir.is_dir():
-        streams.append(awatch(profiles_dir, watch_filter=keep, debounce=debounce_ms, step=step_ms,
+        def profile_news(_change: object, path: str) -> bool:
+            return classify(project, path, profiles_dir) is not None
+
+        dirs = [profiles_dir, *sorted(d for d in profiles_dir.iterdir() if d.is_dir() and not d.name.startswith("."))]
+        streams.append(awatch(*dirs, watch_filter=profile_news, debounce=debounce_ms, step=step_ms,
                               stop_event=stop_event, recursive=False))
     if len(streams) == 1:
         async for changes in streams[0]:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from textual.widgets import DataTable, Input
 
@@ -216,6 +217,28 @@ async def test_outside_a_project_shows_profiles_and_init() -> None:
         names = [str(app.screen.query_one(DataTable).get_row_at(i)[0]) for i in range(app.screen.query_one(DataTable).row_count)]
         assert "demo-lead" in names and "claude" in names
         assert "agentbox init" in app.screen.query_one("#no-project").source  # type: ignore[attr-defined]
+
+
+async def test_an_edited_profile_yaml_shows_in_the_open_profiles_view(
+        project_at: Callable[[str], ProjectPaths], agent_box_home: Path) -> None:
+    profile = agent_box_home / "profiles" / "mine"
+    profile.mkdir(parents=True)
+    (profile / "profile.yaml").write_text('{"name": "mine", "runtime": {"tool": "claude", "model": "model-one"}}\n')
+    app = live_app(project_at("executing"))
+    async with app.run_test(size=(140, 40)) as pilot:
+        await dashboard_loaded(pilot)
+        await pilot.press("f")
+
+        def model_of_mine() -> str | None:
+            if not isinstance(app.screen, ProfilesScreen):
+                return None
+            table = app.screen.query_one(DataTable)
+            rows = [table.get_row_at(i) for i in range(table.row_count)]
+            return next((str(row[3]) for row in rows if str(row[0]) == "mine"), None)
+
+        await wait_for(pilot, lambda: model_of_mine() == "model-one", "the profile as it was")
+        (profile / "profile.yaml").write_text('{"name": "mine", "runtime": {"tool": "claude", "model": "model-two"}}\n')
+        await wait_for(pilot, lambda: model_of_mine() == "model-two", "the edited profile.yaml")
 
 
 async def test_pause_resume_and_cancel_the_run(project_at: Callable[[str], ProjectPaths]) -> None:

@@ -36,6 +36,7 @@ PROJECT = ProjectPaths(Path("/repo"))
     (BOX / "knowledge/project.md", watch.CrewChanged()),
     (BOX / "graphs/build.yaml", watch.GraphsChanged()),
     (Path("/home/me/.agent-box/profiles/claude"), watch.ProfilesChanged()),
+    (Path("/home/me/.agent-box/profiles/claude/profile.yaml"), watch.ProfilesChanged()),
 ])
 def test_changes_become_facts(path: Path, fact: watch.BoxChange) -> None:
     assert watch.classify(PROJECT, path, Path("/home/me/.agent-box/profiles")) == fact
@@ -50,9 +51,11 @@ def test_changes_become_facts(path: Path, fact: watch.BoxChange) -> None:
     BOX / "sessions/.locks/abc.lock",
     BOX / "sessions/builder/abc.logs/turn-1.log",  # raw agent output
     Path("/elsewhere/file.txt"),
+    Path("/home/me/.agent-box/profiles/claude/dot-claude.json"),  # the tool's own state
+    Path("/home/me/.agent-box/profiles/claude/dot-claude/profile.yaml"),
 ])
 def test_noise_is_not_news(path: Path) -> None:
-    assert watch.classify(PROJECT, path) is None
+    assert watch.classify(PROJECT, path, Path("/home/me/.agent-box/profiles")) is None
 
 
 def test_a_batch_is_deduplicated_and_ordered() -> None:
@@ -78,6 +81,30 @@ async def test_watch_project_sees_a_write_from_another_process(tmp_path: Path) -
     subprocess.run([sys.executable, "-c", code % str(project.runs_dir / "r1" / "run.json")], check=True)
     await asyncio.wait_for(follower, 10)
     assert watch.RunChanged("r1") in [f for batch in batches for f in batch]
+
+
+async def test_watch_project_sees_a_profile_yaml_edit_and_not_the_tool_state(tmp_path: Path) -> None:
+    project = ProjectPaths(tmp_path / "repo")
+    project.box.mkdir(parents=True)
+    profile = tmp_path / "home" / "profiles" / "claude"
+    profile.mkdir(parents=True)
+    (profile / "profile.yaml").write_text("name: claude\n")
+    batches: list[list[watch.BoxChange]] = []
+
+    async def follow() -> None:
+        async for facts in watch.watch_project(project, profiles_dir=profile.parent):
+            batches.append(facts)
+            if watch.ProfilesChanged() in facts:
+                return
+
+    follower = asyncio.ensure_future(follow())
+    await asyncio.sleep(0.2)
+    (profile / "dot-claude.json").write_text("{}")  # a turn's tool state: no news
+    await asyncio.sleep(0.3)
+    assert batches == []
+    (profile / "profile.yaml").write_text("name: claude\nruntime: {tool: claude, model: opus}\n")
+    await asyncio.wait_for(follower, 10)
+    assert batches == [[watch.ProfilesChanged()]]
 
 
 def test_tail_reads_only_the_end_then_follows(tmp_path: Path) -> None:
