@@ -1,0 +1,80 @@
+"""Actions that hand the terminal to another program: attach (the member's tool, for real,
+in its sandbox) and $EDITOR. The headless test driver cannot suspend, so `App.suspend` is
+replaced by a no-op; everything else (the command, the sandbox, the tool) is real."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentbox.core.paths import ProjectPaths
+from agentbox.tui import actions
+from agentbox.tui.factory import make_app
+from tests.tui.conftest import dashboard_loaded
+
+pytestmark = pytest.mark.bwrap
+
+
+def no_suspend(app: Any, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Make suspending a no-op and record each command run while "suspended"."""
+    monkeypatch.setattr(app, "suspend", contextlib.nullcontext)
+    calls: list[list[str]] = []
+    real_call = subprocess.call
+
+    def call(argv: list[str], **kwargs: Any) -> int:
+        calls.append(list(argv))
+        if Path(argv[0]).name == "bwrap":  # the attached tool: a person types one prompt, then quits
+            return subprocess.run(argv, input=b"hello from the dashboard\n/exit\n", stdout=subprocess.DEVNULL,
+                                  check=False, **kwargs).returncode
+        return real_call(argv, **kwargs)
+
+    monkeypatch.setattr(actions.subprocess, "call", call)
+    return calls
+
+
+async def test_attach_runs_the_members_tool_in_its_sandbox_and_comes_back(
+        project: ProjectPaths, agent_box_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = make_app(project, sample_interval_s=None)
+    async with app.run_test(size=(140, 40)) as pilot:
+        calls = no_suspend(app, monkeypatch)
+        await dashboard_loaded(pilot)
+        board = app.dashboard
+        assert board is not None
+        board.action_attach("builder")
+        await pilot.pause(0.1)
+        [argv] = calls
+        assert argv[0].endswith("bwrap") and "--new-session" not in argv  # interactive: keeps the terminal
+        session = argv[argv.index("AGENTBOX_SESSION_ID") + 1]
+        record = json.loads((project.sessions_dir / "builder" / f"{session}.json").read_text())
+        assert record["owner"] == "builder"
+        # the tool really ran: its own session file holds the prompt typed while attached
+        native = next((agent_box_home / "bundled").glob(f"*/dot-scripted/sessions/{session}.json"))
+        assert "hello from the dashboard" in native.read_text()
+        assert app.screen is board  # back on the dashboard
+
+
+async def test_edit_opens_the_file_in_editor_and_comes_back(
+        project: ProjectPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    editor = tmp_path / "fake-editor"
+    editor.write_text('#!/bin/sh\necho "edited in the editor" >> "$1"\n')
+    editor.chmod(0o755)
+    monkeypatch.delenv("VISUAL", raising=False)
+    monkeypatch.setenv("EDITOR", str(editor))
+    notes = project.root / "notes.md"
+    notes.write_text("first line\n")
+    app = make_app(project, sample_interval_s=None)
+    async with app.run_test(size=(140, 40)) as pilot:
+        calls = no_suspend(app, monkeypatch)
+        await dashboard_loaded(pilot)
+        board = app.dashboard
+        assert board is not None
+        board.action_edit_artifact(str(notes))
+        await pilot.pause(0.1)
+        assert calls == [[str(editor), str(notes)]]
+        assert notes.read_text() == "first line\nedited in the editor\n"
+        assert app.screen is board
