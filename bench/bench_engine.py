@@ -43,16 +43,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _support import write_scripted_profile  # bench/ is sys.path[0] when a script runs
+
 REPO = Path(__file__).resolve().parent.parent
 GOAL = 0.8
-
-
-def write_profile(home: Path, name: str, scenario: dict[str, Any]) -> None:
-    directory = home / "profiles" / name
-    directory.mkdir(parents=True)
-    (directory / "scenario.json").write_text(json.dumps(scenario))
-    (directory / "profile.yaml").write_text(json.dumps(
-        {"name": name, "runtime": {"tool": "scripted", "scenario": "scenario.json"}, "sandbox": {"network": False}}))
 
 
 def make_project(home: Path, root: Path, tasks: int, workers: int, roles: int, delay: float) -> None:
@@ -62,18 +56,18 @@ def make_project(home: Path, root: Path, tasks: int, workers: int, roles: int, d
         {"id": f"t{n:03d}", "assignee": f"w{n % roles}", "brief": f"task {n}",
          "acceptance": [{"id": "a1", "criterion": "done"}], "writes": [f"src/t{n:03d}/**"], "depends_on": []}
         for n in range(tasks)]}
-    write_profile(home, "bench-lead", {"defaults": {"usage": usage}, "rules": [
+    write_scripted_profile(home, "bench-lead", {"defaults": {"usage": usage}, "rules": [
         {"id": "plan", "when": {"prompt_contains": "[agentbox:plan"}, "do": {"reply_json": plan}},
         {"id": "synthesis", "when": {"prompt_contains": "[agentbox:synthesis"}, "do": {"reply": "done"}}]})
-    write_profile(home, "bench-worker", {"defaults": {"usage": usage}, "rules": [
+    write_scripted_profile(home, "bench-worker", {"defaults": {"usage": usage}, "rules": [
         {"id": "work", "when": {"prompt_regex": r"\[agentbox:work task=(?P<task>\S+) "},
          "do": {"delay_s": delay, "reply_json": {"summary": "did {task}", "evidence": ["bench"]}}}]})
-    write_profile(home, "bench-reviewer", {"defaults": {"usage": usage}, "rules": [
+    write_scripted_profile(home, "bench-reviewer", {"defaults": {"usage": usage}, "rules": [
         {"id": "approve", "when": {"prompt_regex": r"\[agentbox:review task=(?P<task>\S+) "},
          "do": {"reply_json": {"verdict": "approve", "blocking_issues": [], "confidence": 1.0, "checklist": [
              {"item": "done", "acceptance_id": "a1", "pass": True, "evidence": "checked {task}"}]}}}]})
     shutil.copytree(REPO / ".agent-box.example", root / ".agent-box", ignore=shutil.ignore_patterns("runs", "sessions"))
-    write_profile(home, "bench-noop", {"defaults": {"usage": usage}, "rules": [
+    write_scripted_profile(home, "bench-noop", {"defaults": {"usage": usage}, "rules": [
         {"id": "noop", "when": {}, "do": {"reply": "ok"}}]})
     crew_roles: dict[str, Any] = {"lead": {"profile": "bench-lead", "writes": []},
                                   "reviewer": {"profile": "bench-reviewer", "writes": []}}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import statistics
@@ -27,6 +26,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from _support import write_scripted_profile  # bench/ is sys.path[0] when a script runs
 
 NOOP_SCENARIO = {"rules": [], "fallback": {"reply": "ok"}}
 P1_GOAL = 1.3
@@ -54,12 +55,7 @@ def median_ms(samples: list[float]) -> float:
 def setup(workdir: Path) -> Path:
     """A temp AGENT_BOX_HOME with the `noop` profile, and a project to run in."""
     home = workdir / "agent-box-home"
-    profile = home / "profiles" / "noop"
-    profile.mkdir(parents=True)
-    (profile / "scenario.json").write_text(json.dumps(NOOP_SCENARIO))
-    (profile / "profile.yaml").write_text(json.dumps(
-        {"name": "noop", "runtime": {"tool": "scripted", "scenario": "scenario.json"},
-         "sandbox": {"network": False}}))
+    write_scripted_profile(home, "noop", NOOP_SCENARIO)
     os.environ["AGENT_BOX_HOME"] = str(home)
     project = workdir / "project"
     project.mkdir()

@@ -32,6 +32,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from _support import percentile, record_frames  # bench/ is sys.path[0] when a script runs
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 OPEN_GOAL_S = 1.5
@@ -113,17 +115,9 @@ async def open_and_press(project: Any, keys: int) -> tuple[float, dict[str, list
     from agentbox.tui.widgets.members import MembersTable
     from agentbox.tui.widgets.queue import QueueTree
 
-    frames: list[float] = []
     started = time.perf_counter()
     app = make_app(project, sample_interval_s=1.0)
-    original = app._display
-
-    def display(screen: Any, renderable: Any) -> None:
-        original(screen, renderable)
-        if renderable is not None:
-            frames.append(time.perf_counter())
-
-    app._display = display  # type: ignore[method-assign]
+    frames = record_frames(app)
     latencies: dict[str, list[float]] = {"down (queue)": [], "tab (focus)": [], "pagedown (log)": []}
     async with app.run_test(size=(200, 60)) as pilot:
         board = app.dashboard
@@ -163,11 +157,6 @@ async def open_and_press(project: Any, keys: int) -> tuple[float, dict[str, list
                 if len(frames) > mark:
                     latencies[name].append((frames[mark] - pressed) * 1000)
     return open_s, latencies
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def main(argv: list[str]) -> int:

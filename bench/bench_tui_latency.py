@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _support import percentile, record_frames  # bench/ is sys.path[0] when a script runs
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 GOAL_MS = 250.0
@@ -53,11 +55,6 @@ def make_project(root: Path) -> Any:
                                   acceptance=[Acceptance(id="a1", criterion="done")], created=now)
     RunStore(project).create(run)
     return project
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def add_task(project: Any, task_id: str) -> None:
@@ -89,15 +86,7 @@ async def measure(project: Any, runs: int) -> tuple[list[float], list[float], li
     from agentbox.tui.widgets.queue import QueueTree
 
     app = make_app(project, sample_interval_s=1.0)
-    frames: list[float] = []
-    original = app._display
-
-    def display(screen: Any, renderable: Any) -> None:
-        original(screen, renderable)
-        if renderable is not None:
-            frames.append(time.perf_counter())
-
-    app._display = display  # type: ignore[method-assign]
+    frames = record_frames(app)
     task_ms: list[float] = []
     event_ms: list[float] = []
     watcher_ms: list[float] = []

@@ -30,17 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _support import write_scripted_profile  # bench/ is sys.path[0] when a script runs
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 GOAL_MB = 150.0
-
-
-def write_profile(home: Path, name: str, scenario: dict[str, Any]) -> None:
-    directory = home / "profiles" / name
-    directory.mkdir(parents=True)
-    (directory / "scenario.json").write_text(json.dumps(scenario))
-    (directory / "profile.yaml").write_text(json.dumps(
-        {"name": name, "runtime": {"tool": "scripted", "scenario": "scenario.json"}, "sandbox": {"network": False}}))
 
 
 def make_project(home: Path, root: Path, agents: int, delay: float) -> None:
@@ -48,10 +42,10 @@ def make_project(home: Path, root: Path, agents: int, delay: float) -> None:
     plan = {"notes": "bench", "tasks": [
         {"id": f"t{n}", "assignee": f"w{n}", "brief": f"task {n}", "acceptance": [{"id": "a1", "criterion": "done"}],
          "writes": [f"src/t{n}/**"]} for n in range(agents)]}
-    write_profile(home, "bench-lead", {"defaults": {"usage": usage}, "rules": [
+    write_scripted_profile(home, "bench-lead", {"defaults": {"usage": usage}, "rules": [
         {"id": "plan", "when": {"prompt_contains": "[agentbox:plan"}, "do": {"reply_json": plan}}],
         "fallback": {"reply": "ok"}})
-    write_profile(home, "bench-worker", {"defaults": {"usage": usage}, "rules": [],
+    write_scripted_profile(home, "bench-worker", {"defaults": {"usage": usage}, "rules": [],
                                          "fallback": {"delay_s": delay, "reply_json": {"summary": "done", "evidence": ["x"]}}})
     shutil.copytree(REPO / ".agent-box.example", root / ".agent-box", ignore=shutil.ignore_patterns("runs", "sessions"))
     roles: dict[str, Any] = {"lead": {"profile": "bench-lead", "writes": []}}
