@@ -13,19 +13,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agentbox.core import runs
 from agentbox.core.engine.engine import Engine
 from agentbox.core.engine.models import Run
-from agentbox.core.engine.run_store import RunStore
 from agentbox.core.paths import ProjectPaths
-
-Human = Callable[[Engine], Awaitable[None]]
+from tests.engine.support import Human, events, start_engine, until
 
 
 def write_profile(name: str, rules: list[dict[str, Any]], fallback: dict[str, Any] | None = None,
@@ -80,35 +77,16 @@ def drive(project: ProjectPaths, run_id: str, human: Human | None = None, timeou
     return asyncio.run(main())
 
 
-async def wait_for(engine: Engine, predicate: Callable[[Engine], bool], timeout: float = 30) -> None:
-    """Wait (inside `drive`'s loop) until `predicate(engine)` holds."""
-    deadline = time.monotonic() + timeout
-    while not predicate(engine):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out; run is {engine.run.status}: {engine.run.status_reason}")
-        await asyncio.sleep(0.05)
-
-
 def answer_when_open(kind: str, text: str) -> Human:
     """A person who answers the first open checkpoint of `kind` with `text`."""
 
     async def human(engine: Engine) -> None:
-        await wait_for(engine, lambda e: any(c.kind == kind for c in e.open_checkpoints()))
+        await until(engine, lambda e: any(c.kind == kind for c in e.open_checkpoints()))
         cp = next(c for c in engine.open_checkpoints() if c.kind == kind)
         ok, message = engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": text})
         assert ok, message
 
     return human
-
-
-def events(project: ProjectPaths, run_id: str) -> list[dict[str, Any]]:
-    """The run's decision log."""
-    return RunStore(project).events(run_id)[0]
-
-
-def of_type(log: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
-    """The events of one type."""
-    return [e for e in log if e["type"] == type_]
 
 
 def turn_prompts(project: ProjectPaths, role: str) -> list[str]:
@@ -125,13 +103,6 @@ def turn_prompts(project: ProjectPaths, role: str) -> list[str]:
 def sessions_of(project: ProjectPaths, role: str) -> list[Path]:
     """The agentbox sessions a role had in this project."""
     return sorted((project.sessions_dir / role).glob("*.json"))
-
-
-def start_engine(project: ProjectPaths, run_id: str) -> subprocess.Popen[bytes]:
-    """`python -m agentbox --project P run --resume RUN --quiet` as a child process."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "agentbox", "--project", str(project.root), "run", "--resume", run_id, "--quiet"],
-        cwd=project.root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
 
 
 def kill_when(project: ProjectPaths, run_id: str, proc: subprocess.Popen[bytes],
@@ -156,7 +127,3 @@ def finish_engine(project: ProjectPaths, run_id: str, timeout: float = 60) -> Ru
             os.killpg(proc.pid, signal.SIGKILL)
     return runs.load(project, run_id)
 
-
-def create(project: ProjectPaths, goal: str, mode: str, graph: str | None = None) -> str:
-    """A new run of the project's crew; returns its id."""
-    return runs.create_run(project, goal, mode, graph).id

@@ -164,9 +164,10 @@ def setup_crew(root: Path, *, lead: list[Rule] | None = None, worker: list[Rule]
 # ----------------------------------------------------------------------------- running
 
 
-def create(project: ProjectPaths, goal: str = "build the thing", mode: str | None = None) -> str:
-    """A new run of the project's crew; returns its id."""
-    return runs.create_run(project, goal, mode).id
+def create(project: ProjectPaths, goal: str = "build the thing", mode: str | None = None,
+           graph: str | None = None) -> str:
+    """A new run of the project's crew (graph mode: of the named graph); returns its id."""
+    return runs.create_run(project, goal, mode, graph).id
 
 
 async def drive(project: ProjectPaths, run_id: str, human: Human | None = None, timeout: float = 60) -> Run:

@@ -13,20 +13,16 @@ from agentbox.core.engine.run_store import RunStore
 from agentbox.core.paths import ProjectPaths
 from tests.conftest import run_cli
 from tests.engine.modes_support import (
-    create,
     drive,
-    events,
     finish_engine,
     kill_when,
-    of_type,
     rule,
     sessions_of,
-    start_engine,
     turn_prompts,
-    wait_for,
     write_crew,
     write_profile,
 )
+from tests.engine.support import create, events, of_type, start_engine, until
 
 pytestmark = pytest.mark.bwrap
 
@@ -132,7 +128,7 @@ def test_a_tiny_run_budget_breaks_the_circuit(project: Path) -> None:
     seen: list[str] = []
 
     async def human(engine: Engine) -> None:
-        await wait_for(engine, lambda e: e.run.status == "circuit_broken")
+        await until(engine, lambda e: e.run.status == "circuit_broken")
         seen.append(engine.run.status)
         cp = next(c for c in engine.open_checkpoints() if c.kind == "run_budget")
         engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": "cancel"})

@@ -16,19 +16,15 @@ from agentbox.core.paths import ProjectPaths
 from tests.conftest import run_cli
 from tests.engine.modes_support import (
     answer_when_open,
-    create,
     drive,
-    events,
     finish_engine,
     kill_when,
-    of_type,
     rule,
-    start_engine,
     turn_prompts,
-    wait_for,
     write_crew,
     write_profile,
 )
+from tests.engine.support import create, events, of_type, start_engine, until
 
 pytestmark = pytest.mark.bwrap
 
@@ -213,7 +209,7 @@ def test_a_failure_with_no_edge_blocks_the_node_until_the_human_decides(project:
     seen: dict[str, Any] = {}
 
     async def human(engine: Engine) -> None:
-        await wait_for(engine, lambda e: bool(e.open_checkpoints()))
+        await until(engine, lambda e: bool(e.open_checkpoints()))
         seen["task"] = engine.run.tasks["deploy"].state
         seen["status"] = engine.run.status
         (cp,) = engine.open_checkpoints()
@@ -244,7 +240,7 @@ def test_a_tiny_run_budget_breaks_the_circuit(project: Path) -> None:
     seen: list[dict[str, str]] = []
 
     async def human(engine: Engine) -> None:
-        await wait_for(engine, lambda e: e.run.status == "circuit_broken")
+        await until(engine, lambda e: e.run.status == "circuit_broken")
         seen.append(states(engine.run))
         engine.apply_command({"action": "cancel_run", "note": "enough"})
 

@@ -14,20 +14,16 @@ from agentbox.core.paths import ProjectPaths
 from tests.conftest import run_cli
 from tests.engine.modes_support import (
     answer_when_open,
-    create,
     drive,
-    events,
     finish_engine,
     kill_when,
-    of_type,
     rule,
     sessions_of,
-    start_engine,
     turn_prompts,
-    wait_for,
     write_crew,
     write_profile,
 )
+from tests.engine.support import create, events, of_type, start_engine, until
 
 pytestmark = pytest.mark.bwrap
 
@@ -123,7 +119,7 @@ def test_unknown_target_gets_one_correction_then_counts_as_a_contract_defect(pro
     run_id = create(paths, "route it", "handoff")
 
     async def human(engine: Engine) -> None:
-        await wait_for(engine, lambda e: any(c.kind == "retry_escalation" for c in e.open_checkpoints()))
+        await until(engine, lambda e: any(c.kind == "retry_escalation" for c in e.open_checkpoints()))
         cp = next(c for c in engine.open_checkpoints() if c.kind == "retry_escalation")
         engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": "cancel"})
 
@@ -144,7 +140,7 @@ def test_a_tiny_run_budget_breaks_the_circuit(project: Path) -> None:
     statuses: list[str] = []
 
     async def human(engine: Engine) -> None:
-        await wait_for(engine, lambda e: e.run.status == "circuit_broken")
+        await until(engine, lambda e: e.run.status == "circuit_broken")
         statuses.append(engine.run.status)
         cp = next(c for c in engine.open_checkpoints() if c.kind == "run_budget")
         engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": "raise 100000"})
