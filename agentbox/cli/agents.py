@@ -109,17 +109,13 @@ def _show_session(args: argparse.Namespace, proj: object) -> int:
 def _interactive(agent: object, session_id: str | None) -> int:
     import subprocess
 
-    from agentbox.core.sandbox import remove_made_dirs
-    from agentbox.core.services import interactive_command
+    from agentbox.core.services import interactive_session
 
-    argv, env, session, made = interactive_command(agent, session_id)  # type: ignore[arg-type]
-    if agent.profile.profile.sandbox == "none":  # type: ignore[attr-defined]
-        print("warning: this profile runs WITHOUT a sandbox (sandbox: none)", file=sys.stderr)
-    print(f"[attaching to {agent.label} · session {session}]", file=sys.stderr)  # type: ignore[attr-defined]
-    try:
+    with interactive_session(agent, session_id) as (argv, env, session):  # type: ignore[arg-type]
+        if agent.profile.profile.sandbox == "none":  # type: ignore[attr-defined]
+            print("warning: this profile runs WITHOUT a sandbox (sandbox: none)", file=sys.stderr)
+        print(f"[attaching to {agent.label} · session {session}]", file=sys.stderr)  # type: ignore[attr-defined]
         return subprocess.call(argv, env=env, cwd=str(agent.cwd))  # type: ignore[attr-defined]
-    finally:
-        remove_made_dirs(made)
 
 
 def attach(args: argparse.Namespace) -> int:

@@ -87,6 +87,7 @@ def runs(args: argparse.Namespace) -> int:
 def status(args: argparse.Namespace) -> int:
     """Show one run: status, tasks, checkpoints, totals."""
     from agentbox.core import runs as runs_mod
+    from agentbox.core.engine.models import TERMINAL_RUN_STATES
 
     project = project_from(args)
     run = runs_mod.load(project, args.run)
@@ -118,15 +119,14 @@ def status(args: argparse.Namespace) -> int:
             print(f"      answer: agentbox answer {run.id} {cp.id} \"...\"")
     if run.result:
         print(f"\nresult: {run.result.get('artifact') or ''}\n{run.result.get('summary', '')[:600]}")
-    if not alive and run.status not in ("done", "failed", "cancelled"):
+    if not alive and run.status not in TERMINAL_RUN_STATES:
         print(f"\nthe engine is not running: `agentbox run --resume {run.id}` continues it")
     return 0
 
 
-def _send(args: argparse.Namespace, run_id: str | None, command: dict[str, Any]) -> int:
+def _send(project: Any, run_id: str | None, command: dict[str, Any]) -> int:
     from agentbox.core import runs as runs_mod
 
-    project = project_from(args)
     ok, message = runs_mod.send_command(project, run_id or "latest", command)
     print(message if ok else f"error: {message}", file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 2
@@ -136,42 +136,41 @@ def approve(args: argparse.Namespace) -> int:
     """Approve a task in review, with a note as evidence."""
     from agentbox.core import runs as runs_mod
 
-    run_id = runs_mod.find_task_run(project_from(args), args.task, args.run)
-    return _send(args, run_id, {"action": "approve", "task": args.task, "note": args.note})
+    project = project_from(args)
+    run_id = runs_mod.find_task_run(project, args.task, args.run)
+    return _send(project, run_id, {"action": "approve", "task": args.task, "note": args.note})
 
 
 def rework(args: argparse.Namespace) -> int:
     """Send a task in review back with a note."""
     from agentbox.core import runs as runs_mod
 
-    run_id = runs_mod.find_task_run(project_from(args), args.task, args.run)
-    return _send(args, run_id, {"action": "rework", "task": args.task, "note": args.note})
+    project = project_from(args)
+    run_id = runs_mod.find_task_run(project, args.task, args.run)
+    return _send(project, run_id, {"action": "rework", "task": args.task, "note": args.note})
 
 
 def answer(args: argparse.Namespace) -> int:
     """Answer a checkpoint."""
-    return _send(args, args.run, {"action": "answer", "checkpoint": args.checkpoint, "text": args.text})
+    return _send(project_from(args), args.run, {"action": "answer", "checkpoint": args.checkpoint, "text": args.text})
 
 
 def cancel(args: argparse.Namespace) -> int:
     """Cancel a run, or one task."""
     from agentbox.core import runs as runs_mod
-    from agentbox.core.engine.run_store import RunStore
 
     project = project_from(args)
-    store = RunStore(project)
     if args.target.startswith("run-") or args.target == "latest":
-        return _send(args, args.target, {"action": "cancel_run", "note": "cancelled with `agentbox cancel`"})
+        return _send(project, args.target, {"action": "cancel_run", "note": "cancelled with `agentbox cancel`"})
     run_id = runs_mod.find_task_run(project, args.target, args.run)
-    del store
-    return _send(args, run_id, {"action": "cancel_task", "task": args.target})
+    return _send(project, run_id, {"action": "cancel_task", "task": args.target})
 
 
 def pause(args: argparse.Namespace) -> int:
     """Pause a run."""
-    return _send(args, args.run, {"action": "pause"})
+    return _send(project_from(args), args.run, {"action": "pause"})
 
 
 def resume_run(args: argparse.Namespace) -> int:
     """Resume a paused run."""
-    return _send(args, args.run, {"action": "resume"})
+    return _send(project_from(args), args.run, {"action": "resume"})

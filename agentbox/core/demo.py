@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbox.core import paths
-from agentbox.core.engine.engine import Engine
-from agentbox.core.engine.models import Run
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.runs import create_run
 
@@ -31,6 +30,8 @@ def make_demo_project(parent: Path | None = None) -> ProjectPaths:
 async def run_demo(project: ProjectPaths, on_event: Callable[[dict[str, Any]], None] | None = None,
                    answer_after_s: float = 2.0) -> Run:
     """Run the demo crew; checkpoints are answered as a person would, after a pause."""
+    from agentbox.core.engine.engine import Engine
+
     run = create_run(project, DEMO_GOAL)
     engine = Engine.open(project, run.id, on_event=on_event)
 
@@ -38,7 +39,7 @@ async def run_demo(project: ProjectPaths, on_event: Callable[[dict[str, Any]], N
 
     async def human() -> None:
         nonlocal retries
-        while engine.run.status not in ("done", "failed", "cancelled"):
+        while engine.run.status not in TERMINAL_RUN_STATES:
             await asyncio.sleep(0.2)
             for cp in engine.open_checkpoints():
                 await asyncio.sleep(answer_after_s)

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from agentbox.core import project as project_mod
@@ -29,12 +28,12 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
     settings: dict[str, Any] = getattr(crew, mode).model_dump()
     graph_data = None
     if mode == "graph":
-        from agentbox.core.graph import load_graph
+        from agentbox.core.graph import load_graph, resolve_graph
 
         name = graph or crew.graph.file
         if not name:
             raise UsageError("graph mode needs a work graph", "pass --graph NAME or set graph.file in crew.yaml")
-        path = _graph_path(project, name)
+        path = resolve_graph(name, project).absolute()
         graph_data = load_graph(path, list(crew.roles)).model_dump(by_alias=True)
         settings["file"] = str(path)
     now = time.time()
@@ -49,14 +48,6 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
     store = RunStore(project)
     store.create(run)
     return run
-
-
-def _graph_path(project: ProjectPaths, name: str) -> Path:
-    candidates = [Path(name), project.box / name, project.graphs_dir / name, project.graphs_dir / f"{name}.yaml"]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate.absolute()
-    raise NotFoundError(f"no work graph {name!r}", f"graphs live in {project.graphs_dir}")
 
 
 async def execute(project: ProjectPaths, run_id: str, on_event: Any = None) -> Run:

@@ -6,6 +6,8 @@ files themselves.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from agentbox.core import paths, profiles, project
@@ -78,19 +80,25 @@ def session_store_for(target: str | None, proj: ProjectPaths | None) -> SessionS
     return SessionStore(proj.sessions_dir)
 
 
-def interactive_command(agent: Agent, session_id: str | None) -> tuple[list[str], dict[str, str], str, list[Path]]:
+@contextlib.contextmanager
+def interactive_session(agent: Agent, session_id: str | None) -> Iterator[tuple[list[str], dict[str, str], str]]:
     """The sandboxed interactive command that resumes `session_id` (attach/launch).
 
-    Returns argv, environment, the agentbox session id (new when none was given) and the
-    directories made for the write scopes: pass them to `sandbox.remove_made_dirs` once
-    the command has ended. The session record is written first, so the attached
-    session shows in the history.
+    Yields argv, environment and the agentbox session id (new when none was given); run
+    the command inside the block. The session record is written first, so the attached
+    session shows in the history; directories made for the write scopes and left empty
+    are taken back when the block ends.
     """
     from agentbox.core.invoke import _prepare_session, prepare
+    from agentbox.core.runtimes import adapter_for
+    from agentbox.core.sandbox import remove_made_dirs
 
     record = _prepare_session(agent, session_id)
     prepared = prepare(agent, "", record, interactive=True)
-    if record.native_id is None and record.tool in {"claude", "scripted"}:
-        record.native_id = record.id  # these tools take the caller's id for a new session
-    agent.sessions.save(record)
-    return prepared.argv, prepared.env, record.id, prepared.made
+    try:
+        if record.native_id is None and hasattr(adapter_for(record.tool), "created_session"):
+            record.native_id = record.id  # these tools take the caller's id for a new session
+        agent.sessions.save(record)
+        yield prepared.argv, prepared.env, record.id
+    finally:
+        remove_made_dirs(prepared.made)

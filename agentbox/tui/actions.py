@@ -266,21 +266,17 @@ class RunActions:
 
     def action_attach(self: DashboardScreen, role: str | None = None, session_id: str | None = None) -> None:
         """Suspend the dashboard and run the member's tool interactively, resuming its session."""
-        from agentbox.core import sandbox, services
+        from agentbox.core import services
 
         role = self._role(role)
         if role is None:
             return
         try:
             agent = services.role_agent(self.project, role)
-            argv, env, session, made = services.interactive_command(agent, session_id or self.latest_session(role))
+            with services.interactive_session(agent, session_id or self.latest_session(role)) as (argv, env, session):
+                self._suspended_call(argv, env, f"attached to {role} · session {session} — exit the tool to come back")
         except AgentboxError as exc:
             self.notify(exc.message, title=f"attach to {role}", severity="error")
-            return
-        try:
-            self._suspended_call(argv, env, f"attached to {role} · session {session} — exit the tool to come back")
-        finally:
-            sandbox.remove_made_dirs(made)
 
     def _suspended_call(self: DashboardScreen, argv: list[str], env: dict[str, str] | None, banner: str) -> None:
         from textual.app import SuspendNotSupported

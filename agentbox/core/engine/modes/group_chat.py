@@ -32,7 +32,7 @@ from typing import Any
 
 from agentbox.core import store
 from agentbox.core.engine import mode_prompts
-from agentbox.core.engine.models import Job, Task
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, Task
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import ChatTurn
 from agentbox.core.invoke import InvokeResult
@@ -214,7 +214,7 @@ class GroupChatMode(ModeDriver):
     def tick(self) -> None:
         """Flush committed messages; finish an ended chat; fail a chat that cannot go on."""
         phase = self.state.get("phase")
-        if phase == "ended" and self.run.status not in ("done", "failed", "cancelled"):
+        if phase == "ended" and self.run.status not in TERMINAL_RUN_STATES:
             self._finalize()
             return
         if phase != "chatting":

@@ -27,7 +27,7 @@ from typing import Any
 
 from agentbox.core import store
 from agentbox.core.engine import mode_prompts
-from agentbox.core.engine.models import Checkpoint, Job, Task
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Job, Task
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import Handoff
 from agentbox.core.invoke import InvokeResult
@@ -199,7 +199,7 @@ class HandoffMode(ModeDriver):
     def tick(self) -> None:
         """Finish an ended run; fail one whose next turn was cancelled."""
         phase = self.state.get("phase")
-        if phase == "ended" and self.run.status not in ("done", "failed", "cancelled"):
+        if phase == "ended" and self.run.status not in TERMINAL_RUN_STATES:
             self._finalize()
         elif phase == "active" and not self.run.jobs and not self.engine.open_checkpoints():
             self.engine.finish("failed", "the handoff cannot go on: the next turn was cancelled")
