@@ -160,13 +160,7 @@ async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = No
         dirs = [profiles_dir, *sorted(d for d in profiles_dir.iterdir() if d.is_dir() and not d.name.startswith("."))]
         streams.append(awatch(*dirs, watch_filter=profile_news, debounce=debounce_ms, step=step_ms,
                               stop_event=stop_event, recursive=False))
-    if len(streams) == 1:
-        async for changes in streams[0]:
-            facts = classify_all(project, (p for _, p in changes), profiles_dir)
-            if facts:
-                yield facts
-        return
-    queue: asyncio.Queue[list[BoxChange] | None] = asyncio.Queue()
+    queue: asyncio.Queue[list[BoxChange] | BaseException | None] = asyncio.Queue()
 
     async def pump(stream: AsyncIterator[set[tuple[Any, str]]]) -> None:
         try:
@@ -174,6 +168,8 @@ async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = No
                 facts = classify_all(project, (p for _, p in changes), profiles_dir)
                 if facts:
                     queue.put_nowait(facts)
+        except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it
+            queue.put_nowait(exc)
         finally:
             queue.put_nowait(None)
 
@@ -184,8 +180,10 @@ async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = No
             batch = await queue.get()
             if batch is None:
                 finished += 1
-                continue
-            yield batch
+            elif isinstance(batch, BaseException):
+                raise batch  # the caller falls back to polling
+            else:
+                yield batch
     finally:
         for task in pumps:
             task.cancel()

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,25 @@ async def test_watch_project_sees_a_profile_yaml_edit_and_not_the_tool_state(tmp
     (profile / "profile.yaml").write_text("name: claude\nruntime: {tool: claude, model: opus}\n")
     await asyncio.wait_for(follower, 10)
     assert batches == [[watch.ProfilesChanged()]]
+
+
+async def test_a_watcher_that_fails_raises_even_with_the_profiles_dir_watched(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dashboard falls back to polling when watching fails: the failure must reach it."""
+    import watchfiles
+
+    project = ProjectPaths(tmp_path / "repo")
+    project.box.mkdir(parents=True)
+    (tmp_path / "profiles").mkdir()
+
+    async def broken(*_paths: object, **_options: object) -> AsyncIterator[object]:
+        raise OSError("inotify watch limit reached")
+        yield  # an async generator, like awatch
+
+    monkeypatch.setattr(watchfiles, "awatch", broken)
+    with pytest.raises(OSError, match="inotify"):
+        async for _facts in watch.watch_project(project, profiles_dir=tmp_path / "profiles"):
+            pass
 
 
 def test_tail_reads_only_the_end_then_follows(tmp_path: Path) -> None:
