@@ -81,6 +81,7 @@ def sessions(args: argparse.Namespace) -> int:
 def _show_session(args: argparse.Namespace, proj: object) -> int:
     from agentbox.core import paths
     from agentbox.core.errors import NotFoundError
+    from agentbox.core.runtimes.base import Usage
     from agentbox.core.sessions import SessionStore
 
     stores = ([SessionStore(proj.sessions_dir)] if proj is not None else []) + [SessionStore(paths.global_sessions_dir())]  # type: ignore[attr-defined]
@@ -96,9 +97,7 @@ def _show_session(args: argparse.Namespace, proj: object) -> int:
         print(f"session {record.id} · {record.owner} · profile {record.profile} ({record.tool}) · native {record.native_id or '-'}")
         print(f"cwd {record.cwd} · {record.turns} turns · {record.totals.tokens:,} tokens · last {record.last_status}")
         for turn in turns:
-            usage = turn.get("usage") or {}
-            known = [v for k, v in usage.items() if k != "cost_usd" and v is not None]
-            tokens = f"{sum(known):,}" if known else "unknown"
+            tokens = _tokens(Usage.from_dict(turn.get("usage")).total_tokens)
             print(f"\n--- turn {turn['turn']} · {turn['status']}{' (' + str(turn['error_kind']) + ')' if turn.get('error_kind') else ''} · {tokens} tokens · {turn.get('duration_s', 0):.1f}s · {_when(turn.get('started'))}")
             print(f"> {turn['prompt']}")
             print(turn.get("text") or turn.get("error") or "")

@@ -203,15 +203,15 @@ def read_run_if_changed(project: ProjectPaths, run_id: str, last_digest: bytes |
     hashing the bytes is far cheaper than validating a big run again. If the file's
     layout ever changes, every read simply counts as a change.
     """
-    store = RunStore(project)
+    runs = RunStore(project)
     try:
-        raw = (store.dir(run_id) / RUN_FILE).read_bytes()
+        raw = (runs.dir(run_id) / RUN_FILE).read_bytes()
     except FileNotFoundError:
-        raw = b""
+        return runs.load(run_id), b""  # raises the store's "no run" error
     digest = hashlib.blake2b(_SAVE_TIME.sub(b'"finished":', raw, count=1), digest_size=16).digest()
-    if raw and digest == last_digest:
+    if digest == last_digest:
         return None, digest
-    return store.load(run_id), digest
+    return runs.parse(run_id, raw), digest
 
 
 def read_events(project: ProjectPaths, run_id: str, offset: int) -> tuple[list[dict[str, Any]], int]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from agentbox.core.engine.models import TERMINAL_RUN_STATES
+from agentbox.core.tasks import TERMINAL_STATES
 from agentbox.tui import model
 from agentbox.tui.widgets.artifacts import display_path
 
@@ -38,7 +39,7 @@ def dashboard_commands(board: DashboardScreen) -> Iterator[Command]:
             yield f"Approve task {task.id}…", partial(board.action_approve, task.id), task.brief[:80]
             yield f"Send task {task.id} back for rework…", partial(board.action_rework, task.id), task.brief[:80]
         for task in run.tasks.values():
-            if task.state not in ("approved", "cancelled"):
+            if task.state not in TERMINAL_STATES:
                 yield f"Cancel task {task.id}…", partial(board.action_cancel_task, task.id), task.brief[:80]
     if run is not None:
         for task in run.tasks.values():

@@ -181,7 +181,3 @@ class Coalescer:
             return True
         self._busy.discard(key)
         return False
-
-    def busy(self, key: str) -> bool:
-        """True while a read of `key` is in flight."""
-        return key in self._busy

@@ -48,10 +48,6 @@ class CrewInfo:
     mode: str = "hierarchical"
     graph_file: str | None = None
 
-    def role(self, name: str) -> RoleInfo | None:
-        """The role called `name`, if the crew has it."""
-        return next((r for r in self.roles if r.role == name), None)
-
 
 @dataclass(frozen=True)
 class MemberRow:
@@ -188,14 +184,6 @@ def queue_groups(run: Run | None) -> list[tuple[str, list[Task]]]:
         groups.setdefault(task.state, []).append(task)
     order = {state: index for index, state in enumerate(TASK_STATE_ORDER)}
     return sorted(groups.items(), key=lambda item: (order.get(item[0], len(order)), item[0]))
-
-
-def latest_verdict(task: Task) -> str:
-    """`approve by reviewer`, `reject by human`, or '' when never reviewed."""
-    if not task.verdicts:
-        return ""
-    verdict = task.verdicts[-1]
-    return f"{verdict.verdict} by {verdict.by}"
 
 
 # ----------------------------------------------------------------------------- members

@@ -79,14 +79,20 @@ class RunStore:
 
     def load(self, run_id: str) -> Run:
         """Read and validate run.json."""
-        path = self.dir(run_id) / RUN_FILE
         try:
-            return Run.model_validate_json(path.read_bytes())
+            raw = (self.dir(run_id) / RUN_FILE).read_bytes()
         except FileNotFoundError:
             raise NotFoundError(f"no run {run_id!r} in {self.project.runs_dir}",
                                 "`agentbox runs` lists the runs") from None
+        return self.parse(run_id, raw)
+
+    def parse(self, run_id: str, raw: bytes) -> Run:
+        """Validate the bytes of a run.json already read (by a reader that hashed them first)."""
+        try:
+            return Run.model_validate_json(raw)
         except ValidationError as exc:
-            raise StateError(f"{path} is not a valid run state: {exc.errors()[0]['msg']}") from None
+            raise StateError(f"{self.dir(run_id) / RUN_FILE} is not a valid run state: "
+                             f"{exc.errors()[0]['msg']}") from None
 
     def save(self, run: Run) -> None:
         """Atomically write run.json, then move its outbox into events.jsonl."""

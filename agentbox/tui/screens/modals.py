@@ -26,6 +26,10 @@ class Dialog(ModalScreen[Any]):
         """Close without doing anything."""
         self.dismiss(None)
 
+    @on(Button.Pressed, "#cancel")
+    def _cancel_pressed(self) -> None:
+        self.action_cancel()
+
 
 class StartRunDialog(Dialog):
     """Goal and mode of a new run."""
@@ -52,10 +56,6 @@ class StartRunDialog(Dialog):
             self.notify("say what the crew should do", severity="warning")
             return
         self.dismiss((goal, str(self.query_one("#mode", Select).value)))
-
-    @on(Button.Pressed, "#cancel")
-    def _cancel(self) -> None:
-        self.dismiss(None)
 
 
 class NoteDialog(Dialog):
@@ -88,10 +88,6 @@ class NoteDialog(Dialog):
             self.notify("a note is needed: say what to fix", severity="warning")
             return
         self.dismiss(note)
-
-    @on(Button.Pressed, "#cancel")
-    def _cancel(self) -> None:
-        self.dismiss(None)
 
 
 class AnswerDialog(Dialog):
@@ -133,10 +129,6 @@ class AnswerDialog(Dialog):
             self.notify("the answer is empty", severity="warning")
             return
         self.dismiss(text)
-
-    @on(Button.Pressed, "#cancel")
-    def _cancel(self) -> None:
-        self.dismiss(None)
 
 
 class ConfirmDialog(Dialog):

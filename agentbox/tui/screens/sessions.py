@@ -14,6 +14,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from agentbox.core.runtimes.base import Usage
 from agentbox.core.sessions import SessionRecord
 from agentbox.tui import loaders, model
 from agentbox.tui import messages as msg
@@ -24,9 +25,8 @@ if TYPE_CHECKING:
 
 def turn_tokens(turn: dict[str, Any]) -> str:
     """A turn's tokens; "unknown" when the tool reported none."""
-    usage = turn.get("usage") or {}
-    known = [v for k, v in usage.items() if k != "cost_usd" and v is not None]
-    return model.count(sum(known)) if known else "unknown"
+    tokens = Usage.from_dict(turn.get("usage")).total_tokens
+    return "unknown" if tokens is None else model.count(tokens)
 
 
 def turn_status(turn: dict[str, Any]) -> Text:

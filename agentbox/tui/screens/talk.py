@@ -47,7 +47,6 @@ class TalkScreen(Screen[None]):
         self.project = project
         self.role = role
         self.session_id = session_id
-        self.replies: list[Any] = []
 
     def compose(self) -> ComposeResult:
         yield Static(id="talk-title")
@@ -115,7 +114,6 @@ class TalkScreen(Screen[None]):
     def on_member_replied(self, message: msg.MemberReplied) -> None:
         """Show the answer; continue in its session from now on."""
         self.busy = False
-        self.replies.append(message.result)
         self.session_id = message.result.session_id or self.session_id
         self._title()
         self._append(reply_block(self.role, message.result))

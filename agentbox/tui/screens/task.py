@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from agentbox.core.engine.models import Run, Task
+from agentbox.core.tasks import TERMINAL_STATES
 from agentbox.tui import loaders, model
 from agentbox.tui import messages as msg
 from agentbox.tui.widgets.events import event_line
@@ -141,7 +142,7 @@ class TaskDetailScreen(Screen[None]):
         if action in ("approve", "rework"):
             return task is not None and task.state == "reviewing"
         if action == "cancel_task":
-            return task is not None and task.state not in ("approved", "cancelled")
+            return task is not None and task.state not in TERMINAL_STATES
         return True
 
     def action_approve(self) -> None:

@@ -41,7 +41,6 @@ class EventLog(RichLog):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(max_lines=MAX_LINES, min_width=20, wrap=True, markup=False, highlight=False, auto_scroll=True, **kwargs)
         self.records_shown = 0
-        self.last_seq = 0
         self._kept: deque[dict[str, Any]] = deque(maxlen=MAX_LINES)
         self._wrapped_at = 0
 
@@ -61,7 +60,6 @@ class EventLog(RichLog):
         self.clear()
         self._kept.clear()
         self.records_shown = 0
-        self.last_seq = 0
 
     def add_records(self, records: Iterable[dict[str, Any]]) -> None:
         """Append records (only the last MAX_LINES of a big batch are written)."""
@@ -72,5 +70,3 @@ class EventLog(RichLog):
         self.records_shown += len(batch)
         if batch and self.auto_scroll:
             self.call_after_refresh(self.scroll_end, animate=False, immediate=True)
-        if batch:
-            self.last_seq = int(batch[-1].get("seq") or self.last_seq)

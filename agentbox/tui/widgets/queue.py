@@ -8,12 +8,12 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from agentbox.core.engine.models import Run, Task
+from agentbox.core.tasks import TERMINAL_STATES
 from agentbox.tui import model
 
 GROUP_PREFIX = "state:"
 SHOWN_PER_GROUP = 100
 """Tasks listed under one state; the rest are counted (every task stays reachable from the palette)."""
-FINISHED = ("approved", "cancelled")
 
 
 def task_label(task: Task) -> Text:
@@ -72,7 +72,7 @@ class QueueTree(Tree[str]):
             node.set_label(Text.assemble((f"{state} ", model.STATE_STYLE.get(state) or "bold"),
                                          (f"({len(tasks)})", "dim")))
             node.remove_children()
-            shown = sorted(tasks, key=lambda t: -t.updated)[:SHOWN_PER_GROUP] if state in FINISHED \
+            shown = sorted(tasks, key=lambda t: -t.updated)[:SHOWN_PER_GROUP] if state in TERMINAL_STATES \
                 else tasks[:SHOWN_PER_GROUP]
             for task in shown:
                 node.add_leaf(task_label(task), data=task.id)
