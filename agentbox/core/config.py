@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentbox.core.errors import ConfigError
-from agentbox.core.yaml_io import load_yaml, position
+from agentbox.core.yaml_io import load_yaml, plain, position
 
 Tool = Literal["claude", "codex", "opencode", "hermes", "scripted"]
 TOOLS: tuple[str, ...] = ("claude", "codex", "opencode", "hermes", "scripted")
@@ -362,7 +362,7 @@ def validate_document(model: type[M], data: Any, file: Path, document: Any = Non
         raise ConfigError("file is empty (no YAML content)", file=file, hint=schema_hint)
     if not isinstance(data, dict):
         raise ConfigError(
-            f"expected a mapping at the top level, got {_short(_plain(data))}",
+            f"expected a mapping at the top level, got {_short(plain(data))}",
             file=file,
             line=1,
             hint=schema_hint,
@@ -380,7 +380,7 @@ def validate_document(model: type[M], data: Any, file: Path, document: Any = Non
             hint="keys are plain names; quote it if it is meant as text",
         )
     try:
-        return model.model_validate(_plain(data))
+        return model.model_validate(plain(data))
     except ValidationError as exc:
         source = document if document is not None else data
         problems = _problems(model, exc.errors())
@@ -416,14 +416,6 @@ def _non_string_key(node: Any, loc: tuple[str | int, ...] = ()) -> tuple[tuple[s
                 return found
     return None
 
-
-def _plain(data: Any) -> Any:
-    """Round-trip YAML containers → plain dicts/lists (pydantic wants built-ins)."""
-    if isinstance(data, dict):
-        return {str(k) if not isinstance(k, str) else k: _plain(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_plain(v) for v in data]
-    return data
 
 
 def load_model(model: type[M], path: Path) -> M:

@@ -45,13 +45,12 @@ from agentbox.core.graph_model import Graph
 from agentbox.core.graph_schema import (
     _Edge,
     _Node,
-    _plain,
     _read_edges,
     _read_nodes,
     _schema_violation,
     _type_name,
 )
-from agentbox.core.yaml_io import parse_yaml
+from agentbox.core.yaml_io import parse_yaml, plain
 
 RULES: tuple[str, ...] = (
     "schema",
@@ -126,7 +125,7 @@ def _check(document: Any, roles: Collection[str] | None) -> tuple[Graph | None, 
     violations: list[Violation] = []
     graph: Graph | None = None
     try:
-        graph = Graph.model_validate(_plain(document))
+        graph = Graph.model_validate(plain(document))
     except ValidationError as exc:
         violations.extend(_schema_violation(error, document) for error in exc.errors())
 

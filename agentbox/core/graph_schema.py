@@ -191,14 +191,3 @@ def _type_name(value: Any) -> str:
     if isinstance(value, int | float):
         return "a number"
     return type(value).__name__
-
-
-def _plain(data: Any) -> Any:
-    """Round-trip YAML containers and scalars → plain built-ins (pydantic wants those)."""
-    if isinstance(data, dict):
-        return {str(k): _plain(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_plain(v) for v in data]
-    if isinstance(data, str):
-        return str(data)
-    return data

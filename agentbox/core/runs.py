@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -81,9 +80,10 @@ def send_command(project: ProjectPaths, run_id: str, command: dict[str, Any]) ->
             ok, message = engine.apply_command(command)
             engine.save()
             return ok, message
+    log = store.events_path(run_id)
+    offset = log.stat().st_size if log.exists() else 0  # the ack comes after the post: read only what is new
     command_id = store.post_command(run_id, command)
     deadline = time.monotonic() + COMMAND_ACK_TIMEOUT_S
-    offset = 0
     while time.monotonic() < deadline:
         events, offset = store.events(run_id, offset)
         for event in events:
@@ -121,14 +121,3 @@ def find_task_run(project: ProjectPaths, task_id: str, run_id: str | None) -> st
 def engine_alive(project: ProjectPaths, run_id: str) -> bool:
     """True when an engine process holds the run."""
     return RunStore(project).engine_running(run_id)
-
-
-def pid_alive(pid: int) -> bool:
-    """True when a process with this pid exists."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

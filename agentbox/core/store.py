@@ -43,15 +43,14 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
         raise
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     """Replace `path` with `text` (UTF-8) atomically."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
 
 
 def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
     """Replace `path` with pretty JSON atomically."""
-    text = json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", durable=durable)
 
 
 @contextlib.contextmanager

@@ -265,3 +265,14 @@ def text_with_entry_removed(
     if start > 0 and not lines[start - 1].strip() and end < len(lines) and not lines[end].strip():
         end += 1  # do not leave two blank lines where the entry was
     return "".join(lines[:start] + lines[end:])
+
+
+def plain(data: Any) -> Any:
+    """Round-trip YAML containers and scalars → plain built-ins (pydantic wants those)."""
+    if isinstance(data, dict):
+        return {str(k): plain(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [plain(v) for v in data]
+    if isinstance(data, str):
+        return str(data)
+    return data

@@ -69,7 +69,7 @@ def pause_if_over_budget(engine: Engine, job: Job) -> bool:
         return False
     engine.drop_jobs(task.id)
     engine.transition(task, TaskEvent.PAUSE_BUDGET, f"{task.tokens} tokens > {BUDGET_PAUSE_RATIO:.0%} of its budget")
-    engine.checkpoint("budget", f"Task {task.id} used {task.tokens} tokens, over 120% of its budget "
+    engine.checkpoint("budget", f"Task {task.id} used {task.tokens} tokens, over {BUDGET_PAUSE_RATIO:.0%} of its budget "
                       f"({engine.task_budget(task)}). Answer 'continue' to add one more budget, or 'cancel'.",
                       options=["continue", "cancel"], task=task.id, role=task.assignee)
     return True

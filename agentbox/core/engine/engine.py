@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import os
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +28,7 @@ from agentbox.core.engine.recovery import _kill_orphan
 from agentbox.core.engine.routing import ENV_RETRIES as ENV_RETRIES
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
-from agentbox.core.invoke import InvokeResult
+from agentbox.core.invoke import InvokeResult, new_session_id
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.tasks import TaskEvent, TaskState, transition
 
@@ -54,10 +53,10 @@ class Engine:
         self.crew = project_mod.load_crew(project).crew
         self.mode = driver_for(run.contract.mode)(self)
         self._flights: dict[str, asyncio.Task[tuple[Job, InvokeResult]]] = {}
-        self._saved_seq = run.seq
         self._dirty = False
         self._role_agents: dict[str, Any] = {}
-        self._wake = asyncio.Event() if _has_loop() else None
+        self._wake: asyncio.Event | None = None
+        """Set by anything that should wake the loop at once (made by `execute`)."""
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -92,17 +91,16 @@ class Engine:
     def save(self) -> None:
         """Persist the state and flush the decision log."""
         self.store.save(self.run)
-        self._saved_seq = self.run.seq
         self._dirty = False
 
     def save_if_changed(self) -> None:
         """Save only when something happened since the last save.
 
-        Every decision is an event, so a new `seq` means new state; the few changes that
-        log nothing (a turn enqueued, a pid learned) mark the engine dirty. An idle run
+        Every decision is an event, so an unsaved event (in the outbox) means new state; the
+        few changes that log nothing (a turn enqueued, a pid learned) mark the engine dirty. An idle run
         waiting on a human is then not rewritten (the dashboard would see a change each time).
         """
-        if self._dirty or self.run.seq != self._saved_seq or self.run.outbox:
+        if self._dirty or self.run.outbox:
             self.save()
 
     def next_id(self, prefix: str) -> str:
@@ -168,16 +166,17 @@ class Engine:
         if job.session_id:
             return job.session_id
         task = self.run.tasks.get(job.task or "")
-        new = str(uuid.uuid4())
         if job.kind == "work" and task is not None:
-            task.session_id = task.session_id or new
+            task.session_id = task.session_id or new_session_id()
             job.session_id = task.session_id
         elif job.kind == "review" and task is not None:
-            task.review_session_id = task.review_session_id or new
+            task.review_session_id = task.review_session_id or new_session_id()
             job.session_id = task.review_session_id
         else:
             key = job.data.get("session_key") or job.role
-            job.session_id = self.run.sessions.setdefault(key, new)
+            if key not in self.run.sessions:
+                self.run.sessions[key] = new_session_id()
+            job.session_id = self.run.sessions[key]
         return job.session_id
 
     def _start(self, job: Job) -> None:
@@ -384,11 +383,3 @@ class Engine:
                         continue
                     job, result = flight.result()
                     self._complete(job, result)
-
-
-def _has_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True

@@ -12,7 +12,7 @@ from agentbox.core.engine.replies import Submission, check_verdict
 from agentbox.core.engine.replies import Verdict as VerdictReply
 from agentbox.core.engine.scheduler import deps_state
 from agentbox.core.invoke import InvokeResult
-from agentbox.core.tasks import TaskEvent, TaskState, is_terminal
+from agentbox.core.tasks import TaskEvent, TaskState, round_can_close
 
 if TYPE_CHECKING:
     from agentbox.core.engine.engine import Engine
@@ -197,6 +197,5 @@ class ModeDriver:
                             original_prompt=original, **data)
 
     def all_closed(self) -> bool:
-        """True when every task is approved or cancelled and no turn of a task is pending."""
-        tasks = list(self.run.tasks.values())
-        return bool(tasks) and all(is_terminal(TaskState(t.state)) for t in tasks)
+        """True when the run has tasks and the round can close (every one approved or cancelled)."""
+        return bool(self.run.tasks) and round_can_close(t.state for t in self.run.tasks.values())

@@ -46,7 +46,7 @@ from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import NonEmpty
 from agentbox.core.graph_model import Edge, Graph
 from agentbox.core.invoke import InvokeResult
-from agentbox.core.tasks import TaskEvent, TaskState, is_terminal
+from agentbox.core.tasks import TaskEvent, TaskState, is_terminal, round_can_close
 
 
 class NodeResult(BaseModel):
@@ -326,7 +326,7 @@ class GraphMode(ModeDriver):
         self.advance()
         if self.run.jobs or self.state["pending"]:
             return
-        if any(not is_terminal(TaskState(t.state)) for t in self.run.tasks.values()):
+        if not round_can_close(t.state for t in self.run.tasks.values()):
             return
         latest = {n: t for n in self.order if (t := self.latest(n)) is not None}
         cancelled = [t.id for t in latest.values() if t.state == TaskState.CANCELLED]

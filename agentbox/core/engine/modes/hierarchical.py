@@ -126,8 +126,8 @@ class HierarchicalMode(ModeDriver):
             return
         self.state["phase"] = "synthesis"
         self.engine.event("round.closed", f"round closed: {len(approved)} task(s) approved", None)
-        self.engine.enqueue("synthesis", self.lead, prompts.synthesis_prompt(self.run), session_key="lead",
-                            original_prompt=prompts.synthesis_prompt(self.run))
+        prompt = prompts.synthesis_prompt(self.run)
+        self.engine.enqueue("synthesis", self.lead, prompt, session_key="lead", original_prompt=prompt)
 
     def _handle_synthesis(self, result: InvokeResult) -> None:
         path = self.engine.store.artifacts_dir(self.run.id) / "synthesis.md"
