@@ -145,8 +145,9 @@ class FakeEngineProcess:
             self.locked.set()
             deadline = time.monotonic() + self.hold_s
             while not self.stop.is_set() and time.monotonic() < deadline:
-                if self.applies:
+                if self.applies:  # what the engine's loop does with its inbox
                     engine._apply_inbox()
+                    engine.save_if_changed()
                 time.sleep(0.02)
 
     def __enter__(self) -> FakeEngineProcess:

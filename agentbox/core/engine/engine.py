@@ -263,7 +263,7 @@ class Engine:
         for command in commands:
             self.apply_command(command)
         self.run.inbox_offset = offset
-        self.save()
+        self._dirty = True  # saved with what the loop decides next, before it waits again
 
     # ------------------------------------------------------------------ status
     def finish(self, status: str, why: str, result: dict[str, Any] | None = None) -> None:

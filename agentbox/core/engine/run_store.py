@@ -211,6 +211,14 @@ class RunStore:
         store.append_jsonl(self.artifacts_dir(run_id) / MANIFEST_FILE, entry)
         return entry
 
+    def write_artifact(self, run_id: str, name: str, text: str, *, role: str,
+                       session: str | None = None) -> Path:
+        """Write a file the run itself produces (synthesis, transcript...) into its artifacts, with its manifest entry."""
+        path = self.artifacts_dir(run_id) / name
+        store.atomic_write_text(path, text)
+        self.record_artifact(run_id, path, role=role, session=session, task=None)
+        return path
+
     def manifest(self, run_id: str) -> list[dict[str, Any]]:
         """Every manifest entry, oldest first."""
         entries, _ = store.read_jsonl(self.artifacts_dir(run_id) / MANIFEST_FILE)

@@ -106,6 +106,12 @@ class ModeDriver:
                 self.engine.drop_jobs(task.id)
                 self.engine.transition(task, TaskEvent.BLOCK, "a dependency was cancelled: it can never run")
 
+    def write_artifact(self, name: str, text: str, *, role: str, what: str, session: str | None = None) -> Path:
+        """Write one of the run's own artifacts (synthesis, transcript, final answer) and log it."""
+        path = self.engine.store.write_artifact(self.run.id, name, text, role=role, session=session)
+        self.engine.event("artifact", what, None, role=role, session=session)
+        return path
+
     def artifacts_root(self) -> str:
         """The run's artifact dir as agents see it (same path inside the sandbox)."""
         return str(self.engine.store.artifacts_dir(self.run.id))

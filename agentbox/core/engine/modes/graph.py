@@ -38,7 +38,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentbox.core import graph as graph_mod
-from agentbox.core import store
 from agentbox.core.engine import mode_prompts
 from agentbox.core.engine.failures import FailureKind, fingerprint
 from agentbox.core.engine.models import Acceptance, Failure, Job, Task, Verdict
@@ -330,10 +329,8 @@ class GraphMode(ModeDriver):
             return
         latest = {n: t for n in self.order if (t := self.latest(n)) is not None}
         cancelled = [t.id for t in latest.values() if t.state == TaskState.CANCELLED]
-        path = self.engine.store.artifacts_dir(self.run.id) / "result.md"
-        store.atomic_write_text(path, mode_prompts.graph_result(self.run, self.order, latest))
-        self.engine.store.record_artifact(self.run.id, path, role="engine", session=None, task=None)
-        self.engine.event("artifact", "result.md of the work graph", None)
+        path = self.write_artifact("result.md", mode_prompts.graph_result(self.run, self.order, latest), role="engine",
+                                   what="result.md of the work graph")
         ran = [t for n in self.order if (t := latest.get(n)) is not None and t.state == TaskState.APPROVED]
         summary = str((ran[-1].submission or {}).get("summary", "")) if ran else ""
         self.state["phase"] = "done"

@@ -197,15 +197,13 @@ class GroupChatMode(ModeDriver):
         self._flush()
         ended = self.state["ended"]
         final = ended["final"]
-        artifacts = self.engine.store.artifacts_dir(self.run.id)
-        final_path, transcript_path = artifacts / "final.md", artifacts / "transcript.md"
-        store.atomic_write_text(final_path, f"# Final answer\n\n{str(final['message']).strip()}\n\n"
-                                f"_{final['role']}, message {final['n']}; chat ended by {ended['terminated_by']}_\n")
+        final_path = self.write_artifact(
+            "final.md", f"# Final answer\n\n{str(final['message']).strip()}\n\n"
+            f"_{final['role']}, message {final['n']}; chat ended by {ended['terminated_by']}_\n",
+            role=final["role"], what="final.md of the group chat")
         messages = self.messages()
-        store.atomic_write_text(transcript_path, mode_prompts.chat_transcript(self.run, messages, ended["why"]))
-        for path, role in ((final_path, final["role"]), (transcript_path, "engine")):
-            self.engine.store.record_artifact(self.run.id, path, role=role, session=None, task=None)
-            self.engine.event("artifact", f"{path.name} of the group chat", None, role=role)
+        transcript_path = self.write_artifact("transcript.md", mode_prompts.chat_transcript(self.run, messages, ended["why"]),
+                                              role="engine", what="transcript.md of the group chat")
         self.engine.finish("done", ended["why"], {
             "summary": str(final["message"]).strip()[:4000], "artifact": str(final_path),
             "transcript": str(transcript_path), "terminated_by": ended["terminated_by"],

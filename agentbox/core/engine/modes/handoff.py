@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentbox.core import store
 from agentbox.core.engine import mode_prompts
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Job, Task
 from agentbox.core.engine.modes.base import ModeDriver
@@ -175,25 +174,20 @@ class HandoffMode(ModeDriver):
         """Write the answer and the transcript as artifacts, finish the run."""
         ended = self.state["ended"]
         final, last = ended["final"], ended.get("last")
-        artifacts = self.engine.store.artifacts_dir(self.run.id)
-        transcript = artifacts / "transcript.md"
         trail = list(self.state["trail"]) + ([{**last, "note": "not routed"}] if last else [])
-        store.atomic_write_text(transcript, mode_prompts.handoff_transcript(self.run, trail, final, ended["why"]))
-        written = [(transcript, "engine")]
+        transcript = self.write_artifact("transcript.md", mode_prompts.handoff_transcript(self.run, trail, final, ended["why"]),
+                                         role="engine", what="transcript.md of the handoff run")
         result: dict[str, Any] = {"transcript": str(transcript), "terminated_by": ended["terminated_by"],
                                   "handoffs": int(self.state["hop"])}
         if final is not None:
-            final_path = artifacts / "final.md"
-            store.atomic_write_text(final_path, f"# Answer\n\n{str(final['message']).strip()}\n\n"
-                                    f"_{final['role']}, after {self.state['hop']} handoff(s)_\n")
-            written.append((final_path, final["role"]))
+            final_path = self.write_artifact(
+                "final.md", f"# Answer\n\n{str(final['message']).strip()}\n\n"
+                f"_{final['role']}, after {self.state['hop']} handoff(s)_\n",
+                role=final["role"], what="final.md of the handoff run")
             result.update(summary=str(final["message"]).strip()[:4000], artifact=str(final_path),
                           answered_by=final["role"])
         else:
             result.update(summary=str((last or {}).get("message", "")).strip()[:4000], artifact=str(transcript))
-        for path, role in written:
-            self.engine.store.record_artifact(self.run.id, path, role=role, session=None, task=None)
-            self.engine.event("artifact", f"{path.name} of the handoff run", None, role=role)
         self.engine.finish(ended["status"], ended["why"], result)
 
     def tick(self) -> None:

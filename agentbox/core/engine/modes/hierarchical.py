@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from agentbox.core import store
 from agentbox.core.engine import prompts
 from agentbox.core.engine.models import Acceptance, Checkpoint, Job, Task
 from agentbox.core.engine.modes.base import ModeDriver
@@ -130,9 +129,7 @@ class HierarchicalMode(ModeDriver):
         self.engine.enqueue("synthesis", self.lead, prompt, session_key="lead", original_prompt=prompt)
 
     def _handle_synthesis(self, result: InvokeResult) -> None:
-        path = self.engine.store.artifacts_dir(self.run.id) / "synthesis.md"
-        store.atomic_write_text(path, result.text.strip() + "\n")
-        self.engine.store.record_artifact(self.run.id, path, role=self.lead, session=result.session_id, task=None)
-        self.engine.event("artifact", f"synthesis.md by {self.lead}", None, role=self.lead, session=result.session_id)
+        path = self.write_artifact("synthesis.md", result.text.strip() + "\n", role=self.lead,
+                                   what=f"synthesis.md by {self.lead}", session=result.session_id)
         self.state["phase"] = "done"
         self.engine.finish("done", "round closed and synthesised", {"summary": result.text.strip()[:4000], "artifact": str(path)})
