@@ -258,23 +258,32 @@ def tail_events(project: ProjectPaths, run_id: str, limit: int, chunk: int = 1 <
     return records, complete_end
 
 
-def task_events(project: ProjectPaths, run_id: str, task_id: str, limit: int = 500) -> list[dict[str, Any]]:
-    """The last `limit` decision-log records about one task (a task detail view, read once)."""
+def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int = 0,
+                limit: int = 500) -> tuple[list[dict[str, Any]], int]:
+    """The last `limit` decision-log records about one task from byte `offset`, and the next offset.
+
+    A task detail view reads the log once, then follows it from the returned offset; only
+    complete lines are read (a line being appended is left for the next call).
+    """
     needle = json.dumps(task_id, ensure_ascii=False).encode("utf-8")
     marker = b'"task": ' + needle
     path = RunStore(project).events_path(run_id)
     found: list[dict[str, Any]] = []
     try:
         with path.open("rb") as handle:
+            handle.seek(offset)
             for raw in handle:
+                if not raw.endswith(b"\n"):
+                    break
+                offset += len(raw)
                 if marker in raw:
                     with contextlib.suppress(json.JSONDecodeError):
                         record = json.loads(raw)
                         if record.get("task") == task_id:
                             found.append(record)
     except FileNotFoundError:
-        return []
-    return found[-limit:]
+        return [], offset
+    return found[-limit:], offset
 
 
 def read_manifest(project: ProjectPaths, run_id: str, offset: int = 0) -> tuple[list[dict[str, Any]], int]:

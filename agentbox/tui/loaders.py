@@ -112,9 +112,10 @@ def read_manifest(project: ProjectPaths, run_id: str, offset: int, initial: bool
     return msg.ManifestRead(run_id, entries, offset, initial)
 
 
-def task_events(project: ProjectPaths, run_id: str, task_id: str) -> msg.TaskEventsLoaded:
+def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int) -> msg.TaskEventsLoaded:
     """The decision-log records about one task."""
-    return msg.TaskEventsLoaded(task_id, watch.task_events(project, run_id, task_id))
+    records, next_offset = watch.task_events(project, run_id, task_id, offset)
+    return msg.TaskEventsLoaded(task_id, records, next_offset)
 
 
 def read_text(path: str) -> msg.TextLoaded:

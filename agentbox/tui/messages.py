@@ -159,6 +159,9 @@ class TaskEventsLoaded(Message):
 
     task_id: str
     records: list[dict[str, Any]] = field(default_factory=list)
+    """The records after the offset the read started at."""
+    offset: int = 0
+    """Where the next read starts."""
 
 
 @dataclass

@@ -156,8 +156,9 @@ def test_tail_of_a_missing_or_short_log(tmp_path: Path) -> None:
 
 def test_task_events_and_manifest(project_at) -> None:  # type: ignore[no-untyped-def]
     project = project_at("waiting")
-    greet = watch.task_events(project, RUN_ID, "greet")
+    greet, offset = watch.task_events(project, RUN_ID, "greet")
     assert greet and {r["task"] for r in greet} == {"greet"}
+    assert watch.task_events(project, RUN_ID, "greet", offset) == ([], offset)
     assert any(r["type"] == "verdict" for r in greet)
     entries, offset = watch.read_manifest(project, RUN_ID)
     assert {Path(e["path"]).name for e in entries} == {"greet.py", "test_greet.py"}

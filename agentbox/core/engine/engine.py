@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import os
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,7 @@ from agentbox.core.engine.recovery import _kill_orphan
 from agentbox.core.engine.routing import ENV_RETRIES as ENV_RETRIES
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
-from agentbox.core.invoke import InvokeResult, new_session_id
+from agentbox.core.invoke import InvokeResult
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.tasks import TaskEvent, TaskState, transition
 
@@ -166,17 +167,16 @@ class Engine:
         if job.session_id:
             return job.session_id
         task = self.run.tasks.get(job.task or "")
+        new = str(uuid.uuid4())
         if job.kind == "work" and task is not None:
-            task.session_id = task.session_id or new_session_id()
+            task.session_id = task.session_id or new
             job.session_id = task.session_id
         elif job.kind == "review" and task is not None:
-            task.review_session_id = task.review_session_id or new_session_id()
+            task.review_session_id = task.review_session_id or new
             job.session_id = task.review_session_id
         else:
             key = job.data.get("session_key") or job.role
-            if key not in self.run.sessions:
-                self.run.sessions[key] = new_session_id()
-            job.session_id = self.run.sessions[key]
+            job.session_id = self.run.sessions.setdefault(key, new)
         return job.session_id
 
     def _start(self, job: Job) -> None:

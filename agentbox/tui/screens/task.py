@@ -20,6 +20,10 @@ from agentbox.tui import loaders, model
 from agentbox.tui import messages as msg
 from agentbox.tui.widgets.events import event_line
 
+EVENTS_SHOWN = 500
+"""Most decision-log records of the task kept on screen."""
+
+
 if TYPE_CHECKING:
     from agentbox.tui.screens.dashboard import DashboardScreen
 
@@ -97,6 +101,7 @@ class TaskDetailScreen(Screen[None]):
         self.task_id = task_id
         self._events_for: float | None = None
         self.events_shown: list[dict[str, Any]] = []
+        self._events_offset = 0
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="task-body"):
@@ -128,11 +133,12 @@ class TaskDetailScreen(Screen[None]):
         self.refresh_bindings()
 
     def _read_events(self, run_id: str) -> None:
-        self.post_message(loaders.task_events(self.dashboard.project, run_id, self.task_id))
+        self.post_message(loaders.task_events(self.dashboard.project, run_id, self.task_id, self._events_offset))
 
     def on_task_events_loaded(self, message: msg.TaskEventsLoaded) -> None:
-        """Show the task's part of the decision log."""
-        self.events_shown = message.records
+        """Show the task's part of the decision log (read once, then followed from where it stopped)."""
+        self.events_shown = (self.events_shown + message.records)[-EVENTS_SHOWN:]
+        self._events_offset = message.offset
         lines = [section(f"Events ({len(message.records)})")] + [event_line(r) for r in message.records]
         self.query_one("#task-events", Static).update(Group(*lines))
 
