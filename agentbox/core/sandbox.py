@@ -27,7 +27,7 @@ import shutil
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from agentbox.core.errors import SandboxError, UsageError
 from agentbox.core.runtimes.base import HomeBind
@@ -119,6 +119,18 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
 # ----------------------------------------------------------------------------- helpers (impure)
 
 
+@functools.lru_cache(maxsize=4096)
+def glob_static_prefix(pattern: str) -> tuple[tuple[str, ...], bool]:
+    """The literal leading path components of a write glob, and whether the whole pattern is literal."""
+    parts = PurePosixPath(pattern.strip("/") or ".").parts
+    static: list[str] = []
+    for part in parts:
+        if any(ch in part for ch in "*?["):
+            return tuple(static), False
+        static.append(part)
+    return tuple(static), True
+
+
 def resolve_write_scopes(project_root: Path, scopes: list[str] | None,
                          made: list[Path] | None = None) -> tuple[Path, ...]:
     """Host paths a role may write: the static prefix of each glob, or the literal path.
@@ -138,13 +150,7 @@ def resolve_write_scopes(project_root: Path, scopes: list[str] | None,
     made = made if made is not None else []
     result: list[Path] = []
     for scope in scopes:
-        parts = Path(scope).parts
-        static: list[str] = []
-        for part in parts:
-            if any(ch in part for ch in "*?["):
-                break
-            static.append(part)
-        literal = len(static) == len(parts)
+        static, literal = glob_static_prefix(scope)
         candidate = (project_root / Path(*static)) if static else project_root
         resolved = candidate.resolve()
         if not (resolved == root or resolved.is_relative_to(root)) or Path(scope).is_absolute():

@@ -12,23 +12,10 @@ Pure functions over the run state, so the rules are tested without processes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
-from pathlib import PurePosixPath
 
 from agentbox.core.engine.models import Job, Run, Task
+from agentbox.core.sandbox import glob_static_prefix
 from agentbox.core.tasks import TaskState, holds_slot
-
-
-@lru_cache(maxsize=4096)
-def _static_parts(pattern: str) -> tuple[tuple[str, ...], bool]:
-    """The literal leading path components of a glob, and whether the whole pattern is literal."""
-    parts = PurePosixPath(pattern.strip("/") or ".").parts
-    static: list[str] = []
-    for part in parts:
-        if any(ch in part for ch in "*?["):
-            return tuple(static), False
-        static.append(part)
-    return tuple(static), True
 
 
 def globs_overlap(first: Iterable[str], second: Iterable[str]) -> bool:
@@ -39,9 +26,9 @@ def globs_overlap(first: Iterable[str], second: Iterable[str]) -> bool:
     or both are the same literal path. Read-only tasks (empty lists) overlap nothing.
     """
     for a in first:
-        a_static, _ = _static_parts(a)
+        a_static, _ = glob_static_prefix(a)
         for b in second:
-            b_static, _ = _static_parts(b)
+            b_static, _ = glob_static_prefix(b)
             shorter = min(len(a_static), len(b_static))
             if a_static[:shorter] == b_static[:shorter]:
                 return True

@@ -6,8 +6,8 @@ from agentbox.core.engine import prompts
 from agentbox.core.engine.models import Acceptance, Checkpoint, Job, Task
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import Plan, check_plan
-from agentbox.core.engine.scheduler import _static_parts
 from agentbox.core.invoke import InvokeResult
+from agentbox.core.sandbox import glob_static_prefix
 
 APPROVE_WORDS = {"approve", "approved", "yes", "y", "ok", "go"}
 
@@ -59,9 +59,10 @@ class HierarchicalMode(ModeDriver):
             role = self.engine.crew.roles.get(task.assignee)
             if role is None or role.writes is None:
                 continue
+            allowed_prefixes = [glob_static_prefix(r)[0] for r in role.writes]
             for pattern in task.writes:
-                static, _ = _static_parts(pattern)
-                inside = any(static[: len(_static_parts(r)[0])] == _static_parts(r)[0] for r in role.writes)
+                static, _ = glob_static_prefix(pattern)
+                inside = any(static[: len(prefix)] == prefix for prefix in allowed_prefixes)
                 if not inside:
                     allowed = ", ".join(role.writes) or "nothing (read-only)"
                     problems.append(f"task {task.id}: {task.assignee} may not write {pattern!r} (allowed: {allowed})")
