@@ -50,7 +50,7 @@ from agentbox.core.graph_schema import (
     _schema_violation,
     _type_name,
 )
-from agentbox.core.yaml_io import parse_yaml, plain
+from agentbox.core.yaml_io import parse_yaml, plain, read_yaml_text
 
 RULES: tuple[str, ...] = (
     "schema",
@@ -93,16 +93,14 @@ def check_graph_file(
     path: Path, roles: Collection[str] | None = None
 ) -> tuple[Graph | None, list[Violation]]:
     """Read, parse and validate a graph file; a missing or unreadable file raises."""
+    if not path.exists():
+        raise NotFoundError(f"no work graph at {path}")
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise NotFoundError(f"no work graph at {path}") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=path) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return None, [Violation("schema", f"not UTF-8 text (byte {exc.start})", None)]
+        text = read_yaml_text(path)
+    except ConfigError as exc:
+        if exc.line is None:  # unreadable: not a graph problem
+            raise
+        return None, [Violation("schema", exc.detail, exc.line)]
     return check_graph_text(text, path, roles)
 
 

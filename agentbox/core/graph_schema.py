@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agentbox.core.config import NAME_RULE
 from agentbox.core.errors import Violation
 from agentbox.core.yaml_io import position
 
@@ -156,10 +157,7 @@ def _describe(error: Any, loc: tuple[str | int, ...]) -> str:
     if kind == "literal_error":
         return f"invalid value {value!r}; allowed: {ctx.get('expected', '')}"
     if kind == "string_pattern_mismatch":
-        return (
-            f"invalid name {value!r}: use letters, digits, '.', '_' or '-', starting with a "
-            "letter or digit (at most 64)"
-        )
+        return f"invalid name {value!r}: {NAME_RULE}"
     if kind == "string_too_short":
         if loc and loc[-1] == "fail_reason":
             return "must not be empty (leave fail_reason out for the fallback edge)"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentbox.core import paths, profiles
-from agentbox.core.config import NAME_PATTERN, Crew, Role, validate_document
+from agentbox.core.config import NAME_PATTERN, NAME_RULE, Crew, Role, validate_document
 from agentbox.core.errors import (
     AlreadyExistsError,
     ConfigError,
@@ -153,7 +153,7 @@ def add_role(
     import re
 
     if not re.match(NAME_PATTERN, name):
-        raise UsageError(f"invalid role name {name!r}", "use letters, digits, '.', '_' or '-'")
+        raise UsageError(f"invalid role name {name!r}", NAME_RULE)
     profiles.resolve(profile)  # unknown profile → NotFoundError listing the available ones
     text = read_yaml_text(project.crew_file)
     document = parse_yaml(text, project.crew_file)
