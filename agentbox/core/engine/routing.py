@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
-from agentbox.core.engine.failures import FailureKind, fingerprint
+from agentbox.core.engine.failures import FailureKind, counts_against_task, fingerprint
 from agentbox.core.engine.models import Failure, Job
 from agentbox.core.engine.replies import ReplyError, corrective_prompt, parse_reply
 from agentbox.core.invoke import InvokeResult
@@ -60,7 +60,7 @@ def fail(engine: Engine, job: Job, kind: FailureKind, message: str, files: tuple
                  role=job.role, session=job.session_id, fingerprint=fp)
     original = job.data.get("original_prompt", job.prompt)
     data = {k: v for k, v in job.data.items() if k not in ("not_before", "original_prompt")}
-    if kind == FailureKind.ENVIRONMENT_FAILURE:
+    if not counts_against_task(kind):  # an environment failure: retried after a back-off
         delays = engine._retry_delays()
         if job.attempt <= min(ENV_RETRIES, len(delays)):
             delay = delays[job.attempt - 1]

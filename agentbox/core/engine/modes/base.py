@@ -112,6 +112,12 @@ class ModeDriver:
         self.engine.event("artifact", what, None, role=role, session=session)
         return path
 
+    def ask_human(self, task: Task, role: str, question: str, why: str) -> None:
+        """The agent needs a human decision (a domain gap): block the task and open a question."""
+        self.engine.transition(task, TaskEvent.BLOCK, "the agent needs a human decision (domain gap)")
+        self.engine.event("failure", f"domain_gap in {task.id}", why[:300], task=task.id, role=role)
+        self.engine.checkpoint("question", question, task=task.id, role=role)
+
     def artifacts_root(self) -> str:
         """The run's artifact dir as agents see it (same path inside the sandbox)."""
         return str(self.engine.store.artifacts_dir(self.run.id))
@@ -123,10 +129,7 @@ class ModeDriver:
         if reply is None:
             return
         if reply.question:
-            self.engine.transition(task, TaskEvent.BLOCK, "the agent needs a human decision (domain gap)")
-            fp_message = f"domain_gap: {reply.question}"
-            self.engine.event("failure", f"domain_gap in {task.id}", fp_message[:300], task=task.id, role=job.role)
-            self.engine.checkpoint("question", reply.question, task=task.id, role=job.role)
+            self.ask_human(task, job.role, reply.question, f"domain_gap: {reply.question}")
             return
         task.submission = reply.model_dump()
         self.record_artifacts(task, reply.artifacts, job, result)

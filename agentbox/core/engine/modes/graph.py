@@ -244,9 +244,7 @@ class GraphMode(ModeDriver):
             return
         task.session_id = result.session_id
         if reply.question:
-            self.engine.transition(task, TaskEvent.BLOCK, "the agent needs a human decision (domain gap)")
-            self.engine.event("failure", f"domain_gap in {task.id}", reply.question[:300], task=task.id, role=job.role)
-            self.engine.checkpoint("question", reply.question, task=task.id, role=job.role)
+            self.ask_human(task, job.role, reply.question, reply.question)
             return
         task.submission = reply.model_dump()
         self.record_artifacts(task, reply.artifacts, job, result)
