@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +38,20 @@ def no_suspend(app: Any, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     return calls
 
 
-async def test_attach_runs_the_members_tool_in_its_sandbox_and_comes_back(
-        project: ProjectPaths, agent_box_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@contextlib.asynccontextmanager
+async def suspending_dashboard(project: ProjectPaths, monkeypatch: pytest.MonkeyPatch
+                               ) -> AsyncIterator[tuple[Any, Any, list[list[str]]]]:
+    """The dashboard, loaded, with suspending made a no-op; yields the app, the pilot and the commands run."""
     app = make_app(project, sample_interval_s=None)
     async with app.run_test(size=(140, 40)) as pilot:
         calls = no_suspend(app, monkeypatch)
         await dashboard_loaded(pilot)
+        yield app, pilot, calls
+
+
+async def test_attach_runs_the_members_tool_in_its_sandbox_and_comes_back(
+        project: ProjectPaths, agent_box_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with suspending_dashboard(project, monkeypatch) as (app, pilot, calls):
         board = app.dashboard
         assert board is not None
         board.action_attach("builder")
@@ -67,10 +76,7 @@ async def test_edit_opens_the_file_in_editor_and_comes_back(
     monkeypatch.setenv("EDITOR", str(editor))
     notes = project.root / "notes.md"
     notes.write_text("first line\n")
-    app = make_app(project, sample_interval_s=None)
-    async with app.run_test(size=(140, 40)) as pilot:
-        calls = no_suspend(app, monkeypatch)
-        await dashboard_loaded(pilot)
+    async with suspending_dashboard(project, monkeypatch) as (app, pilot, calls):
         board = app.dashboard
         assert board is not None
         board.action_edit_artifact(str(notes))
