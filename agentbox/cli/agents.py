@@ -66,9 +66,15 @@ def sessions(args: argparse.Namespace) -> int:
             from agentbox.core.errors import UsageError
 
             raise UsageError("usage: agentbox sessions show UUID")
+        from agentbox.core.sessions import check_session_id
+
+        check_session_id(args.session_id)  # an id becomes a file name: no `../`, no glob
         return _show_session(args, proj)
     store = services.session_store_for(args.role, proj)
-    records = store.list(args.role)
+    damaged: list[Exception] = []
+    records = store.list(args.role, damaged)  # type: ignore[arg-type]
+    for problem in damaged:
+        print(f"warning: {problem}", file=sys.stderr)
     if args.json:
         print_json([r.as_dict() for r in records])
         return 0
@@ -97,6 +103,11 @@ def _show_session(args: argparse.Namespace, proj: object) -> int:
         print(f"session {record.id} · {record.owner} · profile {record.profile} ({record.tool}) · native {record.native_id or '-'}")
         print(f"cwd {record.cwd} · {record.turns} turns · {record.totals.tokens:,} tokens · last {record.last_status}")
         for turn in turns:
+            if not (isinstance(turn.get("turn"), int) and isinstance(turn.get("status"), str)
+                    and isinstance(turn.get("prompt"), str) and isinstance(turn.get("usage") or {}, dict)
+                    and isinstance(turn.get("duration_s", 0), int | float)):
+                print(f"\n--- a damaged turn line in {store.turns_path(record)} (skipped)")
+                continue
             tokens = _tokens(Usage.from_dict(turn.get("usage")).total_tokens)
             print(f"\n--- turn {turn['turn']} · {turn['status']}{' (' + str(turn['error_kind']) + ')' if turn.get('error_kind') else ''} · {tokens} tokens · {turn.get('duration_s', 0):.1f}s · {_when(turn.get('started'))}")
             print(f"> {turn['prompt']}")

@@ -49,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         from agentbox.core.engine.run_store import RunStore
 
-        run_id = RunStore(project).resolve_id(args.resume)
+        run_store = RunStore(project)
+        run_id = run_store.resolve_id(args.resume)
+        run_store.load_checked(run_id)  # a damaged run is refused here, before anything starts
     else:
         if not args.goal:
             raise UsageError("say what the crew should do", 'agentbox run "GOAL" (or --resume RUN)')
@@ -72,15 +74,24 @@ def run(args: argparse.Namespace) -> int:
 def runs(args: argparse.Namespace) -> int:
     """List runs."""
     from agentbox.core import runs as runs_mod
+    from agentbox.core.engine.run_store import DamagedRun
 
     project = project_from(args)
-    all_runs = runs_mod.list_runs(project)
+    listed = runs_mod.list_runs(project)
+    damaged = [r for r in listed if isinstance(r, DamagedRun)]
     if args.json:
-        print_json([{"id": r.id, "status": r.status, "mode": r.contract.mode, "goal": r.contract.goal,
-                     "tasks": len(r.tasks), "tokens": r.totals.tokens} for r in all_runs])
-        return 0
-    print_table(["run", "status", "mode", "tasks", "tokens", "goal"],
-                [[r.id, r.status, r.contract.mode, str(len(r.tasks)), f"{r.totals.tokens:,}", r.contract.goal[:60]] for r in all_runs])
+        print_json([{"id": r.id, "status": "damaged", "error": r.error.message} if isinstance(r, DamagedRun) else
+                    {"id": r.id, "status": r.status, "mode": r.contract.mode, "goal": r.contract.goal,
+                     "tasks": len(r.tasks), "tokens": r.totals.tokens} for r in listed])
+    else:
+        print_table(["run", "status", "mode", "tasks", "tokens", "goal"],
+                    [[r.id, "damaged", "-", "-", "-", "see below"] if isinstance(r, DamagedRun) else
+                     [r.id, r.status, r.contract.mode, str(len(r.tasks)), f"{r.totals.tokens:,}", r.contract.goal[:60]]
+                     for r in listed])
+    for bad in damaged:
+        print(f"warning: {bad.error.message}", file=sys.stderr)
+    if damaged:
+        print(f"hint: {damaged[0].error.hint}", file=sys.stderr)
     return 0
 
 

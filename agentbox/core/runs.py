@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 from agentbox.core import project as project_mod
-from agentbox.core.engine.models import Contract, Run
-from agentbox.core.engine.run_store import RunStore, new_run_id
+from agentbox.core.engine.models import Contract, Run, check_id
+from agentbox.core.engine.run_store import DamagedRun, DamagedRunError, RunStore, new_run_id
 from agentbox.core.errors import NotFoundError, UsageError
 from agentbox.core.paths import ProjectPaths
 
@@ -96,25 +96,28 @@ def send_command(project: ProjectPaths, run_id: str, command: dict[str, Any]) ->
 
 
 def load(project: ProjectPaths, run_id: str | None) -> Run:
-    """A run's state (the latest when `run_id` is None)."""
+    """A run's state (the latest when `run_id` is None), checked: a damaged run is a DamagedRunError."""
     store = RunStore(project)
-    return store.load(store.resolve_id(run_id))
+    return store.load_checked(store.resolve_id(run_id), full=False)
 
 
-def list_runs(project: ProjectPaths) -> list[Run]:
-    """Every run of the project, oldest first."""
-    store = RunStore(project)
-    return [store.load(run_id) for run_id in store.list_ids()]
+def list_runs(project: ProjectPaths) -> list[Run | DamagedRun]:
+    """Every run of the project, oldest first; a run that cannot be read comes as a `DamagedRun`."""
+    return RunStore(project).scan()
 
 
 def find_task_run(project: ProjectPaths, task_id: str, run_id: str | None) -> str:
     """The run holding `task_id` (the given run, else the latest run that has it)."""
+    check_id("task", task_id)
     store = RunStore(project)
     if run_id:
         return store.resolve_id(run_id)
     for candidate in reversed(store.list_ids()):
-        if task_id in store.load(candidate).tasks:
-            return candidate
+        try:
+            if task_id in store.load(candidate).tasks:
+                return candidate
+        except DamagedRunError:
+            continue
     raise NotFoundError(f"no run has a task {task_id!r}", "pass --run RUN")
 
 

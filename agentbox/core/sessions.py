@@ -3,19 +3,37 @@
 In a project: `.agent-box/sessions/<role>/<uuid>.json` + `<uuid>.turns.jsonl`; outside a
 project, per profile under `$AGENT_BOX_HOME/sessions/<profile>/`. The record maps
 agentbox's UUID to the tool's native session id, so resuming one resumes the other.
-Raw output of each turn is kept in `<uuid>.logs/`.
+Raw output of each turn is kept in `<uuid>.logs/`. Session ids become file names, so one
+that is not a plain id (`../x`, `*`) is refused before any path is made of it; records
+are read bounded and validated (a damaged one is a StateError naming its file).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from agentbox.core import store
-from agentbox.core.errors import NotFoundError
+from agentbox.core.errors import NotFoundError, StateError, UsageError
 from agentbox.core.runtimes.base import TOKEN_FIELDS, Usage, add_usage
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+"""A session id (agentbox makes UUIDs): one path component, nothing a glob would expand."""
+_SESSION_ID = re.compile(SESSION_ID_PATTERN)
+MAX_RECORD_BYTES = 4 << 20
+"""Cap for one session record."""
+
+
+def check_session_id(session_id: str) -> str:
+    """`session_id` when it is a valid session id; else a UsageError (exit 2)."""
+    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
+        raise UsageError(f"invalid session id {str(session_id)[:80]!r}: session ids use letters, digits, "
+                         "'.', '_' or '-' (agentbox makes UUIDs)", "`agentbox sessions` lists the known sessions")
+    return session_id
 
 
 def now() -> float:
@@ -80,12 +98,21 @@ class SessionRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionRecord:
-        """Inverse of as_dict."""
+        """Inverse of as_dict; a ValueError says which field is not of its type."""
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
         data = dict(data)
-        totals = dict(data.pop("totals", {}) or {})
-        totals.pop("tokens", None)
+        totals = data.pop("totals", {}) or {}
+        if not isinstance(totals, dict):
+            raise ValueError("totals: not an object")
+        totals = {k: v for k, v in totals.items() if k in Totals.__dataclass_fields__}
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known, totals=Totals(**totals))
+        for name in ("id", "owner", "profile", "tool", "cwd", "created", "updated"):
+            if name not in known:
+                raise ValueError(f"{name}: missing")
+        record = cls(**known, totals=Totals(**totals))
+        _check_types(record)
+        return record
 
 
 class SessionStore:
@@ -95,7 +122,7 @@ class SessionStore:
         self.root = root
 
     def _record_path(self, owner: str, session_id: str) -> Path:
-        return self.root / _safe(owner) / f"{session_id}.json"
+        return self.root / _safe(owner) / f"{check_session_id(session_id)}.json"
 
     def logs_dir(self, record: SessionRecord) -> Path:
         """Where the raw output of each turn is kept."""
@@ -112,20 +139,38 @@ class SessionStore:
         store.atomic_write_json(self._record_path(record.owner, record.id), record.as_dict(), durable=False)
 
     def find(self, session_id: str) -> SessionRecord:
-        """The record of `session_id`, whichever role it belongs to."""
-        for path in self.root.glob(f"*/{session_id}.json"):
-            return SessionRecord.from_dict(store.read_json(path))
+        """The record of `session_id`, whichever role it belongs to (a StateError when it is damaged)."""
+        name = f"{check_session_id(session_id)}.json"
+        if self.root.is_dir():
+            for owner_dir in sorted(self.root.iterdir()):
+                path = owner_dir / name
+                if owner_dir.is_dir() and not owner_dir.is_symlink() and os.path.lexists(path):
+                    return self.read(path)
         raise NotFoundError(f"no session {session_id} under {self.root}",
                             "`agentbox sessions` lists the known sessions")
 
-    def list(self, owner: str | None = None) -> list[SessionRecord]:
-        """Records of one owner (or all), newest first."""
+    def read(self, path: Path) -> SessionRecord:
+        """The record in `path`, validated; a StateError naming the file when it is damaged."""
+        data = store.read_json(path, max_bytes=MAX_RECORD_BYTES)
+        try:
+            record = SessionRecord.from_dict(data)
+        except (TypeError, ValueError) as exc:
+            raise StateError(f"{path}: not a valid session record: {exc}",
+                             "move the file away; the session's turns stay in its .turns.jsonl") from None
+        if f"{record.id}.json" != path.name:
+            raise StateError(f"{path}: holds session {record.id[:80]!r}", "move the file away")
+        return record
+
+    def list(self, owner: str | None = None, damaged: list[StateError] | None = None) -> list[SessionRecord]:
+        """Records of one owner (or all), newest first; damaged ones are left out (and added to `damaged`)."""
         pattern = f"{_safe(owner)}/*.json" if owner else "*/*.json"
         records = []
         for path in self.root.glob(pattern):
-            data = store.read_json(path)
-            if isinstance(data, dict) and "id" in data:
-                records.append(SessionRecord.from_dict(data))
+            try:
+                records.append(self.read(path))
+            except StateError as exc:
+                if damaged is not None:
+                    damaged.append(exc)
         return sorted(records, key=lambda r: r.updated, reverse=True)
 
     def latest(self, owner: str) -> SessionRecord | None:
@@ -141,6 +186,30 @@ class SessionStore:
         """Every turn of a session, oldest first."""
         lines, _ = store.read_jsonl(self.turns_path(record))
         return lines
+
+
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "owner": (str,), "role": (str, type(None)), "profile": (str,), "tool": (str,), "cwd": (str,),
+    "created": (int, float), "updated": (int, float), "native_id": (str, type(None)), "turns": (int,),
+    "status": (str,), "last_status": (str, type(None)), "last_error_kind": (str, type(None)), "sandboxed": (bool,),
+    "running": (dict, type(None)), "adapter_state": (dict,), "run_id": (str, type(None)),
+    "task_id": (str, type(None)),
+}
+
+
+def _check_types(record: SessionRecord) -> None:
+    """A ValueError naming the first field of `record` that is not of its type."""
+    for item in fields(record):
+        allowed = _FIELD_TYPES.get(item.name)
+        value = getattr(record, item.name)
+        if allowed is not None and (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)):
+            raise ValueError(f"{item.name}: {type(value).__name__} where {allowed[0].__name__} was expected")
+    if not _SESSION_ID.fullmatch(record.id):
+        raise ValueError(f"id: {record.id[:80]!r} is not a session id")
+    for item in fields(record.totals):
+        value = getattr(record.totals, item.name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"totals.{item.name}: not a number")
 
 
 def _safe(owner: str) -> str:

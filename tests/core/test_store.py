@@ -57,7 +57,7 @@ def test_failed_write_keeps_the_old_content(failing: str, tmp_path: Path, monkey
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(store.os, failing, boom)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(store.DiskFullError, match="No space left"):
         store.atomic_write_json(target, {"state": "new", "padding": "x" * 100_000})
     monkeypatch.undo()
     assert store.read_json(target) == {"state": "old"}

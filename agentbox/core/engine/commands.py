@@ -22,6 +22,11 @@ ACTIONS = ("answer", "approve", "rework", "cancel_task", "cancel_run", "pause", 
 
 def apply(engine: Engine, command: dict[str, Any]) -> str:
     """Apply `command`; returns what happened or raises a UsageError subclass."""
+    from agentbox.core.engine.run_store import command_problem
+
+    problem = command_problem(command)
+    if problem:
+        raise UsageError(f"malformed command: {problem}")
     action = command.get("action")
     if action not in ACTIONS:
         raise UsageError(f"unknown command {action!r}")

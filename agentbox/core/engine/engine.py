@@ -27,10 +27,11 @@ from agentbox.core.engine.failures import backoff_delays
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Job, Run, Task
 from agentbox.core.engine.recovery import _kill_orphan
 from agentbox.core.engine.routing import ENV_RETRIES as ENV_RETRIES
-from agentbox.core.engine.run_store import RunStore
+from agentbox.core.engine.run_store import RUN_FILE, DamagedRunError, RunStore
 from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.store import DiskFullError, disk_full_is_typed
 from agentbox.core.tasks import TaskEvent, TaskState, transition
 
 POLL_S = 0.2
@@ -250,9 +251,12 @@ class Engine:
             ok, message = False, exc.message
         if command.get("id"):
             self.run.applied_commands.append(str(command["id"]))
-        self.event("command", f"{command.get('action')} {'applied' if ok else 'refused'}: {message}",
-                   command.get("note"), task=command.get("task"), human_required=False,
-                   command_id=command.get("id"), ok=ok)
+        def text(key: str) -> str | None:
+            value = command.get(key)
+            return value if isinstance(value, str) else None
+
+        self.event("command", f"{str(command.get('action'))[:40]} {'applied' if ok else 'refused'}: {message}",
+                   text("note"), task=text("task"), human_required=False, command_id=text("id"), ok=ok)
         self._poke()
         return ok, message
 
@@ -338,24 +342,65 @@ class Engine:
             await asyncio.sleep(0.05)
 
     async def _execute_locked(self) -> Run:
-        """The run under its lock: recover from disk, start the mode, loop, release."""
-        self.run = self.store.load(self.run.id)
-        self.run.engine = {"pid": os.getpid(), "started": self.clock()}
-        self.recover()
-        if not self.run.mode_state.get("started"):
-            self.run.mode_state["started"] = True
-            self.mode.start()
-        self.save()
+        """The run under its lock: validate and recover from disk, start the mode, loop, release.
+
+        A full disk stops the engine with a `DiskFullError` after pausing the run (see
+        `_stop_for_full_disk`); `run --resume` continues once there is space again.
+        """
+        self.run = self.store.load_checked(self.run.id)
+        self._check_roles()
+        self.store.reserve(self.run.id)
         try:
-            await self._loop()
-        finally:
-            for flight in self._flights.values():
-                flight.cancel()
-            with contextlib.suppress(Exception):
-                await asyncio.gather(*self._flights.values(), return_exceptions=True)
-            self.run.engine = None
+            self.run.engine = {"pid": os.getpid(), "started": self.clock()}
+            self.recover()
+            if not self.run.mode_state.get("started"):
+                self.run.mode_state["started"] = True
+                self.mode.start()
             self.save()
+            await self._loop()
+        except DiskFullError as exc:
+            await self._stop_for_full_disk(exc)
+            raise
+        finally:
+            await self._cancel_flights()
+            self.run.engine = None
+            with contextlib.suppress(DiskFullError):
+                self.save()
+            self.store.release_reserve(self.run.id)
         return self.run
+
+    def _check_roles(self) -> None:
+        """Every pending or running turn, and every open task, names a role of the crew."""
+        roles = self.crew.roles
+        named = [(f"jobs.{job.id}.role", job.role) for job in self.run.jobs.values()]
+        named += [(f"tasks.{task.id}.assignee", task.assignee) for task in self.run.tasks.values()
+                  if task.state not in ("approved", "cancelled")]
+        for field, role in named:
+            if role not in roles:
+                raise DamagedRunError(self.store.dir(self.run.id) / RUN_FILE,
+                                      f"{field}: role {role[:64]!r} is not in crew.yaml "
+                                      f"(roles: {', '.join(roles) or 'none'})", run_id=self.run.id)
+
+    async def _cancel_flights(self) -> None:
+        for flight in self._flights.values():
+            flight.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*self._flights.values(), return_exceptions=True)
+
+    async def _stop_for_full_disk(self, exc: DiskFullError) -> None:
+        """Stop the running turns and save the run paused, in the space the run's reserve gave back.
+
+        Turns that ended before are recorded as done, so a resume does not run them again;
+        the stopped ones are resumed in their sessions.
+        """
+        await self._cancel_flights()
+        self._flights.clear()
+        self.store.release_reserve(self.run.id)
+        self.run.status = "paused"
+        self.run.status_reason = f"disk full: {exc.message}"
+        self.event("run.status", "run is paused: the disk is full", exc.message, human_required=True)
+        with contextlib.suppress(DiskFullError):
+            self.save()
 
     async def _loop(self) -> None:
         while True:
@@ -381,5 +426,6 @@ class Engine:
                     del self._flights[job_id]
                     if flight.cancelled():
                         continue
-                    job, result = flight.result()
+                    with disk_full_is_typed(self.store.dir(self.run.id)):
+                        job, result = flight.result()
                     self._complete(job, result)

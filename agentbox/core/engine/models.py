@@ -1,14 +1,49 @@
 """The state of a run as persisted in `run.json` (pydantic, so a load is always validated).
 
 The engine is the only writer while it runs; commands from other processes go through
-the run's inbox (see `run_store`).
+the run's inbox (see `run_store`). Ids become path components (a task's hand-on folder, a
+session's files), so every id read from run.json obeys `ID_PATTERN`, and the same rule is
+checked where ids come from the command line (`check_id`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from agentbox.core.errors import UsageError
+from agentbox.core.tasks import TaskState
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+"""Run, task, job, checkpoint and session ids: one safe path component (no `/`, no `..`, no glob)."""
+ID_RULE = "letters, digits, '.', '_' or '-' (at most 128, starting with a letter or digit)"
+_ID = re.compile(ID_PATTERN)
+MAX_SEQ = 2**53
+"""Largest event sequence number a run can reach (a bigger one in a file is damage)."""
+MAX_PID = 1 << 22
+"""Linux's largest pid (pid_max can be at most 2^22)."""
+
+RunId = Annotated[str, Field(pattern=ID_PATTERN)]
+TaskId = Annotated[str, Field(pattern=ID_PATTERN)]
+SessionId = Annotated[str, Field(pattern=ID_PATTERN)]
+ItemId = Annotated[str, Field(pattern=ID_PATTERN)]
+"""A job's or checkpoint's id."""
+
+
+def is_valid_id(value: object) -> bool:
+    """True when `value` is a string obeying ID_PATTERN."""
+    return isinstance(value, str) and _ID.match(value) is not None and "\n" not in value
+
+
+def check_id(kind: str, value: str) -> str:
+    """`value` when it is a valid `kind` id (run, task, session...); else a UsageError (exit 2)."""
+    if not is_valid_id(value):
+        raise UsageError(f"invalid {kind} id {value[:80]!r}: {kind} ids use {ID_RULE}",
+                         f"`agentbox {'sessions' if kind == 'session' else 'runs' if kind == 'run' else 'status'}` "
+                         f"lists the known {kind}s")
+    return value
 
 RunStatus = Literal["planning", "running", "waiting_user", "paused", "blocked", "done", "failed",
                     "cancelled", "circuit_broken"]
@@ -79,18 +114,19 @@ class Verdict(Model):
 class Task(Model):
     """One unit of work with an assignee, acceptance criteria and a write scope."""
 
-    id: str
+    id: TaskId
     assignee: str
     brief: str
     acceptance: list[Acceptance] = Field(default_factory=list)
     writes: list[str] = Field(default_factory=list)
-    depends_on: list[str] = Field(default_factory=list)
+    depends_on: list[TaskId] = Field(default_factory=list)
     state: str = "queued"
+    """A TaskState value."""
     attempts: int = 0
     """Work turns dispatched for this task."""
-    session_id: str | None = None
+    session_id: SessionId | None = None
     """The worker's agentbox session for this task (rework resumes it)."""
-    review_session_id: str | None = None
+    review_session_id: SessionId | None = None
     submission: dict[str, Any] | None = None
     verdicts: list[Verdict] = Field(default_factory=list)
     failures: list[Failure] = Field(default_factory=list)
@@ -107,15 +143,22 @@ class Task(Model):
     created: float = 0.0
     updated: float = 0.0
 
+    @field_validator("state")
+    @classmethod
+    def _known_state(cls, value: str) -> str:
+        if value not in TaskState.__members__.values():
+            raise ValueError(f"unknown task state {value[:40]!r} (one of {', '.join(TaskState)})")
+        return value
+
 
 class Checkpoint(Model):
     """Something that waits on a human."""
 
-    id: str
+    id: ItemId
     kind: Literal["plan_approval", "question", "retry_escalation", "budget", "ping_pong", "run_budget"]
     question: str
     options: list[str] = Field(default_factory=list)
-    task: str | None = None
+    task: TaskId | None = None
     role: str | None = None
     status: Literal["open", "answered"] = "open"
     answer: str | None = None
@@ -127,14 +170,14 @@ class Checkpoint(Model):
 class Job(Model):
     """An agent turn the engine has dispatched (kept so a crash can find interrupted turns)."""
 
-    id: str
+    id: ItemId
     kind: JobKind
     role: str
-    task: str | None = None
-    session_id: str | None = None
+    task: TaskId | None = None
+    session_id: SessionId | None = None
     prompt: str = ""
     started: float = 0.0
-    pid: int | None = None
+    pid: int | None = Field(default=None, gt=1, le=MAX_PID)
     pid_create_time: float | None = None
     attempt: int = 1
     """Attempt of this same job (environment retries)."""
@@ -160,25 +203,25 @@ class Totals(Model):
 class Run(Model):
     """Everything in run.json."""
 
-    id: str
+    id: RunId
     contract: Contract
     status: RunStatus = "planning"
     status_reason: str | None = None
     created: float = 0.0
     updated: float = 0.0
     finished: float | None = None
-    seq: int = 0
+    seq: int = Field(default=0, ge=0, le=MAX_SEQ)
     """Sequence number of the last event written (or queued in `outbox`)."""
-    tasks: dict[str, Task] = Field(default_factory=dict)
-    checkpoints: dict[str, Checkpoint] = Field(default_factory=dict)
-    jobs: dict[str, Job] = Field(default_factory=dict)
+    tasks: dict[TaskId, Task] = Field(default_factory=dict)
+    checkpoints: dict[ItemId, Checkpoint] = Field(default_factory=dict)
+    jobs: dict[ItemId, Job] = Field(default_factory=dict)
     """Turns in flight."""
     totals: Totals = Field(default_factory=Totals)
     retries: dict[str, int] = Field(default_factory=dict)
     """Failure fingerprint → automatic retries made."""
     mode_state: dict[str, Any] = Field(default_factory=dict)
     """Per-mode progress (phase, round, cursor, chat offset...)."""
-    sessions: dict[str, str] = Field(default_factory=dict)
+    sessions: dict[str, SessionId] = Field(default_factory=dict)
     """Named sessions of the run (e.g. the lead's) → agentbox session id."""
     engine: dict[str, Any] | None = None
     """pid and start time of the engine process running it."""
@@ -190,3 +233,16 @@ class Run(Model):
     applied_commands: list[str] = Field(default_factory=list)
     """Ids of inbox commands already applied (a command is applied exactly once)."""
     inbox_offset: int = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        """Keys match ids; the outbox holds events with seqs the run has given out."""
+        for name, table in (("tasks", self.tasks), ("checkpoints", self.checkpoints), ("jobs", self.jobs)):
+            for key, item in table.items():
+                if key != item.id:
+                    raise ValueError(f"{name}.{key[:40]} holds id {item.id[:40]!r}")
+        for event in self.outbox:
+            seq = event.get("seq")
+            if type(seq) is not int or not 0 < seq <= self.seq:
+                raise ValueError(f"outbox event with seq {str(seq)[:40]} (the run is at seq {self.seq})")
+        return self

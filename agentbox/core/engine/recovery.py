@@ -49,9 +49,10 @@ def _session_exists(sessions: SessionStore, session_id: str) -> bool:
 def _kill_orphan(job: Job) -> None:
     """Kill what is left of an interrupted turn, with its children.
 
-    That is the recorded process if it is still the same one (pid and start time), and any
-    process still working in the turn's session (`AGENTBOX_SESSION_ID` in its environment):
-    the pid reaches run.json with the next save after the spawn, which a crash may precede.
+    That is the recorded process if it is provably the one agentbox started (see
+    `_is_our_turn`), and any process still working in the turn's session
+    (`AGENTBOX_SESSION_ID` in its environment): the pid reaches run.json with the next save
+    after the spawn, which a crash may precede.
     """
     import psutil
 
@@ -59,7 +60,7 @@ def _kill_orphan(job: Job) -> None:
     if job.pid is not None:
         with contextlib.suppress(psutil.Error):
             proc = psutil.Process(job.pid)
-            if job.pid_create_time is None or abs(proc.create_time() - job.pid_create_time) <= 0.01:
+            if _is_our_turn(proc, job):
                 found.append(proc)
     if job.session_id:
         for proc in psutil.process_iter():
@@ -72,3 +73,27 @@ def _kill_orphan(job: Job) -> None:
                 with contextlib.suppress(psutil.Error):
                     child.kill()
             proc.kill()
+
+
+def _is_our_turn(proc: Any, job: Job) -> bool:
+    """True when `proc` is the process agentbox started for `job`, so it may be killed.
+
+    run.json can be edited, and pids are reused: both the start time recorded at the spawn
+    must match, and the process (or, for a sandbox that passes the environment on to its
+    child, a descendant) must carry the turn's `AGENTBOX_SESSION_ID`. Anything that cannot
+    be checked (no recorded start time, no session, an environment we may not read) is left alone.
+    """
+    import psutil
+
+    if job.pid_create_time is None or not job.session_id or proc.pid in (os.getpid(), 1):
+        return False
+    try:
+        if abs(proc.create_time() - job.pid_create_time) > 0.01:
+            return False
+        for candidate in (proc, *proc.children(recursive=True)):
+            with contextlib.suppress(psutil.Error):
+                if candidate.environ().get("AGENTBOX_SESSION_ID") == job.session_id:
+                    return True
+    except psutil.Error:
+        return False
+    return False

@@ -8,12 +8,19 @@ the lock itself and applies the command directly, so there is never a second wri
 
 Events reach events.jsonl through the run's `outbox`: state and its new events are saved
 together atomically in run.json, then appended to the log, so a crash at any point
-neither loses nor duplicates an event (the outbox is flushed again on resume).
+neither loses nor duplicates an event (the outbox is flushed again on resume). The
+engine lock makes its holder the only writer of events.jsonl and the manifest too, so
+those appends take no other lock (a lock file can be held by anyone who can open it).
+
+Every file of a run is read bounded and validated: a run whose files are damaged raises
+`DamagedRunError` naming the file, the line and what to do, and is listed as damaged
+while the project's other runs list fine.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -21,6 +28,7 @@ import os
 import secrets
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,15 +36,48 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentbox.core import store
-from agentbox.core.engine.models import Run
+from agentbox.core.engine.models import MAX_SEQ, Run, check_id, is_valid_id
 from agentbox.core.errors import NotFoundError, StateError
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.safe_io import UnsafeFileError, read_bounded
 
 RUN_FILE = "run.json"
 EVENTS_FILE = "events.jsonl"
 INBOX_FILE = "inbox.jsonl"
 ENGINE_LOCK = "engine.lock"
 MANIFEST_FILE = "manifest.jsonl"
+MAX_RUN_BYTES = 64 << 20
+"""Cap for run.json."""
+MAX_LOG_BYTES = 1 << 30
+"""Cap for events.jsonl, the inbox and the manifest when they are validated."""
+RESERVE_FILE = "disk-reserve"
+RESERVE_MIN_BYTES = 1 << 20
+"""Space an engine keeps aside while it runs, to save the run paused when the disk fills up."""
+TAIL_BYTES = 1 << 16
+"""Bytes at the end of a log a quick check (`runs`, `status`) validates."""
+
+
+class DamagedRunError(StateError):
+    """A run's files are corrupt or not what agentbox wrote; names the file and line (exit 2)."""
+
+    exit_code = 2
+
+    def __init__(self, file: Path, problem: str, *, line: int | None = None, run_id: str | None = None) -> None:
+        where = f"{file}:{line}" if line is not None else str(file)
+        super().__init__(f"run {run_id or file.parent.name} is damaged: {where}: {problem}",
+                         f"fix or move away {file.name} (a backup of the run directory first); "
+                         "the project's other runs are not affected")
+        self.file = file
+        self.line = line
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class DamagedRun:
+    """A run that cannot be read, as `agentbox runs` lists it."""
+
+    id: str
+    error: DamagedRunError
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -53,8 +94,8 @@ class RunStore:
 
     # ---------------------------------------------------------------- paths
     def dir(self, run_id: str) -> Path:
-        """The run's directory."""
-        return self.project.run_dir(run_id)
+        """The run's directory (`run_id` must be a valid id: it becomes a path)."""
+        return self.project.run_dir(check_id("run", run_id))
 
     def artifacts_dir(self, run_id: str) -> Path:
         """Where roles put the files they hand on."""
@@ -74,25 +115,48 @@ class RunStore:
         return run
 
     def exists(self, run_id: str) -> bool:
-        """True when the run has a run.json."""
-        return (self.dir(run_id) / RUN_FILE).is_file()
+        """True when the run has a run.json (of any kind: a damaged one counts)."""
+        return os.path.lexists(self.dir(run_id) / RUN_FILE)
 
-    def load(self, run_id: str) -> Run:
-        """Read and validate run.json."""
+    def read_raw(self, run_id: str) -> bytes:
+        """The bytes of run.json: a regular file, at most MAX_RUN_BYTES."""
+        path = self.dir(run_id) / RUN_FILE
         try:
-            raw = (self.dir(run_id) / RUN_FILE).read_bytes()
+            return read_bounded(path, max_bytes=MAX_RUN_BYTES)
         except FileNotFoundError:
             raise NotFoundError(f"no run {run_id!r} in {self.project.runs_dir}",
                                 "`agentbox runs` lists the runs") from None
-        return self.parse(run_id, raw)
+        except UnsafeFileError as exc:
+            raise DamagedRunError(path, exc.reason, run_id=run_id) from None
+        except OSError as exc:
+            raise DamagedRunError(path, f"cannot be read: {exc.strerror or exc}", run_id=run_id) from None
+
+    def load(self, run_id: str) -> Run:
+        """Read and validate run.json."""
+        return self.parse(run_id, self.read_raw(run_id))
 
     def parse(self, run_id: str, raw: bytes) -> Run:
         """Validate the bytes of a run.json already read (by a reader that hashed them first)."""
+        path = self.dir(run_id) / RUN_FILE
         try:
-            return Run.model_validate_json(raw)
+            run = Run.model_validate_json(raw)
         except ValidationError as exc:
-            raise StateError(f"{self.dir(run_id) / RUN_FILE} is not a valid run state: "
-                             f"{exc.errors()[0]['msg']}") from None
+            raise self._damage(path, raw, exc, run_id) from None
+        if run.id != run_id:
+            raise DamagedRunError(path, f"holds run {run.id!r}, not {run_id!r}", run_id=run_id)
+        return run
+
+    @staticmethod
+    def _damage(path: Path, raw: bytes, exc: ValidationError, run_id: str) -> DamagedRunError:
+        """The error for a run.json that does not validate: JSON syntax with its line, else the field."""
+        try:
+            store.parse_json(path, raw)
+        except StateError as bad_json:
+            return DamagedRunError(path, bad_json.message.split(": ", 1)[-1],
+                                   line=_line_of(bad_json.message), run_id=run_id)
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        return DamagedRunError(path, f"{field}: {first['msg']}", run_id=run_id)
 
     def save(self, run: Run) -> None:
         """Atomically write run.json, then move its outbox into events.jsonl."""
@@ -103,8 +167,15 @@ class RunStore:
             self.flush_outbox(run)
 
     def flush_outbox(self, run: Run) -> None:
-        """Append the outbox events not yet in events.jsonl (idempotent by `seq`)."""
+        """Append the outbox events not yet in events.jsonl (idempotent by `seq`).
+
+        A log whose last seq is beyond the run's own is damaged (appending after it would
+        drop every new event): a DamagedRunError, not a silent loss.
+        """
         last = self.last_event_seq(run.id)
+        if last > run.seq:
+            raise DamagedRunError(self.events_path(run.id), f"the last event has seq {last}, "
+                                  f"beyond the run's seq {run.seq}", run_id=run.id)
         fresh = []
         for event in run.outbox:
             if event["seq"] > last:
@@ -118,24 +189,94 @@ class RunStore:
         """The seq of the last complete line of events.jsonl (0 when empty)."""
         path = self.events_path(run_id)
         try:
-            with path.open("rb") as handle:
-                handle.seek(0, os.SEEK_END)
-                size = handle.tell()
-                handle.seek(max(0, size - 65536))
-                tail = handle.read()
+            fd = store.open_regular(path)
         except FileNotFoundError:
             return 0
+        except StateError as exc:
+            raise DamagedRunError(path, exc.message.removeprefix(f"{path} "), run_id=run_id) from None
+        try:
+            size = os.fstat(fd).st_size
+            tail = os.pread(fd, TAIL_BYTES, max(0, size - TAIL_BYTES))
+        finally:
+            os.close(fd)
         for raw in reversed(tail.splitlines()):
-            with contextlib.suppress(json.JSONDecodeError):
-                return int(json.loads(raw).get("seq", 0))
+            record = store.parse_line(raw)
+            if record is not None and type(record.get("seq")) is int:
+                return int(record["seq"])
         return 0
 
     def list_ids(self) -> list[str]:
-        """Run ids, oldest first (ids sort by time)."""
+        """Run ids, oldest first (ids sort by time); directories whose name is no valid id are left out."""
         runs = self.project.runs_dir
         if not runs.is_dir():
             return []
-        return sorted(p.name for p in runs.iterdir() if (p / RUN_FILE).is_file())
+        return sorted(p.name for p in runs.iterdir()
+                      if is_valid_id(p.name) and os.path.lexists(p / RUN_FILE))
+
+    def scan(self) -> list[Run | DamagedRun]:
+        """Every run, oldest first, each loaded and quickly checked; a damaged one as `DamagedRun`."""
+        found: list[Run | DamagedRun] = []
+        for run_id in self.list_ids():
+            try:
+                found.append(self.load_checked(run_id, full=False))
+            except DamagedRunError as exc:
+                found.append(DamagedRun(run_id, exc))
+        return found
+
+    def load_checked(self, run_id: str, *, full: bool = True) -> Run:
+        """run.json and the run's logs, validated (`full`: every line; else the end of each log)."""
+        run = self.load(run_id)
+        try:
+            self.check_logs(run, full=full)
+        except DamagedRunError:
+            # an engine may have saved a newer state and flushed its events since run.json was read
+            run = self.load(run_id)
+            self.check_logs(run, full=full)
+        return run
+
+    # ---------------------------------------------------------------- validation
+    def check_logs(self, run: Run, *, full: bool = True) -> None:
+        """Raise DamagedRunError when events.jsonl, the inbox or the manifest is not what agentbox wrote.
+
+        Events must be JSON objects with a string `type` and seqs increasing up to the run's
+        seq; inbox lines and manifest entries JSON objects of their shape. A last line
+        without its newline is a writer caught mid-append (or a crash): not damage.
+        """
+        self._check_lines(run, self.events_path(run.id), full, _event_problem)
+        self._check_lines(run, self.dir(run.id) / INBOX_FILE, full, _command_problem)
+        self._check_lines(run, self.artifacts_dir(run.id) / MANIFEST_FILE, full, _manifest_problem)
+
+    def _check_lines(self, run: Run, path: Path, full: bool, problem_of: Any) -> None:
+        try:
+            fd = store.open_regular(path)
+        except FileNotFoundError:
+            return
+        except StateError as exc:
+            raise DamagedRunError(path, exc.message.removeprefix(f"{path} "), run_id=run.id) from None
+        try:
+            size = os.fstat(fd).st_size
+            if size > MAX_LOG_BYTES:
+                raise DamagedRunError(path, f"is {size:,} bytes, more than the {MAX_LOG_BYTES:,} allowed",
+                                      run_id=run.id)
+            start = 0 if full else max(0, size - TAIL_BYTES)
+            data = os.pread(fd, size - start, start)
+        finally:
+            os.close(fd)
+        lines = data.split(b"\n")[:-1]  # the part after the last newline is still being written
+        first_line = 1
+        if start > 0:
+            first_line = None  # line numbers unknown in a tail; skip the first (cut) line
+            lines = lines[1:]
+        state = {"seq": 0, "seqs_known": start == 0, "run": run}
+        for index, raw in enumerate(lines):
+            if not raw.strip():
+                continue
+            line = first_line + index if first_line is not None else None
+            record = store.parse_line(raw)
+            problem = "not a JSON object (garbage, invalid UTF-8 or the wrong shape)" if record is None \
+                else problem_of(record, state)
+            if problem:
+                raise DamagedRunError(path, problem, line=line, run_id=run.id)
 
     def latest_id(self) -> str:
         """The newest run's id."""
@@ -149,6 +290,7 @@ class RunStore:
         if run_id in (None, "", "latest"):
             return self.latest_id()
         assert run_id is not None
+        check_id("run", run_id)
         if self.exists(run_id):
             return run_id
         matches = [r for r in self.list_ids() if r.startswith(run_id) or r.endswith(run_id)]
@@ -175,9 +317,13 @@ class RunStore:
     # ---------------------------------------------------------------- engine lock
     @contextlib.contextmanager
     def engine_lock(self, run_id: str, *, wait: bool = False) -> Iterator[bool]:
-        """Try to become the run's only writer; yields False when another process is."""
+        """Try to become the run's only writer; yields False when another process is.
+
+        `wait`: block on it (a caller that must be sure to get it); never used on a run an
+        agent can reach.
+        """
         path = self.dir(run_id) / ENGINE_LOCK
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
@@ -191,6 +337,34 @@ class RunStore:
         finally:
             os.close(fd)
 
+    # ---------------------------------------------------------------- disk reserve
+    def reserve(self, run_id: str) -> None:
+        """Set space aside (twice run.json, at least RESERVE_MIN_BYTES) for saving the run on a full disk.
+
+        A DiskFullError when even that space is not there: the run cannot go on safely.
+        """
+        path = self.dir(run_id) / RESERVE_FILE
+        try:
+            state_bytes = os.lstat(self.dir(run_id) / RUN_FILE).st_size
+        except OSError:
+            state_bytes = 0
+        wanted = max(RESERVE_MIN_BYTES, 2 * state_bytes + (64 << 10))
+        with store.disk_full_is_typed(path):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                if os.fstat(fd).st_size < wanted:
+                    _allocate(fd, wanted)
+            except OSError:
+                os.unlink(path)
+                raise
+            finally:
+                os.close(fd)
+
+    def release_reserve(self, run_id: str) -> None:
+        """Give the reserved space back (to save the run in it)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.dir(run_id) / RESERVE_FILE)
+
     def engine_running(self, run_id: str) -> bool:
         """True when some process holds the run's engine lock."""
         with self.engine_lock(run_id) as mine:
@@ -199,16 +373,25 @@ class RunStore:
     # ---------------------------------------------------------------- artifacts
     def record_artifact(self, run_id: str, path: Path, *, role: str, session: str | None,
                         task: str | None) -> dict[str, Any] | None:
-        """Add a file to the manifest of who made what; None when the file does not exist."""
-        if not path.is_file():
+        """Add a file to the manifest of who made what; None when it is not a plain regular file.
+
+        A symlink, FIFO or device is never opened (an agent may have put one there).
+        """
+        try:
+            fd = store.open_regular(path)
+        except (FileNotFoundError, StateError):
             return None
         digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
+        try:
+            size = os.fstat(fd).st_size
+            while chunk := os.read(fd, 1 << 20):
                 digest.update(chunk)
+        finally:
+            os.close(fd)
         entry = {"path": str(path), "role": role, "session": session, "task": task,
-                 "sha256": digest.hexdigest(), "size": path.stat().st_size, "at": time.time()}
-        store.append_jsonl(self.artifacts_dir(run_id) / MANIFEST_FILE, entry)
+                 "sha256": digest.hexdigest(), "size": size, "at": time.time()}
+        # the engine lock makes its holder the only writer of the manifest: no lock file to wait on
+        store.append_jsonl(self.artifacts_dir(run_id) / MANIFEST_FILE, entry, single_writer=True)
         return entry
 
     def write_artifact(self, run_id: str, name: str, text: str, *, role: str,
@@ -220,21 +403,90 @@ class RunStore:
         return path
 
     def manifest(self, run_id: str) -> list[dict[str, Any]]:
-        """Every manifest entry, oldest first."""
+        """Every well-formed manifest entry, oldest first."""
         entries, _ = store.read_jsonl(self.artifacts_dir(run_id) / MANIFEST_FILE)
-        return entries
+        return [e for e in entries if _manifest_problem(e, {}) is None]
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Make the file `size` bytes of really allocated space (zeros where fallocate is not supported)."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        block = bytes(1 << 16)
+        for _ in range(0, size, len(block)):
+            os.write(fd, block)
+        os.fsync(fd)
+
+
+def _line_of(message: str) -> int | None:
+    """The line number in a `path:LINE: ...` message."""
+    head = message.split(": ", 1)[0]
+    number = head.rsplit(":", 1)[-1]
+    return int(number) if number.isdigit() else None
+
+
+def _event_problem(record: dict[str, Any], state: dict[str, Any]) -> str | None:
+    """What is wrong with one decision-log record (None when nothing)."""
+    seq = record.get("seq")
+    run: Run = state["run"]
+    if type(seq) is not int or not 0 < seq <= MAX_SEQ:
+        return f"event without a valid seq ({str(seq)[:40]})"
+    if not isinstance(record.get("type"), str) or not isinstance(record.get("what", ""), str):
+        return "event with a `type` or `what` that is not a string"
+    if seq > run.seq:
+        return f"event seq {seq} is beyond the run's seq {run.seq}"
+    if seq <= state["seq"]:
+        return f"event seq {seq} does not follow seq {state['seq']}"
+    state["seq"] = seq
+    return None
+
+
+_COMMAND_TEXT = ("id", "task", "checkpoint", "text", "note")
+
+
+def _command_problem(record: dict[str, Any], state: dict[str, Any]) -> str | None:
+    """What is wrong with one inbox command (None when nothing)."""
+    if not isinstance(record.get("action"), str):
+        return "command without a string `action`"
+    for key in _COMMAND_TEXT:
+        if record.get(key) is not None and not isinstance(record[key], str):
+            return f"command field {key!r} is not a string"
+    return None
+
+
+def command_problem(command: dict[str, Any]) -> str | None:
+    """What is wrong with the shape of a human command (None when nothing)."""
+    return _command_problem(command, {})
+
+
+def _manifest_problem(record: dict[str, Any], state: dict[str, Any]) -> str | None:
+    """What is wrong with one artifact manifest entry (None when nothing)."""
+    if not isinstance(record.get("path"), str):
+        return "manifest entry without a string `path`"
+    for key in ("role", "session", "task", "sha256"):
+        if record.get(key) is not None and not isinstance(record[key], str):
+            return f"manifest field {key!r} is not a string"
+    for key in ("size", "at"):
+        if record.get(key) is not None and (isinstance(record[key], bool) or not isinstance(record[key], int | float)):
+            return f"manifest field {key!r} is not a number"
+    return None
 
 
 def _append_lines(path: Path, records: list[dict[str, Any]]) -> None:
-    """Append JSON lines with one write and one fsync under the file's lock.
+    """Append JSON lines with one write and one fsync.
 
-    A last line cut short by a crash mid-append is ended first, so the new lines start
-    on their own line (the torn one is skipped by readers and re-sent from the outbox).
+    No lock file: whoever flushes an outbox holds the run's engine lock, so it is the
+    log's only writer. A last line cut short by a crash mid-append is ended first, so the
+    new lines start on their own line (the torn one is skipped by readers and re-sent
+    from the outbox).
     """
     data = b"".join((json.dumps(r, ensure_ascii=False, default=str) + "\n").encode("utf-8") for r in records)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with store.locked(path):
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    with store.disk_full_is_typed(path):
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
