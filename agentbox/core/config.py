@@ -1,14 +1,18 @@
 """Pydantic models of agentbox's user-written files: profile.yaml, crew.yaml, graphs.
 
 Every field has a docstring: they become the descriptions of `agentbox schema`. Unknown
-keys are errors, reported with the file, the line and the valid keys.
+keys are errors, reported with the file, the line and the valid keys. Types are strict
+(`"no"` is not a boolean, `true` is not a number, `.inf` is not a timeout): a crew.yaml
+arrives with a cloned repository, so what it says is checked, not coerced. The paths a
+crew.yaml names are checked here as text (relative, no `..`, no VCS or agentbox
+metadata); where they lead on disk is checked by `agentbox.core.project`.
 """
 
 from __future__ import annotations
 
 import types
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -26,11 +30,66 @@ NAME_RULE = "use letters, digits, '.', '_' or '-' (at most 64, starting with a l
 
 RoleName = Annotated[str, Field(pattern=NAME_PATTERN)]
 
+METADATA_DIRS = frozenset({".git", ".agent-box", ".hg", ".svn"})
+"""Directories no write scope may name: version control and agentbox's own metadata."""
+
+MAX_SECONDS = 7 * 24 * 3600.0
+"""Longest duration a limit may name (a week): beyond it a number is a mistake."""
+
+
+def _has_control_character(text: str) -> bool:
+    return any(ord(ch) < 32 or ord(ch) == 127 for ch in text)
+
+
+def write_scope_problem(scope: str) -> str | None:
+    """Why a crew.yaml write scope is refused, or None when it is a path inside the project.
+
+    A scope is relative to the project root, never leaves it (no `..`), never names
+    version-control or agentbox metadata in its literal part, and is never empty (which
+    would silently mean the whole project).
+    """
+    if not scope.strip():
+        return "an empty write scope is not allowed (`**` is the whole project; `writes: []` is read-only)"
+    if _has_control_character(scope):
+        return f"write scope {scope!r} contains a control character"
+    if scope.startswith(("/", "~")):
+        return f"write scope {scope!r} is not relative to the project root"
+    parts = PurePosixPath(scope).parts
+    if ".." in parts:
+        return f"write scope {scope!r} uses '..': scopes stay inside the project"
+    named = next((part for part in parts if part.casefold() in METADATA_DIRS), None)
+    if named is not None:
+        return f"write scope {scope!r} names {named}/: metadata is never writable by a role"
+    return None
+
+
+def box_path_problem(value: str, what: str) -> str | None:
+    """Why `value` is refused as a file path relative to `.agent-box/`, or None (text only)."""
+    if not value.strip():
+        return f"the {what} path is empty"
+    if _has_control_character(value):
+        return f"{what} {value!r} contains a control character"
+    if value.startswith(("/", "~")):
+        return f"{what} {value!r} must be a path relative to .agent-box/"
+    if ".." in PurePosixPath(value).parts:
+        return f"{what} {value!r} uses '..': it must stay inside .agent-box/"
+    return None
+
+
+def _box_path(value: str | None, what: str) -> str | None:
+    problem = None if value is None else box_path_problem(value, what)
+    if problem:
+        raise ValueError(problem)
+    return value
+
 
 class Strict(BaseModel):
-    """Base of every config model: unknown keys are errors; field docstrings document."""
+    """Base of every config model: unknown keys are errors, types are not coerced, numbers
+    are finite; field docstrings document."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, frozen=True, strict=True, allow_inf_nan=False
+    )
 
 
 # ----------------------------------------------------------------------------- profile
@@ -112,6 +171,20 @@ class Role(Strict):
     description: str | None = None
     """What this role does in the crew (shown to planners and in the TUI)."""
 
+    @field_validator("writes")
+    @classmethod
+    def _scopes_inside_project(cls, writes: list[str] | None) -> list[str] | None:
+        for scope in writes or []:
+            problem = write_scope_problem(scope)
+            if problem:
+                raise ValueError(problem)
+        return writes
+
+    @field_validator("instructions")
+    @classmethod
+    def _instructions_in_box(cls, instructions: str | None) -> str | None:
+        return _box_path(instructions, "instructions file")
+
     @property
     def read_only(self) -> bool:
         """True when the role may not write the project at all."""
@@ -132,11 +205,11 @@ class Limits(Strict):
 
     max_workers: int = Field(default=2, ge=1, le=64)
     """How many tasks may be worked on at the same time (work turns; plans and reviews do not count)."""
-    task_timeout_s: float = Field(default=900, gt=0)
+    task_timeout_s: float = Field(default=900, gt=0, le=MAX_SECONDS)
     """Wall-clock limit of one agent turn, in seconds; the process group is killed after it."""
     max_auto_retries: int = Field(default=2, ge=0, le=20)
     """How many times the same failure (same fingerprint) is retried before asking the human."""
-    retry_max_s: float = Field(default=300, gt=0)
+    retry_max_s: float = Field(default=300, gt=0, le=MAX_SECONDS)
     """Longest total time spent backing off environment failures of one turn."""
     budget: Budget = Field(default_factory=Budget)
     """Token budgets."""
@@ -191,6 +264,11 @@ class GraphSettings(Strict):
 
     file: str | None = None
     """The work graph (relative to .agent-box/), e.g. graphs/build.yaml."""
+
+    @field_validator("file")
+    @classmethod
+    def _file_in_box(cls, file: str | None) -> str | None:
+        return _box_path(file, "graph file")
 
 
 class Crew(Strict):
@@ -359,7 +437,7 @@ def validate_document(model: type[M], data: Any, file: Path, document: Any = Non
     """Validate parsed data against `model`; errors become one ConfigError naming file/line/field."""
     schema_hint = f"`agentbox schema {model.__name__.lower()}` prints the full schema"
     if data is None:
-        raise ConfigError("file is empty (no YAML content)", file=file, hint=schema_hint)
+        raise ConfigError("file is empty (no YAML content)", file=file, line=1, hint=schema_hint)
     if not isinstance(data, dict):
         raise ConfigError(
             f"expected a mapping at the top level, got {_short(plain(data))}",

@@ -1,6 +1,10 @@
 """The only module that imports ruamel.yaml.
 
-Reads keep line and column of every key so validation errors can name them. Edits of a
+Reads keep line and column of every key so validation errors can name them. A file read
+here may come from a cloned repository: it must be a regular file under a size cap, and
+its document may nest at most `MAX_DEPTH` levels and expand (aliases counted each time
+they are used) to at most `MAX_VALUES` values, so no file makes agentbox hang, run out
+of memory or overflow the stack. Edits of a
 person's file keep their comments, key order and quoting: adding or removing one entry of
 a block mapping is a text edit of that entry's lines only (ruamel attaches a comment to
 the node *before* it, so a round-trip dump would carry comments along with the wrong
@@ -10,20 +14,88 @@ entry); anything else goes through the round-trip dumper.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.composer import Composer, MaxDepthExceededError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import AliasEvent
+from ruamel.yaml.nodes import MappingNode, SequenceNode
+from ruamel.yaml.scalarbool import ScalarBoolean
+from ruamel.yaml.scalarfloat import ScalarFloat
+from ruamel.yaml.scalarint import ScalarInt
 
 from agentbox.core.errors import ConfigError
+from agentbox.core.safe_io import UnsafeFileError, read_bounded
 from agentbox.core.store import atomic_write_text
+
+MAX_BYTES = 1 << 20
+"""Largest YAML file agentbox reads (1 MiB): configs are a few kilobytes."""
+MAX_DEPTH = 64
+"""Deepest nesting of mappings and lists in one document."""
+MAX_VALUES = 25_000
+"""Most values (keys, scalars, lists, mappings) a document may hold with every alias
+expanded: stops "billion laughs" and keeps reading any file under a second or two."""
+
+
+class _LimitExceeded(MarkedYAMLError):
+    """A document that is too deep or expands to too much (reported without "malformed")."""
+
+
+class _BoundedComposer(Composer):
+    """ruamel's composer, counting the values of the document with every alias expanded.
+
+    ruamel shares an aliased node instead of copying it, so loading an alias bomb is cheap;
+    whatever walks the data afterwards (validation, JSON) expands it. Counting here, node
+    by node as they are composed, refuses the document before anything can expand it, and
+    stops a huge document early (composing is the slow part of reading YAML).
+    """
+
+    def __init__(self, loader: Any = None) -> None:
+        super().__init__(loader)
+        self._expanded: dict[int, int] = {}
+        self._total = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.parser.check_event(AliasEvent):
+            event = self.parser.peek_event()
+            target = self.anchors.get(event.anchor)
+            if target is not None and id(target) not in self._expanded:
+                raise _LimitExceeded(
+                    None, None, f"the alias *{event.anchor} is used inside the value it names",
+                    event.start_mark,
+                )
+            node = super().compose_node(parent, index)
+            self._count(self._expanded[id(node)], event.start_mark)
+            return node
+        node = super().compose_node(parent, index)
+        size = 1
+        if isinstance(node, SequenceNode):
+            size += sum(self._expanded[id(item)] for item in node.value)
+        elif isinstance(node, MappingNode):
+            size += sum(self._expanded[id(k)] + self._expanded[id(v)] for k, v in node.value)
+        self._expanded[id(node)] = size
+        self._count(1, node.start_mark)
+        return node
+
+    def _count(self, values: int, mark: Any) -> None:
+        self._total += values
+        if self._total > MAX_VALUES:
+            raise _LimitExceeded(
+                None, None,
+                f"the document holds more than {MAX_VALUES:,} values (aliases counted each time they are used)",
+                mark,
+            )
 
 
 def _yaml() -> YAML:
     yaml = YAML(typ="rt")
+    yaml.Composer = _BoundedComposer
+    yaml.max_depth = MAX_DEPTH
     yaml.preserve_quotes = True
     yaml.indent(mapping=2, sequence=4, offset=2)
     yaml.width = 4096
@@ -43,10 +115,24 @@ def parse_yaml(text: str, file: Path | str) -> Any:
     """Parse YAML text; a syntax error becomes a ConfigError with file, line and column."""
     try:
         return _yaml().load(text)
+    except (_LimitExceeded, MaxDepthExceededError) as exc:
+        raise _limit_error(exc, file) from None
     except MarkedYAMLError as exc:
         raise _syntax_error(exc, file) from None
     except YAMLError as exc:
         raise ConfigError(f"malformed YAML: {exc}", file=file) from None
+    except RecursionError:  # MAX_DEPTH is well below the stack; kept as a backstop
+        raise ConfigError(f"nested too deeply (more than {MAX_DEPTH} levels)", file=file, line=1) from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        if "digits" not in str(exc):
+            raise
+        long_number = re.search(r"\d{4000,}", text)
+        raise ConfigError(
+            "a number is too long to read",
+            file=file,
+            line=text.count("\n", 0, long_number.start()) + 1 if long_number else None,
+            hint="numbers in agentbox files are small; remove the digits",
+        ) from None
     except TypeError as exc:  # ruamel builds the key before it can refuse it: `? {a: 1}`
         if "unhashable" not in str(exc):
             raise
@@ -59,6 +145,24 @@ def parse_yaml(text: str, file: Path | str) -> Any:
             line=complex_key,
             hint="keys are plain names: remove the `? ` or the brackets before the colon",
         ) from None
+
+
+def _limit_error(exc: MarkedYAMLError, file: Path | str) -> ConfigError:
+    """A document beyond MAX_DEPTH or MAX_VALUES, at the line where it crossed the limit."""
+    mark = exc.problem_mark
+    if isinstance(exc, MaxDepthExceededError):
+        message = f"nested too deeply (more than {MAX_DEPTH} levels of mappings and lists)"
+        hint = "agentbox files nest only a few levels; flatten the document"
+    else:
+        message = str(exc.problem)
+        hint = "agentbox files are small: split or shorten this one (or use fewer aliases)"
+    return ConfigError(
+        message,
+        file=file,
+        line=mark.line + 1 if mark else None,
+        column=mark.column + 1 if mark else None,
+        hint=hint,
+    )
 
 
 def _syntax_error(exc: MarkedYAMLError, file: Path | str) -> ConfigError:
@@ -96,14 +200,23 @@ def _syntax_error(exc: MarkedYAMLError, file: Path | str) -> ConfigError:
     )
 
 
-def read_yaml_text(path: Path) -> str:
-    """The text of a YAML file; unreadable or non-UTF-8 content is a ConfigError naming the line."""
+def read_yaml_text(path: Path, max_bytes: int = MAX_BYTES) -> str:
+    """The text of a YAML file; unreadable or non-UTF-8 content is a ConfigError naming the line.
+
+    Only a regular file of at most `max_bytes` is read (a symlink to one is followed): a
+    directory, FIFO or device, or a larger file, is refused without blocking on it.
+    """
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, max_bytes=max_bytes, follow_symlinks=True)
     except FileNotFoundError:
         raise ConfigError("file not found", file=path) from None
+    except UnsafeFileError as exc:
+        raise ConfigError(
+            exc.reason, file=path, line=1,
+            hint=f"agentbox reads a regular file of at most {max_bytes:,} bytes here",
+        ) from None
     except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=path) from None
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=path, line=1) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -275,4 +388,10 @@ def plain(data: Any) -> Any:
         return [plain(v) for v in data]
     if isinstance(data, str):
         return str(data)
+    if isinstance(data, ScalarBoolean):  # an int subclass: `&flag true`
+        return bool(data)
+    if isinstance(data, ScalarInt):
+        return int(data)
+    if isinstance(data, ScalarFloat):
+        return float(data)
     return data
