@@ -6,7 +6,10 @@ samples from the real tools), error variants included. Unknown usage stays None,
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +17,10 @@ import pytest
 
 from agentbox.core.runtimes import adapter_for
 from agentbox.core.runtimes.base import CapturedOutput, ParseError, TurnRequest, Usage, optional_int
-from agentbox.core.runtimes.claude import ClaudeAdapter
+from agentbox.core.runtimes.claude import SYSTEM_PROMPT_FILE, ClaudeAdapter
 from agentbox.core.runtimes.codex import CodexAdapter
-from agentbox.core.runtimes.common import json_lines, positional, with_instructions
-from agentbox.core.runtimes.hermes import USAGE_FILE, HermesAdapter
+from agentbox.core.runtimes.common import json_lines, with_instructions
+from agentbox.core.runtimes.hermes import LAUNCHER, USAGE_FILE, HermesAdapter, python_of
 from agentbox.core.runtimes.opencode import OpencodeAdapter
 
 SID = "0f49bb1b-4366-4aff-b25a-fad243ac5c83"
@@ -81,12 +84,10 @@ def test_json_lines_skips_noise() -> None:
     assert list(json_lines(text)) == [{"a": 1}, {"b": 2}]
 
 
-def test_with_instructions_and_positional() -> None:
+def test_with_instructions() -> None:
     assert with_instructions("p", "Be brief.\n", True) == "Be brief.\n\n---\n\np"
     assert with_instructions("p", "Be brief.", False) == "p"
     assert with_instructions("p", None, True) == "p" and with_instructions("p", "", True) == "p"
-    assert positional("hello") == ["hello"]
-    assert positional("-rf please") == ["--", "-rf please"]
 
 
 # ============================================================================ claude
@@ -98,37 +99,42 @@ class TestClaudeArgv:
     def test_new(self) -> None:
         cmd = self.a.build(req("claude"))
         assert cmd.argv == ["/opt/bin/claude", "-p", "--output-format", "json", "--session-id", SID,
-                            "--permission-mode", "bypassPermissions", "--", "do the thing"]
-        assert cmd.stdin is None and cmd.env == {}
+                            "--permission-mode", "bypassPermissions"]
+        assert cmd.stdin == b"do the thing" and cmd.env == {}
 
     def test_resume(self) -> None:
         argv = self.a.build(req("claude", native_id=SID, first_turn=False)).argv
         assert argv[argv.index("-r") + 1] == SID
         assert "--session-id" not in argv
-        assert argv[-2:] == ["--", "do the thing"]
 
-    def test_model_extra_args_and_instructions(self) -> None:
-        argv = self.a.build(req("claude", model="sonnet", extra_args=("--add-dir", "/data"),
-                                instructions="You build.")).argv
+    def test_model_extra_args_and_instructions_file(self, tmp_path: Path) -> None:
+        request = req("claude", tmp_path, model="sonnet", extra_args=("--add-dir", "/data"),
+                      instructions="You build.")
+        request.scratch.mkdir()
+        cmd = self.a.build(request)
+        argv = cmd.argv
         assert argv[argv.index("--model") + 1] == "sonnet"
-        assert argv[argv.index("--append-system-prompt") + 1] == "You build."
-        # extra args come before the prompt, and `--` keeps a variadic option from eating it
-        assert argv[-4:] == ["--add-dir", "/data", "--", "do the thing"]
-        assert "You build." not in argv[-1]  # claude gets a system prompt, not a prepended one
+        system_file = Path(argv[argv.index("--append-system-prompt-file") + 1])
+        assert system_file == request.scratch / SYSTEM_PROMPT_FILE and system_file.read_text() == "You build."
+        # a variadic option last in extra_args has no prompt argument to eat
+        assert argv[-2:] == ["--add-dir", "/data"]
+        assert cmd.stdin == b"do the thing"  # claude gets a system prompt, not a prepended one
 
-    def test_instructions_only_on_first_turn(self) -> None:
-        argv = self.a.build(req("claude", native_id=SID, first_turn=False, instructions="You build.")).argv
-        assert "--append-system-prompt" not in argv and "You build." not in " ".join(argv)
+    def test_instructions_only_on_first_turn(self, tmp_path: Path) -> None:
+        request = req("claude", tmp_path, native_id=SID, first_turn=False, instructions="You build.")
+        argv = self.a.build(request).argv
+        assert "--append-system-prompt-file" not in argv and "You build." not in " ".join(argv)
+        assert not request.scratch.exists()
 
     def test_read_only_denies_write_tools_in_one_argv_item(self) -> None:
         argv = self.a.build(req("claude", read_only=True)).argv
         # `--disallowedTools <tools...>` is variadic: as two items it swallowed the prompt
         assert "--disallowedTools=Edit,Write,NotebookEdit" in argv
         assert "--disallowedTools" not in argv
-        assert argv[-2:] == ["--", "do the thing"]
 
     def test_dash_prompt(self) -> None:
-        assert self.a.build(req("claude", prompt="-v?")).argv[-2:] == ["--", "-v?"]
+        cmd = self.a.build(req("claude", prompt="-v?"))
+        assert "-v?" not in cmd.argv and cmd.stdin == b"-v?"
 
     def test_env_defaults(self) -> None:
         env = ClaudeAdapter.env_defaults
@@ -223,19 +229,19 @@ class TestCodexArgv:
     def test_new(self) -> None:
         cmd = self.a.build(req("codex"))
         assert cmd.argv == ["/opt/bin/codex", "exec", "--json", "--skip-git-repo-check",
-                            "--dangerously-bypass-approvals-and-sandbox", "do the thing"]
-        assert cmd.stdin is None and cmd.env == {}
+                            "--dangerously-bypass-approvals-and-sandbox", "-"]
+        assert cmd.stdin == b"do the thing" and cmd.env == {}
 
     def test_resume_options_after_resume(self) -> None:
         argv = self.a.build(req("codex", native_id="thr-1", first_turn=False, model="m1",
                                 extra_args=("-c", "x=1"))).argv
         assert argv[:3] == ["/opt/bin/codex", "exec", "resume"]
         assert argv[3:] == ["--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-                            "-m", "m1", "-c", "x=1", "thr-1", "do the thing"]
+                            "-m", "m1", "-c", "x=1", "thr-1", "-"]
 
     def test_model_and_extra_args_new(self) -> None:
         argv = self.a.build(req("codex", model="gpt-x", extra_args=("--oss",))).argv
-        assert argv[-4:] == ["-m", "gpt-x", "--oss", "do the thing"]
+        assert argv[-4:] == ["-m", "gpt-x", "--oss", "-"]
 
     def test_read_only_relies_on_the_mount_not_codex_sandbox(self) -> None:
         argv = self.a.build(req("codex", read_only=True)).argv
@@ -243,14 +249,16 @@ class TestCodexArgv:
         assert "-s" not in argv
 
     def test_instructions_prepended_on_first_turn_only(self) -> None:
-        first = self.a.build(req("codex", instructions="You build.")).argv[-1]
-        assert first == "You build.\n\n---\n\ndo the thing"
-        later = self.a.build(req("codex", native_id="t", first_turn=False, instructions="You build.")).argv[-1]
-        assert later == "do the thing"
+        first = self.a.build(req("codex", instructions="You build.")).stdin
+        assert first == b"You build.\n\n---\n\ndo the thing"
+        later = self.a.build(req("codex", native_id="t", first_turn=False, instructions="You build.")).stdin
+        assert later == b"do the thing"
 
     def test_dash_prompt(self) -> None:
-        assert self.a.build(req("codex", prompt="--help me")).argv[-2:] == ["--", "--help me"]
-        assert self.a.build(req("codex", native_id="t", first_turn=False, prompt="-x")).argv[-3:] == ["t", "--", "-x"]
+        cmd = self.a.build(req("codex", prompt="--help me"))
+        assert cmd.argv[-1] == "-" and cmd.stdin == b"--help me"
+        resumed = self.a.build(req("codex", native_id="t", first_turn=False, prompt="-x"))
+        assert resumed.argv[-2:] == ["t", "-"] and resumed.stdin == b"-x"
 
     def test_homes_and_env(self) -> None:
         binds, env = self.a.homes(Path("/p/dot-codex"), HOME)
@@ -491,30 +499,86 @@ class TestOpencodeParse:
 # ============================================================================ hermes
 
 
+def hermes_script(tmp_path: Path, body: str = "import sys\n") -> str:
+    """A hermes entry script as pip writes it (a `#!` line naming its venv's Python)."""
+    script = tmp_path / "venv" / "bin" / "hermes"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(f"#!{sys.executable}\n{body}")
+    script.chmod(0o755)
+    return str(script)
+
+
 class TestHermesArgv:
     a = HermesAdapter()
 
-    def test_new_uses_z_and_usage_file(self, tmp_path: Path) -> None:
-        request = req("hermes", tmp_path)
+    def test_new_uses_oneshot_through_the_launcher(self, tmp_path: Path) -> None:
+        script = hermes_script(tmp_path)
+        request = req("hermes", tmp_path, executable=script)
         cmd = self.a.build(request)
-        assert cmd.argv == ["/opt/bin/hermes", "-z", "do the thing", "--usage-file", str(request.scratch / USAGE_FILE)]
-        assert cmd.env == {"HERMES_YOLO_MODE": "1"} and cmd.stdin is None
+        assert cmd.argv == [sys.executable, "-c", LAUNCHER, "--oneshot", script,
+                            "--usage-file", str(request.scratch / USAGE_FILE)]
+        assert cmd.stdin == b"do the thing"
+        assert cmd.env == {"HERMES_YOLO_MODE": "1"}
 
-    def test_resume_uses_chat_q(self) -> None:
-        cmd = self.a.build(req("hermes", native_id="20261129_165312_df19ca", first_turn=False))
-        assert cmd.argv == ["/opt/bin/hermes", "chat", "-q", "do the thing", "-Q", "--yolo", "--resume",
-                            "20261129_165312_df19ca"]
-        assert "--usage-file" not in cmd.argv and "-z" not in cmd.argv  # -z ignores --resume in 0.19.0
+    def test_resume_uses_chat_query(self, tmp_path: Path) -> None:
+        script = hermes_script(tmp_path)
+        cmd = self.a.build(req("hermes", native_id="20261129_165312_df19ca", first_turn=False, executable=script))
+        assert cmd.argv == [sys.executable, "-c", LAUNCHER, "--query", script, "chat", "-Q", "--yolo",
+                            "--resume", "20261129_165312_df19ca"]
+        assert "--usage-file" not in cmd.argv and "--oneshot" not in cmd.argv  # -z ignores --resume in 0.19.0
+        assert cmd.stdin == b"do the thing"
 
-    def test_model_and_extra_args(self) -> None:
-        new = self.a.build(req("hermes", model="fake-model", extra_args=("--provider", "custom"))).argv
+    def test_model_and_extra_args(self, tmp_path: Path) -> None:
+        script = hermes_script(tmp_path)
+        new = self.a.build(req("hermes", model="fake-model", extra_args=("--provider", "custom"),
+                               executable=script)).argv
         assert new[-4:] == ["-m", "fake-model", "--provider", "custom"]
-        resumed = self.a.build(req("hermes", native_id="s", first_turn=False, model="fake-model")).argv
+        resumed = self.a.build(req("hermes", native_id="s", first_turn=False, model="fake-model",
+                                   executable=script)).argv
         assert resumed[-2:] == ["-m", "fake-model"]
 
-    def test_instructions_prepended_on_first_turn_only(self) -> None:
-        assert self.a.build(req("hermes", instructions="Rules.")).argv[2] == "Rules.\n\n---\n\ndo the thing"
-        assert self.a.build(req("hermes", native_id="s", first_turn=False, instructions="Rules.")).argv[3] == "do the thing"
+    def test_instructions_prepended_on_first_turn_only(self, tmp_path: Path) -> None:
+        script = hermes_script(tmp_path)
+        assert self.a.build(req("hermes", instructions="Rules.", executable=script)).stdin == \
+            b"Rules.\n\n---\n\ndo the thing"
+        resumed = self.a.build(req("hermes", native_id="s", first_turn=False, instructions="Rules.",
+                                   executable=script))
+        assert resumed.stdin == b"do the thing"
+
+    def test_not_a_python_script_gets_the_prompt_as_an_argument(self) -> None:
+        # /opt/bin/hermes does not exist: no interpreter to run the launcher with
+        cmd = self.a.build(req("hermes", prompt="-dash first"))
+        assert cmd.argv[-1] == "--oneshot=-dash first" and cmd.stdin is None
+
+    @pytest.mark.parametrize(("head", "expected"), [
+        ("#!/venv/bin/python3.11\n", ["/venv/bin/python3.11"]),
+        ("#!/usr/bin/env python3\n", ["/usr/bin/env", "python3"]),
+        ("#!/bin/sh\n'''exec' \"/a/very/long/venv/bin/python\" \"$0\" \"$@\"\n' '''\n", ["/a/very/long/venv/bin/python"]),
+        ("#!/bin/sh\nexec node x\n", None),
+        ("\x7fELF", None),
+    ])
+    def test_python_of(self, tmp_path: Path, head: str, expected: list[str] | None) -> None:
+        path = tmp_path / "hermes"
+        path.write_text(head)
+        assert python_of(str(path)) == expected
+        assert python_of(str(tmp_path / "missing")) is None
+
+    def test_launcher_hands_hermes_the_prompt_inside_the_process_only(self, tmp_path: Path) -> None:
+        """The entry script sees the prompt in sys.argv; the kernel's command line never holds it."""
+        report = tmp_path / "report.json"
+        body = ("import json, os, sys\n"
+                "cmdline = open('/proc/self/cmdline', 'rb').read().decode()\n"
+                f"json.dump({{'argv': sys.argv, 'path0': sys.path[0], 'cmdline': cmdline}}, open({str(report)!r}, 'w'))\n")
+        script = hermes_script(tmp_path, body)
+        (tmp_path / "work").mkdir()
+        cmd = self.a.build(req("hermes", tmp_path, prompt="-rf ünïcode\nline two", executable=script, model="m"))
+        done = subprocess.run(cmd.argv, input=cmd.stdin, cwd=tmp_path / "work", capture_output=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        seen = json.loads(report.read_text())
+        assert seen["argv"] == [script, "--usage-file", str(tmp_path / "scratch" / USAGE_FILE), "-m", "m",
+                                "--oneshot=-rf ünïcode\nline two"]
+        assert "ünïcode" not in seen["cmdline"] and "-rf" not in seen["cmdline"]
+        assert seen["path0"] == os.path.dirname(script)  # not the agent's cwd
 
     def test_read_only_drops_yolo_env(self) -> None:
         assert self.a.build(req("hermes", read_only=True)).env == {}
@@ -676,3 +740,211 @@ class TestHermesParse:
     def test_resume_without_session_line_keeps_native_id(self, tmp_path: Path) -> None:
         parsed = self.a.parse(out("ok\n", ""), req("hermes", tmp_path, native_id=HERMES_ID, first_turn=False))
         assert parsed.native_id == HERMES_ID and parsed.text == "ok"
+
+
+# ============================================================================ prompts off the command line
+
+
+SECRET_PROMPT = "PROMPT-7f3a do not show this in ps"
+SECRET_INSTRUCTIONS = "INSTRUCTIONS-91c2 never on a command line"
+TOOLS = ("claude", "codex", "opencode", "hermes", "scripted")
+
+
+def _fake_executable(directory: Path, tool: str) -> Path:
+    """An executable standing in for `tool` (hermes: a Python entry script, as pip makes it)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / tool
+    path.write_text("#!/usr/bin/python3\nimport sys\n" if tool == "hermes" else "#!/bin/sh\n")
+    path.chmod(0o755)
+    return path
+
+
+def _no_secret(argv: list[str]) -> None:
+    for item in argv:
+        assert SECRET_PROMPT not in item and "PROMPT-7f3a" not in item, item
+        assert SECRET_INSTRUCTIONS not in item and "INSTRUCTIONS-91c2" not in item, item
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.parametrize("resumed", [False, True], ids=["new", "resume"])
+def test_build_keeps_prompt_and_instructions_off_argv(tool: str, resumed: bool, tmp_path: Path) -> None:
+    executable = sys.executable if tool == "scripted" else str(_fake_executable(tmp_path / "bin", tool))
+    request = req(tool, tmp_path, prompt=SECRET_PROMPT, instructions=SECRET_INSTRUCTIONS,
+                  native_id="native-1" if resumed else None, first_turn=not resumed, executable=executable,
+                  scenario=Path(__file__))
+    request.scratch.mkdir()
+    cmd = adapter_for(tool).build(request)
+    _no_secret(cmd.argv)
+    _no_secret(list(cmd.env.values()))
+    assert cmd.stdin is not None and SECRET_PROMPT in cmd.stdin.decode()
+    written = "".join(p.read_text() for p in request.scratch.iterdir())
+    # the instructions reached the tool: in front of the prompt, or in a scratch file
+    assert resumed or SECRET_INSTRUCTIONS in cmd.stdin.decode() + written
+
+
+def _prepared_argv(tool: str, tmp_path: Path, agent_box_home: Path, sandbox: str | dict[str, Any]) -> Any:
+    from dataclasses import replace
+
+    from agentbox.core import services
+    from agentbox.core.invoke import _prepare_session, prepare
+
+    profile_dir = agent_box_home / "profiles" / f"p-{tool}"
+    profile_dir.mkdir(parents=True)
+    runtime: dict[str, Any] = {"tool": tool}
+    if tool == "scripted":
+        (profile_dir / "scenario.yaml").write_text("rules: []\n")
+        runtime["scenario"] = "scenario.yaml"
+    else:
+        runtime["command"] = str(_fake_executable(tmp_path / "bin", tool))
+    (profile_dir / "profile.yaml").write_text(json.dumps({"name": f"p-{tool}", "runtime": runtime,
+                                                          "sandbox": sandbox}))
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    agent = replace(services.profile_agent(f"p-{tool}", workdir, None), instructions=SECRET_INSTRUCTIONS)
+    return prepare(agent, SECRET_PROMPT, _prepare_session(agent, None))
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_unsandboxed_command_line_has_no_prompt(tool: str, tmp_path: Path, agent_box_home: Path) -> None:
+    prepared = _prepared_argv(tool, tmp_path, agent_box_home, "none")
+    _no_secret(prepared.argv)
+    assert prepared.stdin is not None and SECRET_PROMPT in prepared.stdin.decode()
+
+
+@pytest.mark.bwrap
+@pytest.mark.parametrize("tool", TOOLS)
+def test_bwrap_command_line_has_no_prompt(tool: str, tmp_path: Path, agent_box_home: Path) -> None:
+    prepared = _prepared_argv(tool, tmp_path, agent_box_home, {"network": False})
+    assert Path(prepared.argv[0]).name == "bwrap"
+    _no_secret(prepared.argv)
+    assert prepared.stdin is not None and SECRET_PROMPT in prepared.stdin.decode()
+
+
+# ============================================================================ hermes: files the agent controls
+
+
+def _parse_in_time(request: TurnRequest, output: CapturedOutput, limit_s: float = 10.0) -> Any:
+    """HermesAdapter.parse in a thread: its result or exception, failing the test if it blocks."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["parsed"] = HermesAdapter().parse(output, request)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    assert not thread.is_alive(), "hermes' adapter blocked on a file the agent controls"
+    return box
+
+
+class TestHermesHostileFiles:
+    def _request(self, tmp_path: Path, **kw: Any) -> TurnRequest:
+        request = req("hermes", tmp_path, **kw)
+        request.scratch.mkdir(parents=True, exist_ok=True)
+        return request
+
+    @pytest.mark.parametrize("kind", ["dev_zero", "fifo", "huge", "directory", "symlink_to_valid_report"])
+    def test_usage_file_that_hermes_never_writes_is_a_parse_error(self, tmp_path: Path, kind: str) -> None:
+        request = self._request(tmp_path)
+        usage = request.scratch / USAGE_FILE
+        if kind == "dev_zero":
+            usage.symlink_to("/dev/zero")
+        elif kind == "fifo":
+            os.mkfifo(usage)
+        elif kind == "huge":
+            with usage.open("wb") as handle:
+                handle.truncate(200 * 1024 * 1024)  # sparse: instant, takes no disk
+        elif kind == "directory":
+            usage.mkdir()
+        else:
+            elsewhere = tmp_path / "elsewhere.json"
+            elsewhere.write_text(json.dumps(HERMES_USAGE_OK))
+            usage.symlink_to(elsewhere)
+        box = _parse_in_time(request, out("an answer\n", scratch=request.scratch))
+        assert isinstance(box.get("error"), ParseError), box
+        assert USAGE_FILE in str(box["error"])
+
+    @pytest.mark.parametrize("content", ["[1, 2, 3]", "[" * 30_000 + "]" * 30_000, '"text"', "\xff\xfe{}",
+                                         json.dumps({**HERMES_USAGE_OK, "session_id": {"not": "an id"}}),
+                                         json.dumps({**HERMES_USAGE_OK, "session_id": "../../etc/passwd"})],
+                             ids=["list", "deep", "string", "not-utf8", "id-object", "id-path"])
+    def test_wrong_shapes_leave_usage_and_id_unknown(self, tmp_path: Path, content: str) -> None:
+        request = self._request(tmp_path)
+        (request.scratch / USAGE_FILE).write_bytes(content.encode("utf-8", "surrogateescape"))
+        box = _parse_in_time(request, out("an answer\n", scratch=request.scratch))
+        parsed = box.get("parsed")
+        assert parsed is not None, box
+        assert parsed.text == "an answer" and parsed.native_id is None
+
+    def _resume(self, tmp_path: Path) -> Any:
+        request = req("hermes", tmp_path, native_id=HERMES_ID, first_turn=False)
+        return _parse_in_time(request, out("x\n", RESUMED_STDERR))
+
+    def test_state_db_symlink_is_not_followed(self, tmp_path: Path) -> None:
+        hermes_db(tmp_path / "real", input_tokens=18)
+        (tmp_path / "dot-hermes").mkdir()
+        (tmp_path / "dot-hermes" / "state.db").symlink_to(tmp_path / "real" / "state.db")
+        assert self._resume(tmp_path)["parsed"].usage == ALL_NONE
+
+    def test_state_db_fifo_side_file_does_not_block(self, tmp_path: Path) -> None:
+        hermes_db(tmp_path / "dot-hermes", input_tokens=18)
+        wal = tmp_path / "dot-hermes" / "state.db-wal"
+        wal.unlink(missing_ok=True)
+        os.mkfifo(wal)
+        assert self._resume(tmp_path)["parsed"].usage == ALL_NONE
+
+    def test_state_db_fifo_does_not_block(self, tmp_path: Path) -> None:
+        (tmp_path / "dot-hermes").mkdir()
+        os.mkfifo(tmp_path / "dot-hermes" / "state.db")
+        assert self._resume(tmp_path)["parsed"].usage == ALL_NONE
+
+    def test_sessions_view_that_never_ends_is_abandoned(self, tmp_path: Path) -> None:
+        config = tmp_path / "dot-hermes"
+        config.mkdir()
+        with sqlite3.connect(config / "state.db") as conn:
+            conn.execute("CREATE VIEW sessions AS WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) "
+                         f"SELECT '{HERMES_ID}' AS id, x AS input_tokens FROM n WHERE x < 0")
+        conn.close()
+        assert self._resume(tmp_path)["parsed"].usage == ALL_NONE
+
+    def test_non_numbers_in_counters_are_dropped(self, tmp_path: Path) -> None:
+        hermes_db(tmp_path / "dot-hermes", input_tokens="x" * 10_000, output_tokens=6, cost_status="y" * 100)
+        parsed = self._resume(tmp_path)["parsed"]
+        assert parsed.usage.input_tokens is None and parsed.usage.output_tokens == 6
+        assert "cost_status" not in parsed.adapter_state["cumulative"]
+
+
+# ============================================================================ scripted: files written where the agent writes
+
+
+def test_scripted_scenario_json_never_written_through_a_planted_symlink(tmp_path: Path) -> None:
+    from agentbox.core.runtimes.scripted import SCENARIO_JSON
+
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text("rules: []\n")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file\n")
+    request = req("scripted", tmp_path, executable=sys.executable, scenario=scenario, instructions="Rules.")
+    request.scratch.mkdir()
+    (request.scratch / SCENARIO_JSON).symlink_to(victim)  # left by the agent of an earlier (attached) turn
+    (request.scratch / "system-prompt.md").symlink_to(victim)
+    cmd = adapter_for("scripted").build(request)
+    assert victim.read_text() == "the user's file\n"
+    written = request.scratch / SCENARIO_JSON
+    assert not written.is_symlink() and json.loads(written.read_text()) == {"rules": []}
+    assert str(written) in cmd.argv
+    assert not (request.scratch / "system-prompt.md").is_symlink()
+
+
+def test_scratch_file_refuses_a_planted_directory(tmp_path: Path) -> None:
+    from agentbox.core.errors import SandboxError
+
+    request = req("claude", tmp_path, instructions="Rules.")
+    (request.scratch / SYSTEM_PROMPT_FILE).mkdir(parents=True)
+    with pytest.raises(SandboxError):
+        ClaudeAdapter().build(request)

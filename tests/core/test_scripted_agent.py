@@ -586,3 +586,24 @@ def test_interactive_session_answers_lines_until_exit(agent: Agent) -> None:
     assert resumed.returncode == 0
     assert resumed.stdout.splitlines()[1:] == ["miss"]
     assert len(agent.session()["turns"]) == 3
+
+
+# ---------------------------------------------------------------- prompt and system prompt off the command line
+
+
+def test_prompt_from_stdin_and_system_prompt_from_a_file(agent: Agent, tmp_path: Path) -> None:
+    agent.script({"rules": [{"when": {"system_contains": "reviewer"}, "do": {"reply": "{system} / {prompt}"}}]})
+    system = tmp_path / "system.md"
+    system.write_text("You are the reviewer.", encoding="utf-8")
+    done = agent.run("-p", "-", "--session-id", SID, "--append-system-prompt-file", str(system),
+                     stdin="-rf ünïcode\nline two")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["result"] == "You are the reviewer. / -rf ünïcode\nline two"
+    assert agent.session()["system"] == "You are the reviewer."
+
+
+def test_system_prompt_file_errors(agent: Agent, tmp_path: Path) -> None:
+    missing = agent.run("-p", "x", "--append-system-prompt-file", str(tmp_path / "missing.md"))
+    assert missing.returncode == 2 and "--append-system-prompt-file" in missing.stderr
+    both = agent.run("-p", "x", "--append-system-prompt", "a", "--append-system-prompt-file", str(tmp_path))
+    assert both.returncode == 2 and "not both" in both.stderr

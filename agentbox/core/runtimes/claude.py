@@ -1,4 +1,8 @@
-"""Claude Code: `claude -p --output-format json`, caller-chosen `--session-id`, resume `-r`."""
+"""Claude Code: `claude -p --output-format json`, caller-chosen `--session-id`, resume `-r`.
+
+The prompt goes on stdin and the role's instructions in a file of the turn's scratch dir
+(`--append-system-prompt-file`): neither is ever on the command line.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from agentbox.core.runtimes.base import (
     Usage,
     optional_int,
 )
-from agentbox.core.runtimes.common import json_lines
+from agentbox.core.runtimes.common import json_lines, scratch_file
 
 #: Tools a read-only role may not use (the read-only mount enforces it anyway). claude
 #: 2.1.197 has no MultiEdit ("Permission deny rule … matches no known tool" on stderr).
@@ -24,6 +28,8 @@ WRITE_TOOLS = "Edit,Write,NotebookEdit"
 #: `--disallowedTools <tools...>` is variadic: as two argv items it swallows the prompt
 #: that follows ("Input must be provided …"), so it is passed as one `--opt=value` item.
 DENY_WRITE_TOOLS = f"--disallowedTools={WRITE_TOOLS}"
+#: The role's instructions, in the turn's scratch dir.
+SYSTEM_PROMPT_FILE = "claude-system-prompt.md"
 
 
 class ClaudeAdapter:
@@ -59,17 +65,17 @@ class ClaudeAdapter:
         if request.model:
             argv += ["--model", request.model]
         if request.first_turn and request.instructions:
-            argv += ["--append-system-prompt", request.instructions]
+            path = scratch_file(request, SYSTEM_PROMPT_FILE, request.instructions)
+            argv += ["--append-system-prompt-file", str(path)]
         return argv
 
     def build(self, request: TurnRequest) -> ToolCommand:
-        """Headless turn; permissions relaxed inside the sandbox, write tools denied to readers."""
+        """Headless turn, the prompt on stdin; permissions relaxed inside the sandbox, write tools denied to readers."""
         argv = [request.executable, "-p", "--output-format", "json", *self._common(request),
                 "--permission-mode", "bypassPermissions"]
         if request.read_only:
             argv.append(DENY_WRITE_TOOLS)
-        # `--` always: a variadic option in extra_args (`--add-dir DIR`) would eat the prompt
-        return ToolCommand([*argv, *request.extra_args, "--", request.prompt])
+        return ToolCommand([*argv, *request.extra_args], stdin=request.prompt.encode("utf-8"))
 
     def interactive(self, request: TurnRequest) -> ToolCommand:
         """The claude TUI resuming the session (the person approves tools)."""

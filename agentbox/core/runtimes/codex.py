@@ -1,4 +1,8 @@
-"""Codex CLI: `codex exec --json` (JSONL), native thread ids, `exec resume`, cumulative usage."""
+"""Codex CLI: `codex exec --json` (JSONL), native thread ids, `exec resume`, cumulative usage.
+
+The prompt (with the role's instructions in front on a session's first turn) is read from
+stdin (`-` as the prompt argument), never put on the command line.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from agentbox.core.runtimes.base import (
     bound_home,
     optional_int,
 )
-from agentbox.core.runtimes.common import json_lines, positional, with_instructions
+from agentbox.core.runtimes.common import json_lines, with_instructions
 
 _COUNTERS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens", "reasoning_output_tokens")
 
@@ -43,7 +47,7 @@ class CodexAdapter:
         return ["--dangerously-bypass-approvals-and-sandbox"]
 
     def build(self, request: TurnRequest) -> ToolCommand:
-        """`codex exec [resume ID] --json ... PROMPT` (options after `resume`)."""
+        """`codex exec [resume ID] --json ... -` (options after `resume`), the prompt on stdin."""
         argv = [request.executable, "exec"]
         if request.native_id is not None:
             argv.append("resume")
@@ -54,7 +58,8 @@ class CodexAdapter:
         if request.native_id is not None:
             argv.append(request.native_id)
         prompt = with_instructions(request.prompt, request.instructions, request.first_turn)
-        return ToolCommand([*argv, *positional(prompt)])
+        # `-` reads the prompt from stdin; with a prompt argument codex would append stdin to it
+        return ToolCommand([*argv, "-"], stdin=prompt.encode("utf-8"))
 
     def interactive(self, request: TurnRequest) -> ToolCommand:
         """The codex TUI, resuming the thread when there is one."""

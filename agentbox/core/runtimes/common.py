@@ -1,10 +1,15 @@
-"""Helpers shared by the CLI adapters: JSON lines, prompt composition."""
+"""Helpers shared by the CLI adapters: JSON lines, prompt composition, scratch files."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+from agentbox.core import safe_io
+from agentbox.core.errors import SandboxError
+from agentbox.core.runtimes.base import TurnRequest
 
 
 def json_lines(text: str) -> Iterator[dict[str, Any]]:
@@ -31,6 +36,18 @@ def with_instructions(prompt: str, instructions: str | None, first_turn: bool) -
     return f"{instructions.strip()}\n\n---\n\n{prompt}"
 
 
-def positional(prompt: str) -> list[str]:
-    """A prompt as the last argv item; `--` first when it could be read as an option."""
-    return ["--", prompt] if prompt.startswith("-") else [prompt]
+def scratch_file(request: TurnRequest, name: str, text: str) -> Path:
+    """Write `text` to `name` in the turn's scratch dir, for the tool to read; its path.
+
+    Prompts and instructions go to the tool through files and stdin, never its command
+    line (which every local user can read in /proc). The scratch dir is writable inside
+    the sandbox, so whatever an earlier turn left at `name` (a symlink out included) is
+    replaced, never written through.
+    """
+    path = request.scratch / name
+    try:
+        safe_io.write_fresh(path, text.encode("utf-8"))
+    except OSError as exc:
+        raise SandboxError(f"cannot write {path} for the agent: {exc}",
+                           "remove what is in the way; agentbox does not write through it") from None
+    return path

@@ -4,16 +4,28 @@ Why two variants: in 0.19.0 `-z` silently ignores `--resume` (a new session, no 
 while `hermes chat -q PROMPT -Q --resume ID` really resumes. `chat -q` writes no usage
 file, so a resumed turn's usage is the difference of the session's cumulative counters in
 `$HERMES_HOME/state.db` before and after the turn.
+
+hermes takes a prompt only as an argument (`-z PROMPT`, `chat -q PROMPT`; no stdin or file
+option in 0.19.0). So that the prompt is never on the command line of any process (which
+every local user can read in /proc), hermes' Python entry script is run by a small
+launcher that reads the prompt from stdin and puts it into hermes' own `sys.argv`, inside
+the process. Both files hermes leaves for agentbox (the usage file in the scratch dir,
+`state.db` in its home) are written by the agent's process, so they are read as hostile:
+regular files only, no symlinks, bounded, a time limit on the SQLite query.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
+import stat
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from agentbox.core import safe_io
 from agentbox.core.runtimes.base import (
     CapturedOutput,
     HomeBind,
@@ -28,6 +40,24 @@ from agentbox.core.runtimes.base import (
 from agentbox.core.runtimes.common import with_instructions
 
 USAGE_FILE = "hermes-usage.json"
+#: The usage file is a small JSON object; anything bigger is not hermes' report.
+USAGE_FILE_MAX_BYTES = 64 * 1024
+#: Longest the state.db look-up may take (an agent can rewrite the database).
+STATE_DB_QUERY_S = 2.0
+#: Runs hermes' entry script (argv[2]) with the prompt read from stdin appended to its
+#: sys.argv as `OPTION=PROMPT` (argv[1]); the kernel's command line never holds it.
+#: sys.path[0] is the script's dir, as when the script runs itself (not the cwd, which is
+#: the agent's project).
+LAUNCHER = (
+    "import os, runpy, sys; option, script = sys.argv[1:3]; "
+    "prompt = sys.stdin.buffer.read().decode('utf-8', 'surrogateescape'); "
+    "sys.argv = [script, *sys.argv[3:], option + '=' + prompt]; "
+    "sys.path[0] = os.path.dirname(os.path.realpath(script)); "
+    "runpy.run_path(script, run_name='__main__')"
+)
+_NATIVE_ID = re.compile(r"[\w.:-]{1,128}")
+#: pip's entry script when the interpreter path is too long for `#!`.
+_PIP_SH_SHEBANG = re.compile(rb"#!/bin/sh\n'''exec' \"?([^\"\s]+)\"? ")
 _SESSION_LINE = re.compile(r"session_id:\s*(\S+)")
 _DB_COUNTERS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
                 "estimated_cost_usd")
@@ -48,16 +78,23 @@ class HermesAdapter:
         return ["-m", request.model] if request.model else []
 
     def build(self, request: TurnRequest) -> ToolCommand:
-        """`hermes -z PROMPT --usage-file F` (new) or `hermes chat -q PROMPT -Q --yolo --resume ID`."""
+        """`hermes -z PROMPT --usage-file F` (new) or `hermes chat -q PROMPT -Q --yolo --resume ID`.
+
+        Run through `LAUNCHER`, the prompt on stdin. An entry point that is not a Python
+        script (no interpreter in its first line) can only get the prompt as an argument.
+        """
         prompt = with_instructions(request.prompt, request.instructions, request.first_turn)
         if request.native_id is None:
             usage_file = request.scratch / USAGE_FILE
-            argv = [request.executable, "-z", prompt, "--usage-file", str(usage_file), *self._model(request)]
+            option, args = "--oneshot", ["--usage-file", str(usage_file), *self._model(request)]
         else:
-            argv = [request.executable, "chat", "-q", prompt, "-Q", "--yolo", "--resume", request.native_id,
-                    *self._model(request)]
+            option, args = "--query", ["chat", "-Q", "--yolo", "--resume", request.native_id, *self._model(request)]
         env = {} if request.read_only else {"HERMES_YOLO_MODE": "1"}
-        return ToolCommand([*argv, *request.extra_args], env=env)
+        python = python_of(request.executable)
+        if python is None:
+            return ToolCommand([request.executable, *args, *request.extra_args, f"{option}={prompt}"], env=env)
+        return ToolCommand([*python, "-c", LAUNCHER, option, request.executable, *args, *request.extra_args],
+                           env=env, stdin=prompt.encode("utf-8", "surrogateescape"))
 
     def interactive(self, request: TurnRequest) -> ToolCommand:
         """The hermes chat TUI resuming the session."""
@@ -71,14 +108,12 @@ class HermesAdapter:
         text = output.stdout.strip()
         state = dict(request.adapter_state)
         if request.native_id is None:
-            usage_path = output.scratch / USAGE_FILE
-            try:
-                data = json.loads(usage_path.read_text())
-            except (OSError, json.JSONDecodeError):
+            data = _usage_report(output.scratch / USAGE_FILE)
+            if data is None:
                 if output.exit_code == 0 and not text:
-                    raise ParseError("hermes wrote no usage file and no answer") from None
+                    raise ParseError("hermes wrote no usage file and no answer")
                 data = {}
-            native = data.get("session_id")
+            native = _native_id(data.get("session_id"))
             usage = Usage(
                 input_tokens=optional_int(data.get("input_tokens")),
                 cached_input_tokens=optional_int(data.get("cache_read_tokens")),
@@ -96,7 +131,7 @@ class HermesAdapter:
             if not data and output.exit_code != 0:
                 raise ParseError("hermes failed before writing its usage file")
             return ParsedTurn(text=text, native_id=native, usage=usage, adapter_state=state)
-        ids = _SESSION_LINE.findall(output.stderr)
+        ids = [i for i in _SESSION_LINE.findall(output.stderr) if _native_id(i)]
         native = ids[-1] if ids else request.native_id
         now = _session_counters(request.config_dir, native)
         before = state.get("cumulative") or {}
@@ -108,30 +143,114 @@ class HermesAdapter:
         return ParsedTurn(text=text, native_id=native, usage=usage, adapter_state=state)
 
 
+def python_of(executable: str) -> list[str] | None:
+    """The interpreter command of a Python entry script (from its `#!` line), or None.
+
+    Knows `#!/path/python`, `#!/usr/bin/env python3` and pip's `#!/bin/sh` +
+    `'''exec' /path/python` form for interpreter paths too long for `#!`.
+    """
+    try:
+        with open(executable, "rb") as handle:
+            head = handle.read(512)
+    except OSError:
+        return None
+    pip_sh = _PIP_SH_SHEBANG.match(head)
+    if pip_sh:
+        words = [os.fsdecode(pip_sh.group(1))]
+    elif head.startswith(b"#!"):
+        words = os.fsdecode(head[2:].split(b"\n", 1)[0]).split()
+    else:
+        return None
+    if not words or not os.path.basename(words[-1]).startswith("python"):
+        return None
+    return words
+
+
+def _native_id(value: Any) -> str | None:
+    """A hermes session id from its output, or None when it does not look like one."""
+    return value if isinstance(value, str) and _NATIVE_ID.fullmatch(value) else None
+
+
+def _usage_report(path: Path) -> dict[str, Any] | None:
+    """The usage file hermes wrote; None when there is none or it does not parse.
+
+    Raises ParseError when the path is something hermes never writes (a symlink, FIFO,
+    device, directory, a file over `USAGE_FILE_MAX_BYTES`): the agent put it there.
+    """
+    try:
+        raw = safe_io.read_bounded(path, max_bytes=USAGE_FILE_MAX_BYTES)
+    except safe_io.UnsafeFileError as exc:
+        raise ParseError(f"hermes usage file {exc.path.name} {exc.reason}") from None
+    except OSError:
+        return None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _cost(value: Any, status: Any) -> float | None:
     if status == "unknown" or not isinstance(value, int | float):
         return None
     return float(value)
 
 
-def _session_counters(config_dir: Path, session_id: str) -> dict[str, Any]:
-    """The session's cumulative counters in state.db (empty when unreadable)."""
+def _session_counters(config_dir: Path, session_id: str | None) -> dict[str, Any]:
+    """The session's cumulative counters in state.db (empty when unreadable).
+
+    The agent can rewrite its HERMES_HOME, so the database and its side files must be
+    regular files (no symlink out, no FIFO to block on), it is opened read-only, its
+    `sessions` must be a table (a view could compute forever) and the query is abandoned
+    after `STATE_DB_QUERY_S`. Only numbers (and a short cost status) are kept.
+    """
     db = config_dir / "state.db"
-    if not db.is_file():
+    if session_id is None or not _plain_files(db):
         return {}
+    deadline = time.monotonic() + STATE_DB_QUERY_S
     try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=STATE_DB_QUERY_S)
         try:
-            conn.row_factory = sqlite3.Row
-            row = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
+            kind = conn.execute("SELECT type FROM sqlite_master WHERE name = 'sessions'").fetchone()
+            if kind is None or kind[0] != "table":
+                return {}
+            columns = {str(info[1]) for info in conn.execute("PRAGMA table_info(sessions)")}
+            wanted = [k for k in (*_DB_COUNTERS, "cost_status") if k in columns]
+            if not wanted:
+                return {}
+            selected = ", ".join(f'"{k}"' for k in wanted)
+            row = conn.execute(f"SELECT {selected} FROM sessions WHERE id = ?", (session_id,)).fetchone()
         finally:
             conn.close()
     except sqlite3.Error:
         return {}
     if row is None:
         return {}
-    keys = row.keys()
-    return {k: row[k] for k in (*_DB_COUNTERS, "cost_status") if k in keys}
+    counters: dict[str, Any] = {}
+    for key, value in zip(wanted, row, strict=True):
+        if key == "cost_status":
+            if isinstance(value, str) and len(value) <= 32:
+                counters[key] = value
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            counters[key] = value
+    return counters
+
+
+def _plain_files(db: Path) -> bool:
+    """True when `db` is a regular file, and so are its SQLite side files where present."""
+    for path in (db, *(db.with_name(db.name + suffix) for suffix in ("-wal", "-shm", "-journal"))):
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            if path == db:
+                return False
+            continue
+        except OSError:
+            return False
+        if not stat.S_ISREG(mode):
+            return False
+    return True
 
 
 def _usage_delta(now: dict[str, Any], before: dict[str, Any]) -> Usage:

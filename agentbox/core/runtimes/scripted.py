@@ -1,4 +1,8 @@
-"""Adapter of the scripted runtime: agentbox's own deterministic agent program."""
+"""Adapter of the scripted runtime: agentbox's own deterministic agent program.
+
+Like claude's adapter, it passes the prompt on stdin (`-p -`) and the role's instructions
+in a scratch file (`--append-system-prompt-file`), never on the command line.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
+from agentbox.core import safe_io
 from agentbox.core.runtimes.base import (
     CapturedOutput,
     HomeBind,
@@ -18,6 +23,7 @@ from agentbox.core.runtimes.base import (
     bound_home,
     optional_int,
 )
+from agentbox.core.runtimes.common import scratch_file
 
 PROGRAM = Path(__file__).resolve().parent / "scripted_agent.py"
 #: Imports the program instead of running it as a script, so its bytecode is cached (in
@@ -27,6 +33,8 @@ LAUNCHER = (
     f"sys.path.insert(0, {str(PROGRAM.parent)!r}); import scripted_agent; sys.exit(scripted_agent.main())"
 )
 _JSON_CACHE: dict[tuple[str, int, int], bytes] = {}
+SCENARIO_JSON = "scenario.json"
+SYSTEM_PROMPT_FILE = "system-prompt.md"
 
 
 def _as_json(scenario: Path, scratch: Path) -> Path:
@@ -44,8 +52,9 @@ def _as_json(scenario: Path, scratch: Path) -> Path:
             from agentbox.core.yaml_io import load_yaml
 
             _JSON_CACHE[key] = json.dumps(load_yaml(scenario)).encode()
-        target = scratch / "scenario.json"
-        target.write_bytes(_JSON_CACHE[key])
+        target = scratch / SCENARIO_JSON
+        # the scratch dir is writable inside the sandbox: never write through what is there
+        safe_io.write_fresh(target, _JSON_CACHE[key])
     except Exception:  # noqa: BLE001 - any problem: let the agent read the YAML itself
         return scenario
     return target
@@ -74,14 +83,15 @@ class ScriptedAdapter:
         else:
             argv += ["--resume", request.native_id]
         if request.first_turn and request.instructions:
-            argv += ["--append-system-prompt", request.instructions]
+            path = scratch_file(request, SYSTEM_PROMPT_FILE, request.instructions)
+            argv += ["--append-system-prompt-file", str(path)]
         if request.model:
             argv += ["--model", request.model]
         return argv + list(request.extra_args)
 
     def build(self, request: TurnRequest) -> ToolCommand:
-        """`scripted_agent.py --session-id UUID -p PROMPT` (or `--resume UUID`)."""
-        return ToolCommand(self._base(request) + ["-p", request.prompt])
+        """`scripted_agent.py --session-id UUID -p -` (or `--resume UUID`), the prompt on stdin."""
+        return ToolCommand(self._base(request) + ["-p", "-"], stdin=request.prompt.encode("utf-8"))
 
     def interactive(self, request: TurnRequest) -> ToolCommand:
         """The same program reading prompts from the terminal."""

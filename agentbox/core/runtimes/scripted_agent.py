@@ -18,8 +18,8 @@ import sys
 import time
 
 USAGE = (
-    "usage: scripted_agent.py --scenario FILE [-p PROMPT] [--session-id UUID | --resume UUID]"
-    " [--append-system-prompt TEXT] [--model MODEL]"
+    "usage: scripted_agent.py --scenario FILE [-p PROMPT|-] [--session-id UUID | --resume UUID]"
+    " [--append-system-prompt TEXT | --append-system-prompt-file FILE] [--model MODEL]"
 )
 UUID_PATTERN = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 USAGE_FIELDS = (
@@ -41,6 +41,7 @@ OPTIONS = {
     "--resume": "resume",
     "-r": "resume",
     "--append-system-prompt": "system",
+    "--append-system-prompt-file": "system_file",
     "--model": "model",
     "--output-format": "output_format",
 }
@@ -760,7 +761,20 @@ def parse_args(argv: list[str]) -> dict:
         raise Fatal("give --session-id or --resume, not both", 2)
     if options.get("output_format", "json") != "json":
         raise Fatal("only --output-format json is supported", 2)
+    if "system_file" in options:
+        if "system" in options:
+            raise Fatal("give --append-system-prompt or --append-system-prompt-file, not both", 2)
+        options["system"] = read_text_file(options.pop("system_file"), "--append-system-prompt-file")
     return options
+
+
+def read_text_file(path: str, option: str) -> str:
+    """The UTF-8 text of the file an option names (a Fatal error when unreadable)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Fatal(f"{option} {path}: {exc}", 2) from None
 
 
 def open_agent(options: dict) -> Agent:
@@ -805,6 +819,8 @@ def main(argv: list[str] | None = None) -> int:
         if "prompt" not in options:
             return interact(agent)
         prompt = options["prompt"]
+        if prompt == "-":  # like codex: the prompt is read from stdin, off the command line
+            prompt = sys.stdin.buffer.read().decode("utf-8", "replace")
         return deliver(agent, agent.play(prompt), prompt, interactive=False) or 0
     except Fatal as exc:
         if exc.exit_code == 0:
