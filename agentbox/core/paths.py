@@ -107,11 +107,24 @@ class ProjectPaths:
         return self.runs_dir / run_id
 
 
+def _refuse_linked_box(root: Path) -> None:
+    """A `.agent-box` that is a symlink is refused: a cloned repository could point it
+    anywhere on the host (`~/.ssh`), and every file agentbox reads for the crew must lie
+    inside the project's own `.agent-box/` directory."""
+    box = root / PROJECT_DIR_NAME
+    if box.is_symlink():
+        raise ProjectNotFoundError(
+            f"{box} is a symlink (to {box.resolve()}); agentbox does not follow it",
+            f"make {PROJECT_DIR_NAME}/ a real directory of the project",
+        )
+
+
 def find_project(start: Path | None = None) -> ProjectPaths:
     """Walk up from `start` (default: cwd) to the nearest directory holding `.agent-box/`."""
     here = (start or Path.cwd()).absolute()
     for candidate in (here, *here.parents):
         if (candidate / PROJECT_DIR_NAME).is_dir():
+            _refuse_linked_box(candidate)
             return ProjectPaths(candidate)
     raise ProjectNotFoundError(
         f"no {PROJECT_DIR_NAME}/ directory in {here} or any parent",
@@ -129,4 +142,5 @@ def project_at(directory: Path) -> ProjectPaths:
             f"{root} has no {PROJECT_DIR_NAME}/ directory",
             f"run `agentbox init` in {root} first",
         )
+    _refuse_linked_box(root)
     return ProjectPaths(root)

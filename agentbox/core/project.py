@@ -1,9 +1,19 @@
-"""The project level: `.agent-box/` creation, crew.yaml loading, checking and editing."""
+"""The project level: `.agent-box/` creation, crew.yaml loading, checking and editing.
+
+A crew.yaml arrives with a cloned repository, so the person running agentbox did not
+write it. Every file it names (role instructions, the work graph) and every file read
+for the crew (crew.yaml itself, `knowledge/*.md`) must lie inside `.agent-box/` with
+symlinks followed, be a regular file and be small: agentbox reads them on the host and
+sends them to a model provider, so a link to `~/.ssh/id_rsa` must never be read.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,9 +27,9 @@ from agentbox.core.errors import (
     UsageError,
 )
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.safe_io import UnsafeFileError, read_bounded
 from agentbox.core.store import atomic_write_text
 from agentbox.core.yaml_io import (
-    load_yaml,
     new_map,
     parse_yaml,
     position,
@@ -61,11 +71,108 @@ class LoadedCrew:
     document: object
 
 
+TEXT_MAX_BYTES = 256 * 1024
+"""Largest role instructions or knowledge file agentbox reads (256 KiB); it goes into a prompt."""
+
+
+def box_file(project: ProjectPaths, relative: str | Path) -> Path:
+    """The real path of a file named relative to `.agent-box/`, refused unless it is a
+    regular file inside `.agent-box/` once every symlink is followed.
+
+    Raises `UnsafeFileError` (outside, not a regular file) or `FileNotFoundError`.
+    """
+    candidate = project.box / relative
+    real = candidate.resolve()
+    box = project.box.resolve()
+    if not real.is_relative_to(box) or real == box:
+        raise UnsafeFileError(candidate, f"leads outside {project.box} (to {real})")
+    info = os.stat(real)
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise UnsafeFileError(candidate, f"is {kind}")
+    return real
+
+
+def read_box_text(project: ProjectPaths, relative: str | Path, max_bytes: int = TEXT_MAX_BYTES) -> str:
+    """The UTF-8 text of a file inside `.agent-box/` (see `box_file`); a ConfigError naming
+    the file when it leads outside, is not a small regular file, or is not UTF-8."""
+    shown = project.box / relative
+    try:
+        data = read_bounded(box_file(project, relative), max_bytes=max_bytes)
+        return data.decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=shown) from None
+    except UnsafeFileError as exc:
+        raise ConfigError(exc.reason, file=shown, line=1,
+                          hint=f"a regular file of at most {max_bytes:,} bytes inside .agent-box/") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not valid UTF-8 (byte {exc.start})", file=shown, hint="save the file as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=shown) from None
+
+
+def _crew_text(project: ProjectPaths) -> str:
+    """The text of crew.yaml, a regular file inside `.agent-box/` (bounded, see yaml_io)."""
+    try:
+        crew_file = box_file(project, paths.CREW_FILE)
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=project.crew_file,
+                          hint="`agentbox init` creates .agent-box/ with a crew.yaml") from None
+    except UnsafeFileError as exc:
+        raise ConfigError(exc.reason, file=project.crew_file, line=1,
+                          hint="crew.yaml is a regular file inside .agent-box/") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=project.crew_file, line=1) from None
+    try:
+        return read_yaml_text(crew_file)
+    except ConfigError as exc:
+        raise ConfigError(exc.detail, file=project.crew_file, line=exc.line, column=exc.column,
+                          hint=exc.hint) from None
+
+
 def load_crew(project: ProjectPaths) -> LoadedCrew:
-    """Read and validate crew.yaml (schema only; see `check_references`)."""
-    document = load_yaml(project.crew_file)
+    """Read and validate crew.yaml: its schema and the files it names (see `check_references`
+    for the profiles and roles it names)."""
+    document = parse_yaml(_crew_text(project), project.crew_file)
     crew = validate_document(Crew, document, project.crew_file, document)
+    _check_named_files(project, crew, document)
     return LoadedCrew(crew, document)
+
+
+def _check_named_files(project: ProjectPaths, crew: Crew, document: object) -> None:
+    """The instructions and graph files crew.yaml names exist as regular files inside
+    `.agent-box/`; the first one that does not is raised as a ConfigError at its line."""
+    named: list[tuple[str, tuple[str | int, ...], str]] = [
+        (role.instructions, ("roles", name, "instructions"), "instructions file")
+        for name, role in crew.roles.items() if role.instructions
+    ]
+    if crew.graph.file:
+        named.append((crew.graph.file, ("graph", "file"), "graph file"))
+    for relative, loc, what in named:
+        problem, hint = _box_file_problem(project, relative, what)
+        if problem:
+            raise _located(project, document, loc, problem, hint)
+
+
+def _box_file_problem(project: ProjectPaths, relative: str, what: str) -> tuple[str | None, str | None]:
+    """Why a file crew.yaml names is refused (and a hint), or (None, None)."""
+    try:
+        box_file(project, relative)
+    except FileNotFoundError:
+        return f"{what} {relative} does not exist", f"create {project.box / relative}"
+    except UnsafeFileError as exc:
+        return f"{what} {relative} {exc.reason}", "name a regular file inside .agent-box/"
+    except OSError as exc:
+        return f"{what} {relative} cannot be read: {exc.strerror or exc}", None
+    return None, None
+
+
+def _located(project: ProjectPaths, document: object, loc: Sequence[str | int], message: str,
+             hint: str | None = None) -> ConfigError:
+    """A ConfigError at the line of `loc` in crew.yaml."""
+    line, column = position(document, loc)
+    return ConfigError(message, file=project.crew_file, line=line, column=column,
+                       field=".".join(str(p) for p in loc), hint=hint)
 
 
 def check_references(project: ProjectPaths, loaded: LoadedCrew) -> list[ConfigError]:
@@ -75,11 +182,7 @@ def check_references(project: ProjectPaths, loaded: LoadedCrew) -> list[ConfigEr
     available = None
 
     def err(message: str, loc: tuple[str | int, ...], hint: str | None = None) -> None:
-        line, column = position(document, loc)
-        problems.append(
-            ConfigError(message, file=project.crew_file, line=line, column=column,
-                        field=".".join(str(p) for p in loc), hint=hint)
-        )
+        problems.append(_located(project, document, loc, message, hint))
 
     for name, role in crew.roles.items():
         try:
@@ -90,9 +193,6 @@ def check_references(project: ProjectPaths, loaded: LoadedCrew) -> list[ConfigEr
                 f"available profiles: {', '.join(available)}")
         except ConfigError as exc:
             problems.append(exc)
-        if role.instructions and not (project.box / role.instructions).is_file():
-            err(f"instructions file {role.instructions} does not exist",
-                ("roles", name, "instructions"), f"create {project.box / role.instructions}")
     role_names = set(crew.roles)
 
     def need_role(value: str | None, loc: tuple[str | int, ...]) -> None:
@@ -109,8 +209,10 @@ def check_references(project: ProjectPaths, loaded: LoadedCrew) -> list[ConfigEr
     need_role(crew.group_chat.lead, ("group_chat", "lead"))
     need_role(crew.group_chat.done_role, ("group_chat", "done_role"))
     need_role(crew.handoff.start, ("handoff", "start"))
-    if crew.graph.file and not (project.box / crew.graph.file).is_file():
-        err(f"graph file {crew.graph.file} does not exist", ("graph", "file"))
+    try:
+        knowledge_text(project)
+    except ConfigError as exc:
+        problems.append(exc)
     return problems
 
 
@@ -124,18 +226,38 @@ def load_checked_crew(project: ProjectPaths) -> Crew:
 
 
 def role_instructions(project: ProjectPaths, role: Role) -> str | None:
-    """The text of a role's instructions file, if it has one."""
+    """The text of a role's instructions file, if it has one (inside `.agent-box/`, bounded)."""
     if not role.instructions:
         return None
-    return (project.box / role.instructions).read_text(encoding="utf-8")
+    return read_box_text(project, role.instructions)
+
+
+MAX_KNOWLEDGE_FILES = 200
+"""Most `knowledge/*.md` files read into a prompt."""
 
 
 def knowledge_text(project: ProjectPaths) -> str | None:
-    """All shared knowledge (`knowledge/*.md`) concatenated, each under its file name."""
-    files = sorted(project.knowledge_dir.glob("*.md")) if project.knowledge_dir.is_dir() else []
-    if not files:
+    """All shared knowledge (`knowledge/*.md`) concatenated, each under its file name.
+
+    Each file must be a regular file inside `.agent-box/` (symlinks followed) of at most
+    TEXT_MAX_BYTES; the knowledge dir itself must not lead out of `.agent-box/`.
+    """
+    folder = project.knowledge_dir
+    if not folder.is_dir():
         return None
-    return "\n\n".join(f"## {f.name}\n\n{f.read_text(encoding='utf-8').strip()}" for f in files)
+    box = project.box.resolve()
+    if not folder.resolve().is_relative_to(box):
+        raise ConfigError(f"leads outside {project.box} (to {folder.resolve()})", file=folder,
+                          hint="knowledge/ is a directory inside .agent-box/")
+    names = sorted(p.name for p in folder.glob("*.md"))
+    if len(names) > MAX_KNOWLEDGE_FILES:
+        raise ConfigError(f"holds {len(names)} .md files, more than the {MAX_KNOWLEDGE_FILES} read into a prompt",
+                          file=folder, hint="merge or remove knowledge files")
+    if not names:
+        return None
+    relative = Path(folder.name)
+    parts = [f"## {name}\n\n{read_box_text(project, relative / name).strip()}" for name in names]
+    return "\n\n".join(parts)
 
 
 # ----------------------------------------------------------------------------- role editing
@@ -155,7 +277,7 @@ def add_role(
     if not re.match(NAME_PATTERN, name):
         raise UsageError(f"invalid role name {name!r}", NAME_RULE)
     profiles.resolve(profile)  # unknown profile → NotFoundError listing the available ones
-    text = read_yaml_text(project.crew_file)
+    text = _crew_text(project)
     document = parse_yaml(text, project.crew_file)
     validate_document(Crew, document, project.crew_file, document)
     roles = document["roles"]
@@ -169,12 +291,16 @@ def add_role(
     edited = text_with_entry_added(text, document, ("roles",), name, entry)
     roles[name] = entry
     validate_document(Crew, document, project.crew_file, document)
+    if instructions:
+        problem, hint = _box_file_problem(project, instructions, "instructions file")
+        if problem:
+            raise UsageError(problem, hint)
     _write_crew(project, document, edited)
 
 
 def remove_role(project: ProjectPaths, name: str) -> None:
     """Remove a role from crew.yaml, keeping everything else as the person wrote it."""
-    text = read_yaml_text(project.crew_file)
+    text = _crew_text(project)
     document = parse_yaml(text, project.crew_file)
     validate_document(Crew, document, project.crew_file, document)
     roles = document["roles"]
