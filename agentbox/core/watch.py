@@ -24,7 +24,13 @@ from typing import Any
 
 from agentbox.core import store
 from agentbox.core.engine.models import Run
-from agentbox.core.engine.run_store import EVENTS_FILE, MANIFEST_FILE, RUN_FILE, RunStore
+from agentbox.core.engine.run_store import (
+    EVENTS_FILE,
+    MANIFEST_FILE,
+    RUN_FILE,
+    RunStore,
+    manifest_problem,
+)
 from agentbox.core.paths import CREW_FILE, PROFILE_FILE, ProjectPaths
 
 DEBOUNCE_MS = 50
@@ -204,10 +210,7 @@ def read_run_if_changed(project: ProjectPaths, run_id: str, last_digest: bytes |
     layout ever changes, every read simply counts as a change.
     """
     runs = RunStore(project)
-    try:
-        raw = (runs.dir(run_id) / RUN_FILE).read_bytes()
-    except FileNotFoundError:
-        return runs.load(run_id), b""  # raises the store's "no run" error
+    raw = runs.read_raw(run_id)  # bounded, regular file only; "no run" / damaged errors
     digest = hashlib.blake2b(_SAVE_TIME.sub(b'"finished":', raw, count=1), digest_size=16).digest()
     if digest == last_digest:
         return None, digest
@@ -227,7 +230,7 @@ def tail_events(project: ProjectPaths, run_id: str, limit: int, chunk: int = 1 <
     """
     path = RunStore(project).events_path(run_id)
     try:
-        handle = path.open("rb")
+        handle = os.fdopen(store.open_regular(path), "rb")
     except FileNotFoundError:
         return [], 0
     with handle:
@@ -252,9 +255,8 @@ def tail_events(project: ProjectPaths, run_id: str, limit: int, chunk: int = 1 <
         lines = lines[1:]  # the first line may be cut
     records: list[dict[str, Any]] = []
     for raw in lines[-limit:] if limit else []:
-        if raw.strip():
-            with contextlib.suppress(json.JSONDecodeError):
-                records.append(json.loads(raw))
+        if raw.strip() and (record := store.parse_line(raw)) is not None:
+            records.append(record)
     return records, complete_end
 
 
@@ -270,22 +272,22 @@ def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int = 
     path = RunStore(project).events_path(run_id)
     found: list[dict[str, Any]] = []
     try:
-        with path.open("rb") as handle:
+        with os.fdopen(store.open_regular(path), "rb") as handle:
             handle.seek(offset)
             for raw in handle:
                 if not raw.endswith(b"\n"):
                     break
                 offset += len(raw)
                 if marker in raw:
-                    with contextlib.suppress(json.JSONDecodeError):
-                        record = json.loads(raw)
-                        if record.get("task") == task_id:
-                            found.append(record)
+                    record = store.parse_line(raw)
+                    if record is not None and record.get("task") == task_id:
+                        found.append(record)
     except FileNotFoundError:
         return [], offset
     return found[-limit:], offset
 
 
 def read_manifest(project: ProjectPaths, run_id: str, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """Artifact manifest entries added since byte `offset`, and the next offset."""
-    return store.read_jsonl(RunStore(project).artifacts_dir(run_id) / MANIFEST_FILE, offset)
+    """Well-formed artifact manifest entries added since byte `offset`, and the next offset."""
+    entries, offset = store.read_jsonl(RunStore(project).artifacts_dir(run_id) / MANIFEST_FILE, offset)
+    return [e for e in entries if manifest_problem(e) is None], offset

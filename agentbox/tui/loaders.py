@@ -7,13 +7,15 @@ update the snapshots.
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import Any
 
-from agentbox.core import watch
+from agentbox.core import store, watch
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import AgentboxError
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.safe_io import inside
 from agentbox.core.sessions import SessionRecord, SessionStore
 from agentbox.tui import messages as msg
 from agentbox.tui.model import CrewInfo, RoleInfo
@@ -95,36 +97,62 @@ def session_turns(project: ProjectPaths, record: SessionRecord) -> msg.TurnsLoad
 
 
 def tail_events(project: ProjectPaths, run_id: str, limit: int = EVENTS_SHOWN) -> msg.EventsRead:
-    """The end of a run's decision log, and where to follow it from."""
-    records, offset = watch.tail_events(project, run_id, limit)
+    """The end of a run's decision log, and where to follow it from (nothing when the log is damaged)."""
+    try:
+        records, offset = watch.tail_events(project, run_id, limit)
+    except AgentboxError:  # not a regular file: the run's status line says it is damaged
+        records, offset = [], 0
     return msg.EventsRead(run_id, records, offset, initial=True)
 
 
 def read_events(project: ProjectPaths, run_id: str, offset: int) -> msg.EventsRead:
     """Decision-log records appended since `offset`."""
-    records, offset = watch.read_events(project, run_id, offset)
+    try:
+        records, offset = watch.read_events(project, run_id, offset)
+    except AgentboxError:
+        records = []
     return msg.EventsRead(run_id, records, offset)
 
 
 def read_manifest(project: ProjectPaths, run_id: str, offset: int, initial: bool) -> msg.ManifestRead:
-    """Artifact manifest entries since `offset`."""
-    entries, offset = watch.read_manifest(project, run_id, offset)
+    """Well-formed artifact manifest entries since `offset` (malformed lines are skipped)."""
+    try:
+        entries, offset = watch.read_manifest(project, run_id, offset)
+    except AgentboxError:
+        entries = []
     return msg.ManifestRead(run_id, entries, offset, initial)
 
 
 def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int) -> msg.TaskEventsLoaded:
     """The decision-log records about one task."""
-    records, next_offset = watch.task_events(project, run_id, task_id, offset)
+    try:
+        records, next_offset = watch.task_events(project, run_id, task_id, offset)
+    except AgentboxError:
+        records, next_offset = [], offset
     return msg.TaskEventsLoaded(task_id, records, next_offset)
 
 
-def read_text(path: str) -> msg.TextLoaded:
-    """A file's text for a preview (capped at PREVIEW_BYTES)."""
+def read_text(path: str, root: Path | None = None) -> msg.TextLoaded:
+    """A file's text for a preview (capped at PREVIEW_BYTES).
+
+    Only a regular file is opened, never through a final symlink, never a FIFO or a
+    device; with `root`, a path that leads out of it (through a linked directory) is
+    refused. An agent can swap a recorded artifact for any of those.
+    """
+    if root is not None and not inside(Path(path), root):
+        return msg.TextLoaded(path, "", error=f"it leads out of {root} (a symlink?)")
     try:
-        with Path(path).open("rb") as handle:
-            data = handle.read(PREVIEW_BYTES + 1)
+        fd = store.open_regular(Path(path))
+    except AgentboxError as exc:
+        return msg.TextLoaded(path, "", error=exc.message)
     except OSError as exc:
         return msg.TextLoaded(path, "", error=exc.strerror or str(exc))
+    try:
+        data = os.read(fd, PREVIEW_BYTES + 1)
+    except OSError as exc:
+        return msg.TextLoaded(path, "", error=exc.strerror or str(exc))
+    finally:
+        os.close(fd)
     truncated = len(data) > PREVIEW_BYTES
     if b"\0" in data[:8192]:
         return msg.TextLoaded(path, "", error="binary file")

@@ -405,7 +405,7 @@ class RunStore:
     def manifest(self, run_id: str) -> list[dict[str, Any]]:
         """Every well-formed manifest entry, oldest first."""
         entries, _ = store.read_jsonl(self.artifacts_dir(run_id) / MANIFEST_FILE)
-        return [e for e in entries if _manifest_problem(e, {}) is None]
+        return [e for e in entries if manifest_problem(e) is None]
 
 
 def _allocate(fd: int, size: int) -> None:
@@ -460,6 +460,11 @@ def _command_problem(record: dict[str, Any], state: dict[str, Any]) -> str | Non
 def command_problem(command: dict[str, Any]) -> str | None:
     """What is wrong with the shape of a human command (None when nothing)."""
     return _command_problem(command, {})
+
+
+def manifest_problem(entry: dict[str, Any]) -> str | None:
+    """What is wrong with the shape of an artifact manifest entry (None when nothing)."""
+    return _manifest_problem(entry, {})
 
 
 def _manifest_problem(record: dict[str, Any], state: dict[str, Any]) -> str | None:

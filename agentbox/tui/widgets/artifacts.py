@@ -22,7 +22,7 @@ from agentbox.tui.model import short_id
 
 def display_path(entry: dict[str, Any], root: Path) -> str:
     """The artifact's path relative to the project (run artifacts as `artifacts/...`)."""
-    path = Path(entry["path"])
+    path = Path(str(entry.get("path") or "?"))
     parts = path.parts
     if "artifacts" in parts and ".agent-box" in parts:
         return str(Path("artifacts", *parts[parts.index("artifacts") + 1:]))
@@ -134,7 +134,7 @@ class ArtifactsPanel(Horizontal):
         self.run_worker(partial(self._read, path), thread=True, exclusive=True, group="preview", exit_on_error=False)
 
     def _read(self, path: str) -> None:
-        self.post_message(loaders.read_text(path))
+        self.post_message(loaders.read_text(path, self.root))
 
     def on_text_loaded(self, message: msg.TextLoaded) -> None:
         """Show the file that was read, under who made it."""

@@ -21,15 +21,17 @@ STYLES = {"checkpoint": "bold yellow", "failure": "red", "escalation": "bold red
 
 def event_line(record: dict[str, Any]) -> Text:
     """`12:03:01 verdict        greet: reject by reviewer — no docstring ⚑`."""
-    kind = str(record.get("type", "?"))
+    kind = str(record.get("type", "?"))[:40]
     style = STYLES.get(kind, "dim" if kind.startswith("task.") else "")
-    line = Text.assemble((model.clock_time(record.get("at")) + " ", "dim"), (f"{kind:<17} ", style),
-                         str(record.get("what", "")))
+    at = record.get("at")
+    stamp = model.clock_time(at) if isinstance(at, int | float) and 0 <= at < 1e11 else "--:--:--"
+    line = Text.assemble((stamp + " ", "dim"), (f"{kind:<17} ", style), str(record.get("what", "")))
     why = record.get("why")
     if why and kind in ("checkpoint", "failure", "run.finished", "escalation", "run.status", "verdict", "command"):
         line.append(f" — {why}", style="dim")
-    if record.get("tokens") and kind == "turn":
-        line.append(f"  {model.count(int(record['tokens']))} tok", style="dim")
+    tokens = record.get("tokens")
+    if tokens and kind == "turn" and isinstance(tokens, int | float) and not isinstance(tokens, bool):
+        line.append(f"  {model.count(int(tokens))} tok", style="dim")
     if record.get("human_required"):
         line.append("  ⚑ human", style="bold yellow")
     return line
