@@ -9,6 +9,7 @@ under `$AGENT_BOX_HOME/bundled/<name>/` so the repository stays untouched.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import sqlite3
@@ -144,11 +145,88 @@ def _v1_profile(directory: Path, db_rows: dict[str, dict[str, str | None]]) -> P
 # ----------------------------------------------------------------------------- listing
 
 
-def _load_user(directory: Path) -> Profile:
-    """Load `<directory>/profile.yaml`; its name must be the directory's name."""
+def _present(path: Path) -> bool:
+    """True when anything is at `path` (a broken link, a FIFO or a directory too): a
+    profile.yaml that is not a readable file is reported, not mistaken for a v1 profile."""
+    return os.path.lexists(path)
+
+
+def _bundled_state_dir(name: str) -> Path:
+    """Where a bundled profile used directly keeps its writable tool state."""
+    return paths.agent_box_home() / "bundled" / name
+
+
+def _bind_problem(target: Path, own_dir: Path) -> str | None:
+    """Why binding `target` into a sandbox of the profile whose state lives in `own_dir` is
+    refused, or None.
+
+    Refused: the host root, the home dir or a dir holding it, a dir holding (or equal to)
+    AGENT_BOX_HOME or this profile's own directory (profile.yaml would become the agent's
+    to rewrite), and anything in AGENT_BOX_HOME outside this profile's directory (other
+    profiles' credentials and state).
+    """
+    real = target.resolve()
+    home = Path.home().resolve()
+    box_home = paths.agent_box_home().resolve()
+    own = own_dir.resolve()
+    if real == Path(real.anchor):
+        return "is the root of the host filesystem"
+    if home.is_relative_to(real):
+        return f"is your home directory {home}" if real == home else f"contains your home directory {home}"
+    if box_home.is_relative_to(real):
+        return f"contains AGENT_BOX_HOME ({box_home})"
+    if own.is_relative_to(real):
+        return f"is this profile's own directory {own} (it holds profile.yaml)" if real == own else (
+            f"contains this profile's own directory {own}")
+    if real.is_relative_to(box_home) and not real.is_relative_to(own):
+        for group in (paths.profiles_dir().resolve(), (box_home / "bundled").resolve()):
+            if real.is_relative_to(group) and real != group:
+                other = real.relative_to(group).parts[0]
+                return f"is inside another profile's directory ({group / other})"
+        return f"is inside AGENT_BOX_HOME ({box_home}) outside this profile's directory"
+    return None
+
+
+def _check_binds(profile: Profile, document: object, file: Path, state_dir: Path) -> None:
+    """The profile's config_dir and sandbox binds are places it may own or show: see `_bind_problem`."""
+    checks: list[tuple[Path, tuple[str | int, ...], str]] = []
+    config_dir = profile.resources.config_dir
+    if config_dir is not None:
+        checks.append((state_dir / config_dir, ("resources", "config_dir"), config_dir))
+    if not isinstance(profile.sandbox, str):
+        for kind in ("ro_binds", "rw_binds"):
+            for index, value in enumerate(getattr(profile.sandbox, kind)):
+                loc: tuple[str | int, ...] = ("sandbox", kind, index)
+                target = Path(value).expanduser()
+                if not target.is_absolute():
+                    raise _bind_error(document, file, loc, f"{value!r} is not an absolute path",
+                                      "give the host path to bind, e.g. /opt/tool or ~/.local/share/tool")
+                checks.append((target, loc, value))
+    for target, loc, value in checks:
+        try:
+            problem = _bind_problem(target, state_dir)
+        except (OSError, RuntimeError, ValueError) as exc:
+            problem = f"cannot be resolved ({exc})"
+        if problem:
+            raise _bind_error(document, file, loc, f"{value!r} {problem}",
+                              "bind only a directory of this profile or a dir that holds no one's secrets")
+
+
+def _bind_error(document: object, file: Path, loc: tuple[str | int, ...], message: str, hint: str) -> ConfigError:
+    line, column = position(document, loc)
+    return ConfigError(message, file=file, line=line, column=column,
+                       field=".".join(str(p) for p in loc), hint=hint)
+
+
+def _load_user(directory: Path, state_dir: Path | None = None) -> Profile:
+    """Load `<directory>/profile.yaml`; its name must be the directory's name, and its
+    config_dir and binds must stay clear of other people's files (`_bind_problem`).
+
+    `state_dir` is where the profile's writable state lives (default: `directory`)."""
     file = directory / paths.PROFILE_FILE
     document = load_yaml(file)
     profile = validate_document(Profile, document, file, document)
+    _check_binds(profile, document, file, state_dir or directory)
     if profile.name != directory.name:
         line, column = position(document, ("name",))
         raise ConfigError(
@@ -167,10 +245,9 @@ def bundled_profiles() -> list[ProfileInfo]:
     root = paths.bundled_profiles_dir()
     infos = []
     for directory in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
-        if (directory / paths.PROFILE_FILE).is_file():
-            profile = _load_user(directory)
-            state = paths.agent_box_home() / "bundled" / profile.name
-            infos.append(ProfileInfo(profile, "bundled", directory, state))
+        if _present(directory / paths.PROFILE_FILE):
+            state = _bundled_state_dir(directory.name)
+            infos.append(ProfileInfo(_load_user(directory, state), "bundled", directory, state))
     return infos
 
 
@@ -192,7 +269,7 @@ def user_profiles(errors: list[ConfigError] | None = None) -> list[ProfileInfo]:
                 raise problem
             errors.append(problem)
             continue
-        if (directory / paths.PROFILE_FILE).is_file():
+        if _present(directory / paths.PROFILE_FILE):
             try:
                 infos.append(ProfileInfo(_load_user(directory), "user", directory, directory))
             except ConfigError as exc:
@@ -222,7 +299,7 @@ def resolve(name: str) -> ProfileInfo:
     """The profile called `name` (a user profile wins over a bundled one)."""
     _check_name(name)
     user_dir = paths.profiles_dir() / name
-    if (user_dir / paths.PROFILE_FILE).is_file():
+    if _present(user_dir / paths.PROFILE_FILE):
         return ProfileInfo(_load_user(user_dir), "user", user_dir, user_dir)
     if user_dir.is_dir():
         v1 = _v1_profile(user_dir, _v1_rows())
@@ -230,8 +307,8 @@ def resolve(name: str) -> ProfileInfo:
             return ProfileInfo(v1, "v1", user_dir, user_dir)
     template = paths.bundled_profiles_dir() / name
     if (template / paths.PROFILE_FILE).is_file():
-        profile = _load_user(template)
-        return ProfileInfo(profile, "bundled", template, paths.agent_box_home() / "bundled" / name)
+        state = _bundled_state_dir(name)
+        return ProfileInfo(_load_user(template, state), "bundled", template, state)
     raise NotFoundError(
         f"unknown profile {name!r}",
         f"available profiles: {', '.join(available_names()) or '(none)'}; "
@@ -304,7 +381,7 @@ def adopt(name: str) -> Path:
     """Write a profile.yaml for a v1 profile, without moving any of its files."""
     _check_name(name)
     directory = paths.profiles_dir() / name
-    if (directory / paths.PROFILE_FILE).is_file():
+    if _present(directory / paths.PROFILE_FILE):
         raise AlreadyExistsError(f"profile {name!r} already has a {paths.PROFILE_FILE}")
     if not directory.is_dir():
         raise NotFoundError(f"no profile directory {directory}")
