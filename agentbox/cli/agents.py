@@ -121,11 +121,12 @@ def _interactive(agent: object, session_id: str | None) -> int:
 
     from agentbox.core.services import interactive_session
 
-    with interactive_session(agent, session_id) as (argv, env, session):  # type: ignore[arg-type]
+    with interactive_session(agent, session_id) as command:  # type: ignore[arg-type]
         if agent.profile.profile.sandbox == "none":  # type: ignore[attr-defined]
             print("warning: this profile runs WITHOUT a sandbox (sandbox: none)", file=sys.stderr)
-        print(f"[attaching to {agent.label} · session {session}]", file=sys.stderr)  # type: ignore[attr-defined]
-        return subprocess.call(argv, env=env, cwd=str(agent.cwd))  # type: ignore[attr-defined]
+        print(f"[attaching to {agent.label} · session {command.session_id}]", file=sys.stderr)  # type: ignore[attr-defined]
+        return subprocess.call(command.argv, env=command.env, cwd=str(agent.cwd),  # type: ignore[attr-defined]
+                               pass_fds=command.pass_fds)
 
 
 def attach(args: argparse.Namespace) -> int:

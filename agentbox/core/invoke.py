@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import shutil
 import signal
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agentbox.core import sandbox
+from agentbox.core import safe_io, sandbox, scopes
 from agentbox.core.errors import SandboxError, UsageError
 from agentbox.core.process import (
     KILL_GRACE_S,
@@ -171,8 +173,8 @@ class Prepared:
     stdin: bytes | None
     logs: Path
     scratch: Path
-    made: list[Path] = field(default_factory=list)
-    """Directories made for the write scopes (`sandbox.remove_made_dirs` after the turn)."""
+    scopes: scopes.ScopePlan = field(default_factory=scopes.ScopePlan)
+    """The write scopes' mounts (`finish_turn` carries staged changes back after the turn)."""
 
 
 def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bool = False) -> Prepared:
@@ -182,8 +184,9 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     ensure_state(profile)
     turn = record.turns + 1
     logs = agent.sessions.logs_dir(record)
-    scratch = logs / f"turn-{turn}.scratch"
-    scratch.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    # a fresh dir every turn: nothing an agent left in an earlier one (a planted symlink) is reused
+    scratch = Path(tempfile.mkdtemp(prefix=f"turn-{turn}.", suffix=".scratch", dir=logs))
     home = Path.home()
     runtime = profile.profile.runtime
     executable = find_executable(profile.tool, runtime.command)
@@ -211,9 +214,11 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
                               {**adapter.env_defaults, **home_env, **runtime.env, **agent.env,
                                **command.env, **agentbox_env})
     for bind in homes:
+        _check_bind_source(bind.source, profile.state_dir)
         if bind.is_file:
             bind.source.parent.mkdir(parents=True, exist_ok=True)
-            bind.source.touch(exist_ok=True)
+            if not bind.source.exists():
+                safe_io.write_new(bind.source, b"", 0o600)
         else:
             bind.source.mkdir(parents=True, exist_ok=True)
     if profile.profile.sandbox == "none":
@@ -236,31 +241,53 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         if profile.scenario_path is not None:
             needs.add(profile.scenario_path.parent.resolve())
     needs |= {Path(p).expanduser() for p in policy.ro_binds}
-    made: list[Path] = []
-    scopes = sandbox.resolve_write_scopes(agent.cwd, list(agent.writes) if agent.writes is not None else None, made)
+    scope_plan = scopes.plan(agent.cwd, list(agent.writes) if agent.writes is not None else None,
+                             scratch.with_suffix(".stage"))
     try:
-        writable, sealed = sandbox.write_mounts(scopes)
+        box = agent.cwd / ".agent-box"
+        state_dirs = tuple(d for d in (box / "runs", box / "sessions") if d.is_dir() and not d.is_symlink())
         spec = sandbox.SandboxSpec(
             project_root=agent.cwd,
-            writable=writable,
-            sealed=sealed,
-            protected=agent.protected,
+            writable=scope_plan.writable,
+            staged=tuple((view.stage, view.real) for view in scope_plan.staged),
+            sealed=scope_plan.sealed,
+            links=scope_plan.links,
+            protected=tuple(dict.fromkeys((*agent.protected, *scopes.metadata_paths(agent.cwd)))),
             extra_rw=(*agent.extra_rw, scratch),
             homes=tuple(homes),
-            hidden=hidden,
+            hidden=(*hidden, *state_dirs),
             ro_binds=sandbox.binds_needed(needs, hidden) + tuple(Path(p).expanduser() for p in policy.ro_binds if Path(p).expanduser().exists()),
             rw_binds=tuple(Path(p).expanduser() for p in policy.rw_binds),
             network=policy.network,
             cwd=agent.cwd,
             env=env,
             interactive=interactive,
+            **sandbox.host_layout(),  # type: ignore[arg-type]
         )
         argv = sandbox.bwrap_argv(spec, command.argv, sandbox.require_bwrap())
     except BaseException:
-        sandbox.remove_made_dirs(made)  # no turn: nothing made for it stays
+        scopes.finish(scope_plan, logs / f"turn-{turn}.discarded")  # no turn: nothing made for it stays
         raise
     return Prepared(record, request, argv, {"PATH": env.get("PATH", "/usr/bin:/bin")}, command.stdin, logs, scratch,
-                    made)
+                    scope_plan)
+
+
+def _check_bind_source(source: Path, state_dir: Path) -> None:
+    """A profile path bound into the sandbox must be what agentbox made, not a link an agent planted."""
+    for path in (source, *source.parents):
+        if path == state_dir or not path.is_relative_to(state_dir):
+            break
+        if path.is_symlink():
+            raise SandboxError(f"{path} is a symlink; agentbox binds only real files and dirs of a profile "
+                               "(an agent may have planted it)", f"inspect and remove {path}")
+
+
+def finish_turn(prepared: Prepared, turn: int) -> list[str]:
+    """After a turn: carry staged scope changes back, remove the scratch dir; notes on what was kept aside."""
+    notes = scopes.finish(prepared.scopes, prepared.logs / f"turn-{turn}.discarded")
+    shutil.rmtree(prepared.scratch, ignore_errors=True)
+    shutil.rmtree(prepared.scratch.with_suffix(".stage"), ignore_errors=True)
+    return notes
 
 
 def _agent_box_home() -> Path:
@@ -317,12 +344,13 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
     noting: asyncio.TimerHandle | None = None
     try:
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *prepared.argv,
-                stdin=asyncio.subprocess.PIPE if prepared.stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                cwd=str(agent.cwd), env=prepared.env, start_new_session=True,
-            )
+            with sandbox.launch(prepared.argv) as launched:
+                proc = await asyncio.create_subprocess_exec(
+                    *launched.argv,
+                    stdin=asyncio.subprocess.PIPE if prepared.stdin is not None else asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                    cwd=str(agent.cwd), env=prepared.env, start_new_session=True, pass_fds=launched.pass_fds,
+                )
         except OSError as exc:
             result = InvokeResult(status="error", error_kind="spawn_failed",
                                   error=f"cannot start {prepared.argv[0]}: {exc.strerror or exc}", **base)
@@ -369,7 +397,10 @@ async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s:
             noting.cancel()
         stdout.close()
         stderr.close()
-        sandbox.remove_made_dirs(prepared.made)  # a scope the turn did not write leaves no empty dir
+        discarded = finish_turn(prepared, turn)  # staged scope changes carried back; empty made dirs removed
+        if discarded:
+            with contextlib.suppress(OSError), open(prepared.logs / f"turn-{turn}.discarded.txt", "a") as note:
+                note.write("\n".join(discarded) + "\n")
     duration = time.monotonic() - t0
     out_text, err_text = stdout.text(), stderr.text()
     base.update(duration_s=duration, exit_code=exit_code, truncated=stdout.truncated)

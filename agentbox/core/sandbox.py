@@ -2,20 +2,33 @@
 
 Layout inside the sandbox, mounted in this order (later mounts cover earlier ones):
 
-1. the host filesystem read-only (`--ro-bind / /`), fresh `/dev`, `/proc`, private `/tmp`;
-2. the user's home, `AGENT_BOX_HOME` and other hidden roots replaced by empty tmpfs —
-   other profiles, `~/.ssh`, the real `~/.claude` are gone;
+1. the host filesystem read-only (`--ro-bind / /`); a fresh `/dev` (itself read-only, with
+   a small private `/dev/shm`), a fresh `/proc`; private, size-bounded `/tmp` and
+   `/var/tmp`; `/run` (and a real `/var/run`) replaced by an empty tmpfs, so no host UNIX
+   socket (Docker, D-Bus, gpg/ssh agents, `/run/user/<uid>`) can be reached, with only
+   the name-resolution file bound back;
+2. well-known host secrets readable by root (shadow files, host SSH keys, private TLS
+   keys) masked; the user's home, `AGENT_BOX_HOME` and other hidden roots replaced by empty
+   size-bounded tmpfs — other profiles, `~/.ssh`, the real `~/.claude` are gone;
 3. install dirs of the tool (and the Python running the scripted agent) bound back
    read-only when they lived under a hidden root;
 4. the project at its own path, read-only;
-5. the role's write scopes read-write (the whole project for a plain writer), then
-   `.agent-box/` read-only again so no agent can edit crew or run state, hidden roots
-   inside the project hidden again, then the run's artifact dir read-write;
+5. the role's write scopes (see `agentbox.core.scopes`): directories read-write, file and
+   one-level pattern scopes as a staged private view with every other entry bound back
+   read-only and symlinks recreated; then version-control and agentbox metadata
+   (`.git`, a worktree's admin dir, `.agent-box/`, `.hg`, …) read-only over everything, the
+   run and session state under `.agent-box/` hidden (so no agent can read other sessions or
+   hold the engine's locks), hidden roots inside the project hidden again, then the run's
+   artifact dir and the turn's scratch dir read-write;
 6. the profile's tool config dirs read-write where the tool expects them.
 
-pid/ipc/uts are unshared, the sandbox dies with its parent, the network is unshared
-unless the profile allows it. `sandbox: none` bypasses all of this and must be asked
-for explicitly by the profile.
+Every capability is dropped (`--cap-drop ALL`, whoever runs agentbox, root included),
+`no_new_privs` is set, and a seccomp filter (`agentbox.core.seccomp`) refuses the syscalls
+that could undo the sandbox. pid/ipc/uts are unshared, the sandbox dies with its parent,
+the network is unshared unless the profile allows it (which also makes abstract UNIX
+sockets unreachable). The argv goes to bwrap through a file descriptor (`launch`), so the
+environment, which may hold keys, is never on a command line. `sandbox: none` bypasses all
+of this and must be asked for explicitly by the profile.
 """
 
 from __future__ import annotations
@@ -25,11 +38,11 @@ import functools
 import os
 import shutil
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from agentbox.core.errors import SandboxError, UsageError
+from agentbox.core.errors import SandboxError
 from agentbox.core.runtimes.base import HomeBind
 
 #: Host environment variables that pass into the sandbox (everything else is cleared).
@@ -37,6 +50,18 @@ PASSTHROUGH_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TERM", "CO
                    "NO_COLOR", "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY",
                    "HTTPS_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR",
                    "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE")
+
+MiB = 1 << 20
+TMPFS_SIZES = {"/tmp": 1024 * MiB, "/var/tmp": 256 * MiB, "/dev/shm": 64 * MiB, "/run": 1 * MiB}
+"""Size bounds of the sandbox's private RAM-backed dirs (a full one is ENOSPC inside, nothing more)."""
+HIDDEN_TMPFS_SIZE = 256 * MiB
+"""Size bound of each tmpfs that hides a host dir (the home, AGENT_BOX_HOME)."""
+
+HOST_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssh/ssh_host_*key",
+                "/etc/ssl/private",
+                "/var/lib/private", "/var/cache/private", "/var/log/private", "/var/lib/docker",
+                "/var/lib/containers", "/var/lib/sss", "/etc/security/opasswd")
+"""Host paths masked in every sandbox: readable by a root-run agent otherwise (files get /dev/null, dirs a tmpfs)."""
 
 
 @dataclass(frozen=True)
@@ -46,21 +71,33 @@ class SandboxSpec:
     project_root: Path
     """The project, bound at its own path."""
     writable: tuple[Path, ...]
-    """Host dirs under the project the role may write (see `write_mounts`)."""
+    """Host dirs under the project the role may write, bound read-write."""
     protected: tuple[Path, ...]
-    """Paths under writable ones that stay read-only (the project's `.agent-box/`)."""
+    """Paths bound read-only over every write scope: `.agent-box/` and VCS metadata."""
     extra_rw: tuple[Path, ...]
     """Other writable dirs: the run's artifact dir, the turn's scratch dir."""
     homes: tuple[HomeBind, ...]
     """The profile's tool config, bound where the tool expects it."""
     hidden: tuple[Path, ...]
-    """Directories replaced by an empty tmpfs: $HOME, AGENT_BOX_HOME."""
+    """Directories replaced by an empty tmpfs: $HOME, AGENT_BOX_HOME, the project's run and session state."""
     ro_binds: tuple[Path, ...]
     """Dirs bound back read-only (tool install dirs, profile ro_binds)."""
     rw_binds: tuple[Path, ...] = ()
     """Extra writable host paths from the profile's sandbox policy."""
     sealed: tuple[Path, ...] = ()
-    """Entries of writable dirs that stay read-only: the neighbours of a literal file scope."""
+    """Entries of staged views bound back read-only (the neighbours of a file scope)."""
+    staged: tuple[tuple[Path, Path], ...] = ()
+    """(private copy, real dir): a file or pattern scope's view, bound at the real dir's path."""
+    links: tuple[tuple[str, Path], ...] = ()
+    """(target, path): symlinks recreated inside staged views."""
+    masked: tuple[Path, ...] = ()
+    """Host secrets covered up: files by /dev/null, directories by an empty tmpfs."""
+    masked_dirs: frozenset[Path] = frozenset()
+    """Which of `masked` are directories."""
+    resolv_conf: Path | None = None
+    """Where /etc/resolv.conf really lives when that is under /run (bound back for name resolution)."""
+    var_run_dir: bool = False
+    """/var/run is a real directory (not the usual symlink to /run): hide it too."""
     network: bool = True
     """Share the host network namespace."""
     cwd: Path | None = None
@@ -75,38 +112,62 @@ def _under(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == root or path.is_relative_to(root) for root in roots)
 
 
+def _depth(path: Path) -> int:
+    return len(path.parts)
+
+
+def _sized_tmpfs(path: str | Path, size: int) -> list[str]:
+    return ["--size", str(size), "--tmpfs", str(path)]
+
+
 def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> list[str]:
     """The full bwrap command line for `command` under `spec` (pure: no filesystem access)."""
-    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--tmpfs", "/var/tmp", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--die-with-parent", "--clearenv"]
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_sized_tmpfs("/dev/shm", TMPFS_SIZES["/dev/shm"]),
+            "--remount-ro", "/dev", "--proc", "/proc",
+            *_sized_tmpfs("/tmp", TMPFS_SIZES["/tmp"]), *_sized_tmpfs("/var/tmp", TMPFS_SIZES["/var/tmp"]),
+            *_sized_tmpfs("/run", TMPFS_SIZES["/run"])]
+    if spec.var_run_dir:
+        argv += _sized_tmpfs("/var/run", TMPFS_SIZES["/run"])
+    if spec.resolv_conf is not None:
+        argv += ["--ro-bind", str(spec.resolv_conf), str(spec.resolv_conf)]
+    argv += ["--remount-ro", "/run", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
+             "--cap-drop", "ALL", "--clearenv"]
     if not spec.network:
         argv.append("--unshare-net")
     if not spec.interactive:
         argv.append("--new-session")
-    for hidden in sorted(spec.hidden, key=lambda p: len(p.parts)):
-        argv += ["--tmpfs", str(hidden)]
-    for path in sorted(set(spec.ro_binds), key=lambda p: len(p.parts)):
+    for path in sorted(set(spec.masked), key=_depth):
+        if path in spec.masked_dirs:
+            argv += _sized_tmpfs(path, MiB)
+        else:
+            argv += ["--ro-bind", "/dev/null", str(path)]
+    for hidden in sorted(spec.hidden, key=_depth):
+        if hidden == spec.project_root or not hidden.is_relative_to(spec.project_root):
+            argv += _sized_tmpfs(hidden, HIDDEN_TMPFS_SIZE)
+    for path in sorted(set(spec.ro_binds), key=_depth):
         argv += ["--ro-bind", str(path), str(path)]
     argv += ["--ro-bind", str(spec.project_root), str(spec.project_root)]
-    # shallower first; at the same depth a sealed entry after the writable dir it is in,
-    # and a deeper write scope (src/** beside a literal README.md) after the seal on src
-    mounts = [(p, "--bind") for p in set(spec.writable)] + [(p, "--ro-bind") for p in set(spec.sealed)]
-    for path, flag in sorted(mounts, key=lambda m: (len(m[0].parts), m[1] == "--ro-bind")):
-        argv += [flag, str(path), str(path)]
-    for path in sorted(set(spec.protected), key=lambda p: len(p.parts)):
-        if any(_under(path, [w]) for w in spec.writable):
-            argv += ["--ro-bind", str(path), str(path)]
+    # shallower first; at one depth a staged view or writable dir before what is bound inside it
+    mounts: list[tuple[Path, int, list[str]]] = []
+    mounts += [(p, 0, ["--bind", str(p), str(p)]) for p in set(spec.writable)]
+    mounts += [(real, 0, ["--bind", str(stage), str(real)]) for stage, real in set(spec.staged)]
+    mounts += [(p, 1, ["--ro-bind", str(p), str(p)]) for p in set(spec.sealed)]
+    mounts += [(p, 1, ["--symlink", target, str(p)]) for target, p in set(spec.links)]
+    for _path, _rank, flags in sorted(mounts, key=lambda m: (_depth(m[0]), m[1], str(m[0]))):
+        argv += flags
+    for path in sorted(set(spec.protected), key=_depth):
+        argv += ["--ro-bind", str(path), str(path)]
     # the project binds uncover hidden dirs inside the project (AGENT_BOX_HOME when the
-    # project is the home dir): hide them again, with what had to be bound back in them
+    # project is the home dir, the run and session state): hide them again, with what had
+    # to be bound back in them
     inside = sorted((h for h in set(spec.hidden) if h != spec.project_root and h.is_relative_to(spec.project_root)),
-                    key=lambda p: len(p.parts))
+                    key=_depth)
     for hidden in inside:
-        argv += ["--tmpfs", str(hidden)]
-    for path in sorted(set(spec.ro_binds), key=lambda p: len(p.parts)):
+        argv += _sized_tmpfs(hidden, HIDDEN_TMPFS_SIZE)
+    for path in sorted(set(spec.ro_binds), key=_depth):
         if _under(path, inside):
             argv += ["--ro-bind", str(path), str(path)]
-    for path in sorted(set(spec.extra_rw) | set(spec.rw_binds), key=lambda p: len(p.parts)):
+    for path in sorted(set(spec.extra_rw) | set(spec.rw_binds), key=_depth):
         argv += ["--bind", str(path), str(path)]
     for bind in spec.homes:
         argv += ["--bind", str(bind.source), str(bind.target)]
@@ -114,6 +175,58 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
     for key, value in sorted(spec.env.items()):
         argv += ["--setenv", key, value]
     return [*argv, "--", *command]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A sandbox ready to exec: a short argv (`bwrap --args FD`) and the descriptors it reads."""
+
+    argv: list[str]
+    pass_fds: tuple[int, ...]
+
+
+@contextlib.contextmanager
+def launch(argv: list[str], *, seccomp_filter: bool = True) -> Iterator[Launch]:
+    """Hand `argv` (from `bwrap_argv`) to bwrap through memory files instead of its command line.
+
+    The full argv, with the environment (keys included) and the seccomp filter, is written
+    to anonymous memory files; the command line is only `bwrap --args N -- COMMAND`, so `ps`
+    shows no secret (the adapters keep prompts off the tool's own command line). Spawn the process inside the block with `pass_fds`; the files close after it.
+    A non-bwrap argv (`sandbox: none`) passes through unchanged.
+    """
+    if not argv or Path(argv[0]).name != "bwrap":
+        yield Launch(list(argv), ())
+        return
+    fds: list[int] = []
+    split = argv.index("--") if "--" in argv else len(argv)
+    command = argv[split:]  # bwrap reads only options from --args; the command stays on the line
+    try:
+        args = list(argv[1:split])
+        if seccomp_filter:
+            from agentbox.core import seccomp
+
+            fds.append(_memfd("agentbox-seccomp", seccomp.program()))
+            args = ["--seccomp", str(fds[-1]), *args]
+        fds.append(_memfd("agentbox-bwrap-args", b"".join(a.encode("utf-8", "surrogateescape") + b"\0"
+                                                            for a in args)))
+        yield Launch([argv[0], "--args", str(fds[-1]), *command], tuple(fds))
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)  # inheritable only through pass_fds
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 # ----------------------------------------------------------------------------- helpers (impure)
@@ -129,89 +242,6 @@ def glob_static_prefix(pattern: str) -> tuple[tuple[str, ...], bool]:
             return tuple(static), False
         static.append(part)
     return tuple(static), True
-
-
-def resolve_write_scopes(project_root: Path, scopes: list[str] | None,
-                         made: list[Path] | None = None) -> tuple[Path, ...]:
-    """Host paths a role may write: the static prefix of each glob, or the literal path.
-
-    `None` means the whole project; `[]` means read-only. A glob such as `src/**` or
-    `docs/*.md` makes its directory (`src/`, `docs/`) writable, created if missing: the
-    mount is as fine as the glob's literal prefix, so `docs/*.md` lets the role write any
-    file under `docs/`. A literal path is returned as it is: an existing directory, a
-    missing `name/` (created), or a file that may not exist yet (its directory is
-    created); `write_mounts` turns these into mounts. Directories created are appended
-    to `made` (`remove_made_dirs(made)` takes back those left empty after the turn).
-    A scope that escapes the project is refused.
-    """
-    if scopes is None:
-        return (project_root,)
-    root = project_root.resolve()
-    made = made if made is not None else []
-    result: list[Path] = []
-    for scope in scopes:
-        static, literal = glob_static_prefix(scope)
-        candidate = (project_root / Path(*static)) if static else project_root
-        resolved = candidate.resolve()
-        if not (resolved == root or resolved.is_relative_to(root)) or Path(scope).is_absolute():
-            raise UsageError(f"write scope {scope!r} points outside the project {project_root}")
-        if literal and not candidate.is_dir() and not scope.endswith("/"):
-            _make_dirs(candidate.parent, made)  # a file, there or not yet
-        else:
-            _make_dirs(candidate, made)
-        result.append(candidate)
-    return tuple(result)
-
-
-MAX_SEALED_ENTRIES = 500
-"""Most entries sealed read-only beside a literal file scope (one bind mount each)."""
-
-
-def write_mounts(writable: Iterable[Path]) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
-    """The writable dirs and the sealed (read-only) entries in them, for resolved write scopes.
-
-    A literal file scope needs its directory writable, since tools write files atomically
-    (a temporary file beside it, then a rename): claude's Write and Edit do. So its
-    directory is bound writable and every other existing entry in it is sealed read-only
-    again: the role can write that file and create new files there, but change nothing
-    that exists beside it. A file inside a writable directory scope needs nothing more.
-    """
-    scopes = list(dict.fromkeys(writable))
-    dirs = [p for p in scopes if p.is_dir()]
-    files = [p for p in scopes if not p.is_dir() and not _under(p.parent, dirs)]
-    parents = list(dict.fromkeys(f.parent for f in files))
-    keep = set(files) | set(dirs)
-    sealed: list[Path] = []
-    for parent in parents:
-        try:
-            entries = sorted(parent.iterdir())
-        except OSError:
-            continue
-        if len(entries) > MAX_SEALED_ENTRIES:
-            names = ", ".join(f.name for f in files if f.parent == parent)
-            raise SandboxError(f"{parent} holds {len(entries)} entries: too many to seal around the write scope {names}",
-                               f"give the role the directory instead (`{parent.name}/**`), or move the file")
-        sealed += [e for e in entries if e not in keep and not e.is_symlink()]  # deeper scopes bind over the seal
-    return tuple(dirs + parents), tuple(sealed)
-
-
-def _make_dirs(directory: Path, made: list[Path]) -> None:
-    """mkdir -p, noting each directory created (outermost first)."""
-    missing = [d for d in (directory, *directory.parents) if not d.exists()]
-    try:
-        for d in reversed(missing):
-            with contextlib.suppress(FileExistsError):
-                d.mkdir()
-                made.append(d)
-    except FileNotFoundError:  # a parent vanished meanwhile (another turn tidied it)
-        directory.mkdir(parents=True, exist_ok=True)
-
-
-def remove_made_dirs(made: list[Path]) -> None:
-    """Remove the directories made for write scopes that the turn left empty (innermost first)."""
-    for path in reversed(made):
-        with contextlib.suppress(OSError):
-            path.rmdir()  # only when empty
 
 
 @functools.lru_cache(maxsize=64)
@@ -316,3 +346,18 @@ def sandbox_env(base: Mapping[str, str], home: Path, extra: Mapping[str, str]) -
 def host_env() -> dict[str, str]:
     """The host environment (a seam for tests)."""
     return dict(os.environ)
+
+
+def host_layout() -> dict[str, object]:
+    """Facts about this host the sandbox adapts to (impure; see `SandboxSpec`)."""
+    import glob
+
+    masked = tuple(Path(p) for pattern in HOST_SECRETS for p in sorted(glob.glob(pattern))
+                   if os.path.lexists(p) and not os.path.islink(p))
+    resolv = Path("/etc/resolv.conf").resolve()
+    return {
+        "masked": masked,
+        "masked_dirs": frozenset(p for p in masked if p.is_dir()),
+        "resolv_conf": resolv if resolv.is_relative_to("/run") and resolv.is_file() else None,
+        "var_run_dir": Path("/var/run").is_dir() and not Path("/var/run").is_symlink(),
+    }

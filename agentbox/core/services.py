@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from agentbox.core import paths, profiles, project
@@ -80,18 +81,28 @@ def session_store_for(target: str | None, proj: ProjectPaths | None) -> SessionS
     return SessionStore(proj.sessions_dir)
 
 
+@dataclass(frozen=True)
+class InteractiveCommand:
+    """What attach/launch run: the argv, its environment and descriptors, and the session id."""
+
+    argv: list[str]
+    env: dict[str, str]
+    pass_fds: tuple[int, ...]
+    session_id: str
+
+
 @contextlib.contextmanager
-def interactive_session(agent: Agent, session_id: str | None) -> Iterator[tuple[list[str], dict[str, str], str]]:
+def interactive_session(agent: Agent, session_id: str | None) -> Iterator[InteractiveCommand]:
     """The sandboxed interactive command that resumes `session_id` (attach/launch).
 
-    Yields argv, environment and the agentbox session id (new when none was given); run
-    the command inside the block. The session record is written first, so the attached
-    session shows in the history; directories made for the write scopes and left empty
-    are taken back when the block ends.
+    Run the command inside the block (`subprocess.call(c.argv, env=c.env,
+    pass_fds=c.pass_fds)`). The session record is written first, so the attached session
+    shows in the history; staged write scopes are carried back and directories made for
+    the scopes and left empty are taken back when the block ends.
     """
-    from agentbox.core.invoke import _prepare_session, prepare
+    from agentbox.core.invoke import _prepare_session, finish_turn, prepare
     from agentbox.core.runtimes import adapter_for
-    from agentbox.core.sandbox import remove_made_dirs
+    from agentbox.core.sandbox import launch
 
     record = _prepare_session(agent, session_id)
     prepared = prepare(agent, "", record, interactive=True)
@@ -99,6 +110,7 @@ def interactive_session(agent: Agent, session_id: str | None) -> Iterator[tuple[
         if record.native_id is None and hasattr(adapter_for(record.tool), "created_session"):
             record.native_id = record.id  # these tools take the caller's id for a new session
         agent.sessions.save(record)
-        yield prepared.argv, prepared.env, record.id
+        with launch(prepared.argv) as launched:
+            yield InteractiveCommand(launched.argv, prepared.env, launched.pass_fds, record.id)
     finally:
-        remove_made_dirs(prepared.made)
+        finish_turn(prepared, record.turns + 1)

@@ -273,19 +273,22 @@ class RunActions:
             return
         try:
             agent = services.role_agent(self.project, role)
-            with services.interactive_session(agent, session_id or self.latest_session(role)) as (argv, env, session):
-                self._suspended_call(argv, env, f"attached to {role} · session {session} — exit the tool to come back")
+            with services.interactive_session(agent, session_id or self.latest_session(role)) as command:
+                self._suspended_call(command.argv, command.env,
+                                     f"attached to {role} · session {command.session_id} — exit the tool to come back",
+                                     command.pass_fds)
         except AgentboxError as exc:
             self.notify(exc.message, title=f"attach to {role}", severity="error")
 
-    def _suspended_call(self: DashboardScreen, argv: list[str], env: dict[str, str] | None, banner: str) -> None:
+    def _suspended_call(self: DashboardScreen, argv: list[str], env: dict[str, str] | None, banner: str,
+                        pass_fds: tuple[int, ...] = ()) -> None:
         from textual.app import SuspendNotSupported
 
         try:
             with self.app.suspend():
                 print(f"[agentbox] {banner}", file=sys.stderr)
                 with contextlib.suppress(OSError):
-                    subprocess.call(argv, env=env, cwd=str(self.project.root))
+                    subprocess.call(argv, env=env, cwd=str(self.project.root), pass_fds=pass_fds)
         except SuspendNotSupported:
             self.notify("this terminal cannot suspend the dashboard", severity="error")
             return

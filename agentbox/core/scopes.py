@@ -1,0 +1,352 @@
+"""Write scopes made exact: what a role may write, as mounts, and the changes taken back after a turn.
+
+A write scope is one of three shapes, and each is enforced by the kernel:
+
+- a **directory** (`src/**`, `src/`, or an existing directory): bound read-write;
+- a **file** (`README.md`) or a **one-level pattern** (`docs/*.md`, `*.md`): the role works
+  in a *staged view* of that directory — a private copy of the matching files, bound at the
+  directory's own path, with every other entry bound back read-only and symlinks recreated
+  as they are. Tools that write atomically (a temp file, then a rename) work there. After
+  the turn the matching regular files the role changed, created or deleted are carried back
+  into the real directory; anything else it created there is not, and is kept aside in the
+  turn's `discarded/` dir (never silently lost);
+- a deeper pattern (`src/**/*.py`) cannot be enforced by mounts and is refused with a hint.
+
+A scope never widens through a symlink: one whose path crosses a symlink is refused, so a
+link an agent planted (`src/g2 -> ../.git`) gives no later scope a way out. Scopes are
+relative, stay inside the project and never name `.git`, `.agent-box` or other VCS
+metadata (those are bound read-only over every scope anyway).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import hashlib
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from agentbox.core.errors import SandboxError, UsageError
+
+MAX_SEALED_ENTRIES = 500
+"""Most entries bound back read-only in one staged directory (one bind mount each)."""
+
+METADATA_NAMES = (".git", ".agent-box", ".hg", ".svn", ".bzr", "_darcs", ".jj", ".pijul", ".fossil")
+"""Entries that hold version-control or agentbox metadata: never writable by an agent."""
+
+WILDCARDS = "*?["
+
+
+def _has_wildcard(part: str) -> bool:
+    return any(ch in part for ch in WILDCARDS)
+
+
+@dataclass
+class Staged:
+    """One directory the role sees as a private copy (file and one-level pattern scopes)."""
+
+    real: Path
+    stage: Path
+    patterns: tuple[str, ...]
+    copied: dict[str, str] = field(default_factory=dict)
+    """Name → sha256 of each real file copied in (to carry back only the role's changes)."""
+    sealed: tuple[Path, ...] = ()
+    links: tuple[tuple[str, Path], ...] = ()
+    mountpoints: frozenset[str] = frozenset()
+    """Names in the view that are other mounts (sealed entries, deeper write scopes, links)."""
+
+    def matches(self, name: str) -> bool:
+        """True when `name` in this directory is one the role may write."""
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.patterns)
+
+
+@dataclass
+class ScopePlan:
+    """The mounts for a role's write scopes, and what must be undone or carried back after the turn."""
+
+    writable: tuple[Path, ...] = ()
+    """Directories bound read-write at their own path."""
+    staged: tuple[Staged, ...] = ()
+    made: list[Path] = field(default_factory=list)
+    """Directories created for directory scopes (removed after the turn when left empty)."""
+
+    @property
+    def sealed(self) -> tuple[Path, ...]:
+        """Entries bound read-only inside staged views."""
+        return tuple(p for s in self.staged for p in s.sealed)
+
+    @property
+    def links(self) -> tuple[tuple[str, Path], ...]:
+        """Symlinks recreated inside staged views, as (target, path)."""
+        return tuple(link for s in self.staged for link in s.links)
+
+
+def normalise(scope: str) -> tuple[str, ...]:
+    """The parts of a write scope, checked: relative, inside the project, not metadata (UsageError)."""
+    if not isinstance(scope, str) or not scope.strip():
+        raise UsageError(f"write scope {scope!r} is empty", "name a directory (`src/**`), a file, or a pattern")
+    if scope.startswith("/") or scope.startswith("~"):
+        raise UsageError(f"write scope {scope!r} is absolute", "write scopes are relative to the project root")
+    parts = tuple(p for p in PurePosixPath(scope).parts if p not in (".", ""))
+    if ".." in parts:
+        raise UsageError(f"write scope {scope!r} leaves the project through '..'",
+                         "write scopes are relative to the project root and stay inside it")
+    if parts and parts[0] in METADATA_NAMES:
+        raise UsageError(f"write scope {scope!r} covers {parts[0]}, which no agent may write",
+                         "version-control and agentbox metadata stay read-only for every role")
+    return parts
+
+
+def _check_no_symlink(root: Path, parts: tuple[str, ...], scope: str) -> None:
+    """Refuse a scope whose existing path crosses a symlink (a link could point anywhere)."""
+    current = root
+    for part in parts:
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise SandboxError(f"write scope {scope!r}: cannot inspect {current}: {exc.strerror}") from None
+        if stat.S_ISLNK(mode):
+            raise SandboxError(f"write scope {scope!r} crosses the symlink {current}; a scope never widens "
+                               "through a link", "remove the link, or name the real path in the scope")
+
+
+def _make_dirs(directory: Path, made: list[Path]) -> None:
+    """mkdir -p, noting each directory created (outermost first)."""
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    try:
+        for d in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                d.mkdir()
+                made.append(d)
+    except FileNotFoundError:  # a parent vanished meanwhile (another turn tidied it)
+        directory.mkdir(parents=True, exist_ok=True)
+
+
+def plan(project_root: Path, scopes: list[str] | None, stage_root: Path | None = None) -> ScopePlan:
+    """The mounts for `scopes` (None = the whole project, [] = read-only); stages files under `stage_root`.
+
+    Raises UsageError for a scope that is malformed or reaches outside the project or
+    into metadata, SandboxError for one that crosses a symlink or cannot be enforced.
+    """
+    if scopes is None:
+        return ScopePlan(writable=(project_root,))
+    made: list[Path] = []
+    dirs: list[Path] = []
+    patterns: dict[Path, list[str]] = {}
+    for scope in scopes:
+        parts = normalise(scope)
+        static: list[str] = []
+        for part in parts:
+            if _has_wildcard(part):
+                break
+            static.append(part)
+        rest = parts[len(static):]
+        _check_no_symlink(project_root, tuple(static), scope)
+        base = project_root.joinpath(*static)
+        if not parts or rest in (("**",), ("**", "*")):
+            dirs.append(base)
+        elif not rest:  # a literal path
+            if scope.endswith("/") or base.is_dir():
+                dirs.append(base)
+            elif static:
+                patterns.setdefault(base.parent, []).append(base.name)
+            else:
+                dirs.append(base)
+        elif len(rest) == 1 and "**" not in rest[0]:
+            patterns.setdefault(base, []).append(rest[0])
+        else:
+            shape = "/".join(static) + "/**" if static else "**"
+            raise SandboxError(f"write scope {scope!r} is finer than the sandbox can enforce",
+                               f"use a directory (`{shape}`), a file, or a one-level pattern such as "
+                               f"`{'/'.join(static) + '/' if static else ''}*.py`")
+    for directory in dirs:
+        _make_dirs(directory, made)
+    dirs = _outermost(dirs)
+    staged = [(d, tuple(p)) for d, p in patterns.items() if not any(d == w or d.is_relative_to(w) for w in dirs)]
+    result = ScopePlan(writable=tuple(dirs), made=made)
+    if staged:
+        if stage_root is None:
+            raise SandboxError("a file or pattern write scope needs a staging dir for the turn")
+        result.staged = tuple(_stage(project_root, directory, pats, stage_root / f"stage-{i}", dirs, made)
+                              for i, (directory, pats) in enumerate(sorted(staged)))
+    return result
+
+
+def _outermost(paths: list[Path]) -> list[Path]:
+    kept: list[Path] = []
+    for path in sorted(set(paths), key=lambda p: len(p.parts)):
+        if not any(path == k or path.is_relative_to(k) for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _sha(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as handle:
+        for chunk in iter(lambda: handle.read(1 << 16), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _stage(root: Path, real: Path, patterns: tuple[str, ...], stage: Path, writable: list[Path],
+           made: list[Path]) -> Staged:
+    """Build the private view of `real`: matching files copied, everything else bound back read-only."""
+    _make_dirs(real, made)
+    stage.mkdir(parents=True)
+    try:
+        entries = list(os.scandir(real))
+    except OSError as exc:
+        raise SandboxError(f"cannot read {real} for a write scope: {exc.strerror}") from None
+    if len(entries) > MAX_SEALED_ENTRIES:
+        names = ", ".join(patterns)
+        raise SandboxError(f"{real} holds {len(entries)} entries: too many to seal around the write scope {names}",
+                           f"give the role the directory instead (`{real.relative_to(root)}/**`), or move the file")
+    view = Staged(real=real, stage=stage, patterns=patterns)
+    sealed: list[Path] = []
+    links: list[tuple[str, Path]] = []
+    inner = {w.relative_to(real).parts[0] for w in writable if w != real and w.is_relative_to(real)}
+    for entry in entries:
+        path = real / entry.name
+        if entry.name in inner:
+            continue  # a deeper directory scope is bound there
+        if entry.is_symlink():
+            links.append((os.readlink(path), path))
+        elif entry.is_file(follow_symlinks=False) and view.matches(entry.name) and entry.name not in METADATA_NAMES:
+            shutil.copy2(path, stage / entry.name, follow_symlinks=False)
+            view.copied[entry.name] = _sha(stage / entry.name)
+        else:
+            sealed.append(path)
+    view.sealed = tuple(sealed)
+    view.links = tuple(links)
+    view.mountpoints = frozenset({p.name for p in sealed} | {p.name for _, p in links} | inner)
+    return view
+
+
+def finish(scope_plan: ScopePlan, discard_dir: Path) -> list[str]:
+    """After the turn: carry the role's changes of staged files back, keep the rest aside; tidy up.
+
+    Returns one line per thing not carried back (for the turn's log).
+    """
+    notes: list[str] = []
+    for view in scope_plan.staged:
+        notes += _carry_back(view, discard_dir)
+        shutil.rmtree(view.stage, ignore_errors=True)
+    for path in reversed(scope_plan.made):
+        with contextlib.suppress(OSError):
+            path.rmdir()  # only when empty
+    return notes
+
+
+def _keep_aside(source: Path, discard_dir: Path, relative: str) -> None:
+    target = discard_dir / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        os.rename(source, target)
+
+
+def _carry_back(view: Staged, discard_dir: Path) -> list[str]:
+    notes: list[str] = []
+    try:
+        real_fd = os.open(view.real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return [f"{view.real} is gone or is no longer a directory: the turn's changes there are in {discard_dir}"]
+    try:
+        present = {e.name: e for e in os.scandir(view.stage)}
+        for name, entry in present.items():
+            if name in view.mountpoints:
+                continue
+            staged_path = view.stage / name
+            rel = f"{view.real.name}/{name}"
+            if not (view.matches(name) and entry.is_file(follow_symlinks=False)) or name in METADATA_NAMES:
+                _keep_aside(staged_path, discard_dir, rel)
+                notes.append(f"{view.real / name}: outside the role's write scope; kept aside in {discard_dir}")
+                continue
+            new_sha = _sha(staged_path)
+            before = view.copied.get(name)
+            if before == new_sha:
+                continue
+            current = _current_sha(real_fd, name)
+            if current != before:  # changed (or created) by someone else during the turn
+                _keep_aside(staged_path, discard_dir, rel)
+                notes.append(f"{view.real / name}: changed outside the turn meanwhile; the role's version "
+                             f"is kept in {discard_dir}")
+                continue
+            _install(real_fd, staged_path, name)
+        for name, sha in view.copied.items():
+            if name not in present and _current_sha(real_fd, name) == sha:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=real_fd)
+    finally:
+        os.close(real_fd)
+    return notes
+
+
+def _current_sha(dir_fd: int, name: str) -> str | None:
+    """sha256 of the regular file `name` in the directory, None when absent; 'other' for anything else."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return "other"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "other"
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 16):
+            digest.update(chunk)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def _install(dir_fd: int, source: Path, name: str) -> None:
+    """Put `source` in the directory as `name`, atomically (a temp file there, then a rename)."""
+    temp = f".{name}.agentbox-{os.getpid()}.tmp"
+    mode = os.lstat(source).st_mode & 0o777
+    out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
+    try:
+        with open(source, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as handle:
+            while chunk := handle.read(1 << 16):
+                os.write(out, chunk)
+        os.fsync(out)
+    except BaseException:
+        os.close(out)
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dir_fd)
+        raise
+    os.close(out)
+    os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def metadata_paths(project_root: Path) -> tuple[Path, ...]:
+    """VCS and agentbox metadata present at the project root (and a worktree's admin dir), to bind read-only."""
+    found: list[Path] = []
+    for name in METADATA_NAMES:
+        path = project_root / name
+        if os.path.lexists(path):
+            found.append(path)
+    git = project_root / ".git"
+    if git.is_file() and not git.is_symlink():  # a worktree or submodule: `gitdir: <admin dir>`
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            first = git.read_text()[:4096].splitlines()[0]
+            if first.startswith("gitdir:"):
+                admin = (project_root / first.split(":", 1)[1].strip()).resolve()
+                if admin.is_dir():
+                    found.append(admin)
+    modules = project_root / ".gitmodules"
+    if modules.is_file() and not modules.is_symlink():
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            for line in modules.read_text()[:65536].splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "path" and value.strip():
+                    sub = project_root / value.strip() / ".git"
+                    if os.path.lexists(sub) and sub.resolve().is_relative_to(project_root.resolve()):
+                        found.append(sub)
+    return tuple(found)
