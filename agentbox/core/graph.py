@@ -8,10 +8,11 @@ Validation (the five rules of seed 004, schema and reference checks) lives in
 from __future__ import annotations
 
 import heapq
+import os
 from collections.abc import Collection
 from pathlib import Path
 
-from agentbox.core.errors import GraphError, NotFoundError
+from agentbox.core.errors import ConfigError, GraphError, NotFoundError
 from agentbox.core.graph_model import Condition, Edge, Graph, Node
 from agentbox.core.graph_rules import RULES, check_graph_file, check_graph_text, validate_graph
 from agentbox.core.paths import ProjectPaths
@@ -28,17 +29,20 @@ def load_graph(path: Path, roles: Collection[str] | None = None) -> Graph:
 
 
 def resolve_graph(ref: str, project: ProjectPaths | None) -> Path:
-    """A graph given as a file path, a path relative to `.agent-box/` (as crew.yaml's
-    `graph.file`), or a name in the project's `.agent-box/graphs/` (`build` or `build.yaml`)."""
-    candidates = [Path(ref).expanduser()]
-    if project is not None:
-        candidates.append(project.box / ref)
-        if "/" not in ref:
-            suffixes = [""] if ref.endswith((".yaml", ".yml")) else [".yaml", ".yml"]
-            candidates.extend(project.graphs_dir / f"{ref}{suffix}" for suffix in suffixes)
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
+    """A graph given as a path relative to `.agent-box/` (as crew.yaml's `graph.file`), a
+    name in the project's `.agent-box/graphs/` (`build` or `build.yaml`), or a file path.
+
+    The project's own graphs come first, and one found there must stay inside `.agent-box/`
+    once symlinks are followed (a cloned repository could link it to any host file, whose
+    text would go to the model as node briefs); a path the person gives is read as given.
+    """
+    if project is not None and not Path(ref).is_absolute() and ".." not in Path(ref).parts:
+        found = _project_graph(ref, project)
+        if found is not None:
+            return found
+    given = Path(ref).expanduser()
+    if given.is_file() or (os.path.lexists(given) and not given.is_dir()):
+        return given
     available = list_graphs(project) if project is not None else []
     hint = (
         f"graphs in {project.graphs_dir}: {', '.join(available)}"
@@ -47,6 +51,28 @@ def resolve_graph(ref: str, project: ProjectPaths | None) -> Path:
     )
     where = f" nor a graph in {project.graphs_dir}" if project is not None else ""
     raise NotFoundError(f"no work graph {ref!r}: not a file{where}", hint)
+
+
+def _project_graph(ref: str, project: ProjectPaths) -> Path | None:
+    """The graph `ref` names in the project (`.agent-box/REF`, `.agent-box/graphs/REF[.yaml]`),
+    refused when it leads outside `.agent-box/`; None when there is none."""
+    candidates = [project.box / ref]
+    if "/" not in ref:
+        suffixes = [""] if ref.endswith((".yaml", ".yml")) else [".yaml", ".yml"]
+        candidates.extend(project.graphs_dir / f"{ref}{suffix}" for suffix in suffixes)
+    box = project.box.resolve()
+    for candidate in candidates:
+        if not os.path.lexists(candidate):
+            continue
+        real = candidate.resolve()
+        if not real.is_relative_to(box):
+            raise ConfigError(
+                f"leads outside {project.box} (to {real})", file=candidate, line=1,
+                hint="a project's work graph is a regular file inside .agent-box/",
+            )
+        if not candidate.is_dir() or candidate.suffix in (".yaml", ".yml"):
+            return candidate  # a directory or FIFO named like a graph is reported by the reader
+    return None
 
 
 def list_graphs(project: ProjectPaths) -> list[str]:
