@@ -1,0 +1,95 @@
+"""A full disk, for real: the project on a 12 MB tmpfs that a worker fills up.
+
+The whole scenario runs in a private mount namespace (`unshare -m`, root only) so the
+tmpfs is nobody else's business: the engine (`agentbox run`, a real process) must stop
+with a typed error — no traceback — leaving the run paused with its reason; after the
+file is deleted, `run --resume` finishes the run without running again a turn the state
+recorded as done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.engine.support import setup_crew, task, work_rule
+
+pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
+
+DRIVER = r'''
+import json, os, subprocess, sys, shutil
+from pathlib import Path
+
+source, mnt = Path(sys.argv[1]), Path(sys.argv[2])
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mnt)], check=True)
+root = mnt / "repo"
+shutil.copytree(source, root, symlinks=True)
+
+def agentbox(*args):
+    proc = subprocess.run([sys.executable, "-m", "agentbox", "--project", str(root), *args], cwd=root,
+                          capture_output=True, text=True, timeout=150, stdin=subprocess.DEVNULL)
+    return {"rc": proc.returncode, "out": proc.stdout, "err": proc.stderr}
+
+first = agentbox("run", "fill the disk", "--quiet")
+run_id = sorted(p.name for p in (root / ".agent-box" / "runs").iterdir())[0]
+run_dir = root / ".agent-box" / "runs" / run_id
+paused = json.loads((run_dir / "run.json").read_text())
+fill = root / "src" / "t2" / "fill"
+filled = fill.stat().st_size if fill.exists() else 0
+fill.unlink(missing_ok=True)
+second = agentbox("run", "--resume", run_id, "--quiet")
+final = json.loads((run_dir / "run.json").read_text())
+events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+prompts = []
+for turns in (root / ".agent-box" / "sessions").glob("*/*.turns.jsonl"):
+    prompts += [json.loads(line)["prompt"] for line in turns.read_text().splitlines() if line.strip()]
+print(json.dumps({"first": first, "second": second, "paused": paused, "final": final, "events": events,
+                  "prompts": prompts, "filled": filled}))
+'''
+
+
+def test_a_full_disk_pauses_the_run_and_resume_finishes_it(project: Path, tmp_path: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a real size-limited filesystem needs root (mount in a private namespace)")
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare -m is not allowed here: {probe.stderr.decode()[:200]}")
+    filling = work_rule(task_id="t2", times=1, rule_id="fill", run="head -c 64M /dev/zero > src/t2/fill; true")
+    setup_crew(project, worker=[filling], tasks=[task("t1", "builder", writes=["src/t1/**"]),
+                                                 task("t2", "builder", writes=["src/t2/**"], deps=["t1"])])
+    for scope in ("src/t1", "src/t2"):
+        (project / scope).mkdir(parents=True, exist_ok=True)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, str(driver), str(project),
+                           str(mnt)], capture_output=True, text=True, timeout=400,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    first, second = report["first"], report["second"]
+
+    assert report["filled"] > 4 << 20, "the worker did fill the disk"
+    assert "Traceback" not in first["err"], first["err"]
+    assert first["rc"] == 1 and "full" in first["err"] and "--resume" in first["err"], first
+    assert report["paused"]["status"] == "paused", report["paused"]["status_reason"]
+    assert "disk full" in report["paused"]["status_reason"]
+
+    assert "Traceback" not in second["err"], second["err"]
+    assert second["rc"] == 0, second
+    final = report["final"]
+    assert final["status"] == "done", final["status_reason"]
+    assert {t["state"] for t in final["tasks"].values()} == {"approved"}
+    assert any(e["type"] == "run.status" and "disk is full" in e["what"] for e in report["events"])
+    seqs = [e["seq"] for e in report["events"]]
+    assert seqs == list(range(1, len(seqs) + 1)), "the log has no gap or repeat"
+    prompts = report["prompts"]
+    assert sum("[agentbox:plan" in p for p in prompts) == 1, "the plan turn, recorded as done, ran once"
+    assert sum("[agentbox:work task=t1" in p for p in prompts) == 1, "t1's work, recorded as done, ran once"
