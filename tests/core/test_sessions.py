@@ -78,11 +78,9 @@ async def test_record_is_on_disk_before_the_process_starts(proj: ProjectPaths, b
 
     result = await invoke(builder, "peek", on_spawn=on_spawn)
     assert result.ok, result
-    # the agent itself read its session record from inside the sandbox: it was already there
-    from_inside = json.loads(json.loads(result.text)[str(record_file(proj, "builder", result.session_id))])
-    assert from_inside["id"] == result.session_id
-    assert from_inside["status"] == "running" and from_inside["running"]["turn"] == 1
-    assert from_inside["owner"] == "builder" and from_inside["profile"] == "diary"
+    # the session records are hidden from the agent (an agent could flock or plant them)
+    from_inside = json.loads(result.text)[str(record_file(proj, "builder", result.session_id))]
+    assert '"running"' not in from_inside, from_inside
     [spawn] = seen_at_spawn
     assert spawn["status"] == "running" and spawn["running"]["turn"] == 1
     assert spawn["running"]["log"] == result.log_path
@@ -232,3 +230,58 @@ def test_record_round_trips_through_json() -> None:
     data = json.loads(json.dumps(record.as_dict()))
     assert data["totals"]["tokens"] == 3
     assert SessionRecord.from_dict({**data, "some_future_key": 1}) == record
+
+
+# ----------------------------------------------------------------------------- hostile records
+
+
+def _record(session_id: str = "5b0e1c1e-0000-4000-8000-000000000001", owner: str = "builder") -> SessionRecord:
+    return SessionRecord(id=session_id, owner=owner, role=owner, profile="p", tool="scripted", cwd="/x",
+                         created=1.0, updated=2.0)
+
+
+@pytest.mark.parametrize("bad_id", ["*", "../x", "a/b", "[ab]*", "", ".."])
+def test_session_ids_are_never_globbed_or_made_into_paths(tmp_path: Path, bad_id: str) -> None:
+    sessions = SessionStore(tmp_path)
+    sessions.save(_record())
+    with pytest.raises(UsageError, match="invalid session id"):
+        sessions.find(bad_id)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "wrong-type", "list", "fifo", "dev-zero", "directory"])
+def test_a_damaged_session_record_is_a_located_error_and_the_others_list(tmp_path: Path, damage: str) -> None:
+    import os
+
+    from agentbox.core.errors import StateError
+
+    sessions = SessionStore(tmp_path)
+    good, bad = _record(), _record("5b0e1c1e-0000-4000-8000-000000000002")
+    sessions.save(good)
+    sessions.save(bad)
+    path = tmp_path / "builder" / f"{bad.id}.json"
+    path.unlink()
+    if damage == "garbage":
+        path.write_bytes(b"\xff\x00{{")
+    elif damage == "wrong-type":
+        path.write_text(json.dumps({**bad.as_dict(), "turns": "many", "totals": {"input_tokens": []}}))
+    elif damage == "list":
+        path.write_text("[]")
+    elif damage == "fifo":
+        os.mkfifo(path)
+    elif damage == "dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    with pytest.raises(StateError, match=str(path)):
+        sessions.find(bad.id)
+    damaged: list[StateError] = []
+    assert [r.id for r in sessions.list(damaged=damaged)] == [good.id]
+    assert len(damaged) == 1 and str(path) in damaged[0].message
+
+
+def test_sessions_show_refuses_a_glob_through_the_cli(project: Path) -> None:
+    from tests.conftest import run_cli
+
+    for bad in ("*", "../../etc/passwd", "?"):
+        result = run_cli("sessions", "show", bad, cwd=project, timeout=30)
+        assert result.code == 2 and "invalid session id" in result.err and "Traceback" not in result.err
