@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentbox.core.errors import ConfigError
 from agentbox.core.yaml_io import load_yaml, plain, position
@@ -74,6 +74,17 @@ def box_path_problem(value: str, what: str) -> str | None:
     if ".." in PurePosixPath(value).parts:
         return f"{what} {value!r} uses '..': it must stay inside .agent-box/"
     return None
+
+
+def _scope(scope: str) -> str:
+    problem = write_scope_problem(scope)
+    if problem:
+        raise ValueError(problem)
+    return scope
+
+
+WriteScope = Annotated[str, AfterValidator(_scope)]
+"""One write scope of a role, checked by `write_scope_problem`."""
 
 
 def _box_path(value: str | None, what: str) -> str | None:
@@ -157,7 +168,7 @@ class Role(Strict):
     """Name of the system-level profile this role uses (user profile or bundled template)."""
     instructions: str | None = None
     """Markdown file (relative to .agent-box/) given to the agent on a session's first turn."""
-    writes: list[str] | None = None
+    writes: list[WriteScope] | None = None
     """Paths or globs (relative to the project root) the role may write; `[]` = read-only; absent = whole project.
 
     A glob opens its literal directory (`docs/*.md` → `docs/`); a literal file opens that
@@ -170,15 +181,6 @@ class Role(Strict):
     """Environment variables added to the profile's, for this project."""
     description: str | None = None
     """What this role does in the crew (shown to planners and in the TUI)."""
-
-    @field_validator("writes")
-    @classmethod
-    def _scopes_inside_project(cls, writes: list[str] | None) -> list[str] | None:
-        for scope in writes or []:
-            problem = write_scope_problem(scope)
-            if problem:
-                raise ValueError(problem)
-        return writes
 
     @field_validator("instructions")
     @classmethod
