@@ -182,8 +182,11 @@ async def test_run_and_session_state_is_invisible_and_unwritable(git_project: Pr
                                    f"run ls -A {git_project.box / 'runs'}; echo x > {runs / 'run.json'}"))
     assert "Directory nonexistent" in output and "r-1\n" not in output, output  # hidden: nothing to lock or read
     assert (runs / "run.json").read_text() == "{}"
-    status, output = ran(await ask(git_project, "all", f"run ls -A {git_project.box / 'sessions'}"))
-    assert output.strip() == "", output  # other roles' transcripts are not readable either
+    await ask(git_project, "reviewer", "run true")  # another role's session on disk
+    status, output = ran(await ask(git_project, "all", f"run ls -A {git_project.box / 'sessions'}; "
+                                                       f"find {git_project.box / 'sessions'} -type f"))
+    # only the path to its own turn's scratch dir: other roles' transcripts are not readable
+    assert output.split() == ["all"], output
 
 
 @pytest.mark.parametrize("scope", [".agent-box/runs/**", ".agent-box/**", ".git/**", "../**", "/tmp/**", ""])
