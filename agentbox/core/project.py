@@ -27,7 +27,7 @@ from agentbox.core.errors import (
     UsageError,
 )
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.safe_io import UnsafeFileError, read_bounded
+from agentbox.core.safe_io import UnsafeFileError, describe_mode, read_bounded
 from agentbox.core.store import atomic_write_text
 from agentbox.core.yaml_io import (
     new_map,
@@ -88,8 +88,7 @@ def box_file(project: ProjectPaths, relative: str | Path) -> Path:
         raise UnsafeFileError(candidate, f"leads outside {project.box} (to {real})")
     info = os.stat(real)
     if not stat.S_ISREG(info.st_mode):
-        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-        raise UnsafeFileError(candidate, f"is {kind}")
+        raise UnsafeFileError(candidate, f"is {describe_mode(info.st_mode)}, not a regular file")
     return real
 
 

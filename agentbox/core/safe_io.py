@@ -46,6 +46,11 @@ def _describe(mode: int) -> str:
     return "not a regular file"
 
 
+def describe_mode(mode: int) -> str:
+    """What a file of this `st_mode` is, for messages: "a directory", "a FIFO", "a device"…"""
+    return _describe(mode)
+
+
 def read_bounded(path: Path | str, *, max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: bool = False) -> bytes:
     """The bytes of the regular file at `path`, at most `max_bytes` of them.
 
