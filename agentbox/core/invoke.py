@@ -283,11 +283,15 @@ def _check_bind_source(source: Path, state_dir: Path) -> None:
 
 
 def finish_turn(prepared: Prepared, turn: int) -> list[str]:
-    """After a turn: carry staged scope changes back, remove the scratch dir; notes on what was kept aside."""
+    """After a turn's process: carry staged scope changes back; notes on what was kept aside."""
     notes = scopes.finish(prepared.scopes, prepared.logs / f"turn-{turn}.discarded")
-    shutil.rmtree(prepared.scratch, ignore_errors=True)
     shutil.rmtree(prepared.scratch.with_suffix(".stage"), ignore_errors=True)
     return notes
+
+
+def remove_scratch(prepared: Prepared) -> None:
+    """Remove the turn's scratch dir (never reused: the next turn gets a fresh one)."""
+    shutil.rmtree(prepared.scratch, ignore_errors=True)
 
 
 def _agent_box_home() -> Path:
@@ -324,9 +328,17 @@ async def invoke(
 
 async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s: float | None,
                     on_spawn: Callable[[SessionRecord, int], None] | None) -> InvokeResult:
+    prepared = prepare(agent, prompt, record)
+    try:
+        return await _run_prepared(agent, prompt, record, prepared, timeout_s, on_spawn)
+    finally:
+        remove_scratch(prepared)  # after the adapter has read what the tool left there
+
+
+async def _run_prepared(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepared,
+                        timeout_s: float | None, on_spawn: Callable[[SessionRecord, int], None] | None) -> InvokeResult:
     store = agent.sessions
     adapter = adapter_for(agent.profile.tool)
-    prepared = prepare(agent, prompt, record)
     turn = record.turns + 1
     started = now()
     out_log = prepared.logs / f"turn-{turn}.log"

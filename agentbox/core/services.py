@@ -100,7 +100,7 @@ def interactive_session(agent: Agent, session_id: str | None) -> Iterator[Intera
     shows in the history; staged write scopes are carried back and directories made for
     the scopes and left empty are taken back when the block ends.
     """
-    from agentbox.core.invoke import _prepare_session, finish_turn, prepare
+    from agentbox.core.invoke import _prepare_session, finish_turn, prepare, remove_scratch
     from agentbox.core.runtimes import adapter_for
     from agentbox.core.sandbox import launch
 
@@ -114,3 +114,4 @@ def interactive_session(agent: Agent, session_id: str | None) -> Iterator[Intera
             yield InteractiveCommand(launched.argv, prepared.env, launched.pass_fds, record.id)
     finally:
         finish_turn(prepared, record.turns + 1)
+        remove_scratch(prepared)

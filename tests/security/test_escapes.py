@@ -186,7 +186,8 @@ async def test_run_and_session_state_is_invisible_and_unwritable(git_project: Pr
     status, output = ran(await ask(git_project, "all", f"run ls -A {git_project.box / 'sessions'}; "
                                                        f"find {git_project.box / 'sessions'} -type f"))
     # only the path to its own turn's scratch dir: other roles' transcripts are not readable
-    assert output.split() == ["all"], output
+    listing, *files = output.split()
+    assert listing == "all" and all(".scratch/" in f and "/sessions/all/" in f for f in files), output
 
 
 @pytest.mark.parametrize("scope", [".agent-box/runs/**", ".agent-box/**", ".git/**", "../**", "/tmp/**", ""])
