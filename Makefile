@@ -1,13 +1,13 @@
 # agentbox: `make demo` runs the demo crew, `make test` runs the whole test-suite.
-# Both set themselves up: a local .venv, the package, and (for tests) bubblewrap and
-# pinned agent CLIs in .tools/.
+# Both set themselves up: a local .venv, the package, and (for tests) bubblewrap,
+# pinned agent CLIs in .tools/ and, as root, a throwaway user for the sandbox tests' second pass.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup clis bwrap lint bench clean
+.PHONY: demo test setup clis bwrap testuser lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,10 +26,14 @@ bwrap:
 clis:
 	bash scripts/install-clis.sh
 
+# as root: a throwaway user and a Python it can run, for the unprivileged pass of tests/security
+testuser:
+	@bash scripts/setup-test-user.sh
+
 demo: setup bwrap
 	$(BIN)/agentbox demo
 
-test: setup bwrap clis
+test: setup bwrap clis testuser
 	PATH="$(CURDIR)/.tools/bin:$$PATH" AGENTBOX_REQUIRE_BWRAP=1 AGENTBOX_REQUIRE_REAL_CLIS=1 \
 	  $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,7 +29,7 @@ def no_suspend(app: Any, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     real_call = subprocess.call
 
     def call(argv: list[str], **kwargs: Any) -> int:
-        calls.append(list(argv))
+        calls.append(_expanded(argv))
         if Path(argv[0]).name == "bwrap":  # the attached tool: a person types one prompt, then quits
             return subprocess.run(argv, input=b"hello from the dashboard\n/exit\n", stdout=subprocess.DEVNULL,
                                   check=False, **kwargs).returncode
@@ -36,6 +37,15 @@ def no_suspend(app: Any, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
     monkeypatch.setattr(actions.subprocess, "call", call)
     return calls
+
+
+def _expanded(argv: list[str]) -> list[str]:
+    """bwrap's whole argv: what `--args FD` hands it through a memory file, read back while the fd is open."""
+    if "--args" not in argv:
+        return list(argv)
+    at = argv.index("--args")
+    data = os.pread(int(argv[at + 1]), 1 << 22, 0)
+    return [*argv[:at], *(a.decode() for a in data.split(b"\0")[:-1]), *argv[at + 2:]]
 
 
 @contextlib.asynccontextmanager
