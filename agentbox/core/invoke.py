@@ -35,7 +35,14 @@ from agentbox.core.process import (
 )
 from agentbox.core.profiles import ProfileInfo, ensure_state
 from agentbox.core.runtimes import adapter_for, find_executable
-from agentbox.core.runtimes.base import CapturedOutput, ParseError, ToolCommand, TurnRequest, Usage
+from agentbox.core.runtimes.base import (
+    CapturedOutput,
+    HomeBind,
+    ParseError,
+    ToolCommand,
+    TurnRequest,
+    Usage,
+)
 from agentbox.core.sessions import SessionRecord, SessionStore, now
 
 PID_NOTE_DELAY_S = 0.25
@@ -190,6 +197,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     home = Path.home()
     runtime = profile.profile.runtime
     executable = find_executable(profile.tool, runtime.command)
+    _check_bind_source(profile.config_dir, profile.state_dir)  # before anything is written in it
     homes, home_env = adapter.homes(profile.config_dir, home)
     created = getattr(adapter, "created_session", None)
     if record.native_id is None and created is not None and (record.turns > 0 or record.running):
@@ -213,6 +221,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     env = sandbox.sandbox_env(sandbox.host_env(), home,
                               {**adapter.env_defaults, **home_env, **runtime.env, **agent.env,
                                **command.env, **agentbox_env})
+    ro_homes: list[tuple[Path, Path]] = []
     for bind in homes:
         _check_bind_source(bind.source, profile.state_dir)
         if bind.is_file:
@@ -221,6 +230,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
                 safe_io.write_new(bind.source, b"", 0o600)
         else:
             bind.source.mkdir(parents=True, exist_ok=True)
+            if not interactive:  # a person at the keyboard may change the tool's settings; a turn may not
+                ro_homes += _loaded_config(adapter.loaded_config, bind, profile.state_dir)
     if profile.profile.sandbox == "none":
         for bind in homes:  # without a sandbox the tool reads its config where the env points
             env.update({k: str(bind.source) if v == str(bind.target) else v for k, v in env.items()})
@@ -255,6 +266,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
             protected=tuple(dict.fromkeys((*agent.protected, *scopes.metadata_paths(agent.cwd)))),
             extra_rw=(*agent.extra_rw, scratch),
             homes=tuple(homes),
+            ro_homes=tuple(ro_homes),
             hidden=(*hidden, *state_dirs),
             ro_binds=sandbox.binds_needed(needs, hidden) + tuple(Path(p).expanduser() for p in policy.ro_binds if Path(p).expanduser().exists()),
             rw_binds=tuple(Path(p).expanduser() for p in policy.rw_binds),
@@ -280,6 +292,21 @@ def _check_bind_source(source: Path, state_dir: Path) -> None:
         if path.is_symlink():
             raise SandboxError(f"{path} is a symlink; agentbox binds only real files and dirs of a profile "
                                "(an agent may have planted it)", f"inspect and remove {path}")
+
+
+def _loaded_config(names: tuple[str, ...], bind: HomeBind, state_dir: Path) -> list[tuple[Path, Path]]:
+    """The config files and dirs a tool loads, made if missing, as (host path, sandbox path) to bind read-only."""
+    pairs: list[tuple[Path, Path]] = []
+    for name in names:
+        relative = name.rstrip("/")
+        source = bind.source / relative
+        _check_bind_source(source, state_dir)
+        if name.endswith("/"):
+            source.mkdir(parents=True, exist_ok=True)
+        elif not os.path.lexists(source):
+            safe_io.write_new(source, b"{}\n" if source.suffix == ".json" else b"", 0o600)
+        pairs.append((source, bind.target / relative))
+    return pairs
 
 
 def finish_turn(prepared: Prepared, turn: int) -> list[str]:

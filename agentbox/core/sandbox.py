@@ -20,7 +20,9 @@ Layout inside the sandbox, mounted in this order (later mounts cover earlier one
    run and session state under `.agent-box/` hidden (so no agent can read other sessions or
    hold the engine's locks), hidden roots inside the project hidden again, then the run's
    artifact dir and the turn's scratch dir read-write;
-6. the profile's tool config dirs read-write where the tool expects them.
+6. the profile's tool config dirs read-write where the tool expects them, with what the tool
+   loads from them as settings or code (hooks, plugins, MCP servers, its bytecode) bound
+   read-only again for headless turns, so no turn plants what a later one runs.
 
 Every capability is dropped (`--cap-drop ALL`, whoever runs agentbox, root included),
 `no_new_privs` is set, and a seccomp filter (`agentbox.core.seccomp`) refuses the syscalls
@@ -90,6 +92,8 @@ class SandboxSpec:
     """(private copy, real dir): a file or pattern scope's view, bound at the real dir's path."""
     links: tuple[tuple[str, Path], ...] = ()
     """(target, path): symlinks recreated inside staged views."""
+    ro_homes: tuple[tuple[Path, Path], ...] = ()
+    """(source, target): what the tool loads from its config dir, bound read-only over the config bind."""
     masked: tuple[Path, ...] = ()
     """Host secrets covered up: files by /dev/null, directories by an empty tmpfs."""
     masked_dirs: frozenset[Path] = frozenset()
@@ -171,6 +175,8 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
         argv += ["--bind", str(path), str(path)]
     for bind in spec.homes:
         argv += ["--bind", str(bind.source), str(bind.target)]
+    for source, target in spec.ro_homes:
+        argv += ["--ro-bind", str(source), str(target)]
     argv += ["--chdir", str(spec.cwd or spec.project_root)]
     for key, value in sorted(spec.env.items()):
         argv += ["--setenv", key, value]

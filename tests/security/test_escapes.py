@@ -357,3 +357,24 @@ def test_home_binds_are_checked_not_followed(tmp_path: Path) -> None:
     (state / "dot-tool.json").symlink_to("/etc/passwd")
     with pytest.raises(SandboxError):
         _check_bind_source(state / "dot-tool.json", state)
+
+
+# ----------------------------------------------------------------------------- 7. shared profile state
+
+
+async def test_no_turn_plants_what_later_turns_of_the_profile_load(git_project: ProjectPaths,
+                                                                    agent_box_home: Path) -> None:
+    """The reviewer may not leave bytecode (or settings, hooks, plugins) that every later turn runs."""
+    from agentbox.core.profiles import resolve
+
+    cache = resolve("probe").config_dir / ".pycache"
+    assert (await ask(git_project, "all", "run true")).ok  # agentbox compiled the agent's cache on the host
+    compiled = sorted(p for p in cache.rglob("*.pyc"))
+    assert compiled
+    before = {p: p.read_bytes() for p in compiled}
+    status, output = ran(await ask(git_project, "reviewer",
+                                   "run for f in $(find $SCRIPTED_HOME/.pycache -name '*.pyc'); do "
+                                   "echo evil > $f; done; mkdir -p $SCRIPTED_HOME/.pycache/x && echo done"))
+    assert status != 0 and "Read-only file system" in output, output
+    assert {p: p.read_bytes() for p in compiled} == before
+    assert (await ask(git_project, "all", "run true")).ok  # the profile still works for everyone

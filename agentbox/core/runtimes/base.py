@@ -196,6 +196,10 @@ class Adapter(Protocol):
     """Default executable looked up on PATH."""
     env_defaults: ClassVar[dict[str, str]]
     """Environment set for every run of the tool (quieting telemetry etc.)."""
+    loaded_config: ClassVar[tuple[str, ...]]
+    """Paths in the config dir the tool loads as settings or code (hooks, plugins, MCP servers,
+    instructions); `name/` is a directory. Headless turns get them read-only, created empty
+    when missing, so no agent can plant something every later turn of the profile runs."""
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """Binds of the profile's config dir and the env vars pointing the tool at them."""

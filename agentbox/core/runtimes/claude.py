@@ -45,6 +45,8 @@ class ClaudeAdapter:
         # bubblewrap is the boundary: lets bypassPermissions work when agentbox runs as root
         "IS_SANDBOX": "1",
     }
+    loaded_config: ClassVar[tuple[str, ...]] = ("settings.json", "settings.local.json", "CLAUDE.md", "commands/", "agents/", "hooks/",
+                                                  "plugins/", "skills/", "output-styles/")
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """dot-claude/ → ~/.claude; a v1 `dot-claude.json` is copied into it on first use."""

@@ -31,6 +31,8 @@ class CodexAdapter:
     tool: ClassVar[str] = "codex"
     executable_name: ClassVar[str] = "codex"
     env_defaults: ClassVar[dict[str, str]] = {}
+    loaded_config: ClassVar[tuple[str, ...]] = ("config.toml", "AGENTS.md", "AGENTS.override.md", "instructions.md",
+                                                  "prompts/", "rules/")
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """dot-codex/ → ~/.codex."""

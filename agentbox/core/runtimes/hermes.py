@@ -69,6 +69,7 @@ class HermesAdapter:
     tool: ClassVar[str] = "hermes"
     executable_name: ClassVar[str] = "hermes"
     env_defaults: ClassVar[dict[str, str]] = {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    loaded_config: ClassVar[tuple[str, ...]] = ("config.yaml", ".env", "SOUL.md", "skills/", "plugins/", "hooks/")
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """dot-hermes/ → ~/.hermes."""

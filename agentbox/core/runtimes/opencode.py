@@ -31,6 +31,9 @@ class OpencodeAdapter:
         "OPENCODE_DISABLE_MODELS_FETCH": "1",
         "OPENCODE_DISABLE_AUTOUPDATE": "1",
     }
+    loaded_config: ClassVar[tuple[str, ...]] = ("opencode.json", "opencode.jsonc", "config.json", "AGENTS.md", "agent/", "agents/",
+                                                  "command/", "commands/", "plugin/", "plugins/", "mode/", "modes/",
+                                                  "tool/", "tools/")
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """dot-opencode/ → ~/.config/opencode; XDG data/state/cache under it so sessions persist."""

@@ -6,7 +6,9 @@ in a scratch file (`--append-system-prompt-file`), never on the command line.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import ClassVar
@@ -26,8 +28,10 @@ from agentbox.core.runtimes.base import (
 from agentbox.core.runtimes.common import scratch_file
 
 PROGRAM = Path(__file__).resolve().parent / "scripted_agent.py"
-#: Imports the program instead of running it as a script, so its bytecode is cached (in
-#: the profile's SCRIPTED_HOME, writable inside the sandbox): ~7 ms less per turn.
+#: Imports the program instead of running it as a script, so its bytecode is cached in the
+#: profile's SCRIPTED_HOME: ~7 ms less per turn. agentbox compiles it there on the host and
+#: the sandbox sees that cache read-only (`loaded_config`), so no agent can plant bytecode
+#: that a later turn would run.
 LAUNCHER = (
     "import os, sys; sys.pycache_prefix = os.path.join(os.environ['SCRIPTED_HOME'], '.pycache'); "
     f"sys.path.insert(0, {str(PROGRAM.parent)!r}); import scripted_agent; sys.exit(scripted_agent.main())"
@@ -60,15 +64,37 @@ def _as_json(scenario: Path, scratch: Path) -> Path:
     return target
 
 
+def _compile_program(prefix: Path) -> None:
+    """Compile the agent program into `prefix` as `sys.pycache_prefix` lays it out, when stale."""
+    import py_compile
+    import sys
+
+    target = prefix / PROGRAM.parent.relative_to(PROGRAM.anchor) / f"{PROGRAM.stem}.{sys.implementation.cache_tag}.pyc"
+    chain = [target, *(d for d in target.parents if d == prefix or d.is_relative_to(prefix))]
+    if any(d.is_symlink() for d in chain):  # an attached session may have planted a link: start afresh
+        if prefix.is_symlink():
+            prefix.unlink()
+        else:
+            shutil.rmtree(prefix, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        if target.stat().st_mtime_ns >= PROGRAM.stat().st_mtime_ns:
+            return
+    with contextlib.suppress(OSError, py_compile.PyCompileError):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        py_compile.compile(str(PROGRAM), cfile=str(target), doraise=True)
+
+
 class ScriptedAdapter:
     """Runs `scripted_agent.py` with the interpreter agentbox runs on, claude-style flags."""
 
     tool: ClassVar[str] = "scripted"
     executable_name: ClassVar[str] = "python3"
     env_defaults: ClassVar[dict[str, str]] = {}
+    loaded_config: ClassVar[tuple[str, ...]] = (".pycache/",)
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
-        """The profile's dot-scripted/ becomes SCRIPTED_HOME (sessions, counters)."""
+        """The profile's dot-scripted/ becomes SCRIPTED_HOME (sessions, counters); the agent's bytecode compiled in it."""
+        _compile_program(config_dir / ".pycache")
         return bound_home(config_dir, home / ".scripted", "SCRIPTED_HOME")
 
     def _base(self, request: TurnRequest) -> list[str]:
