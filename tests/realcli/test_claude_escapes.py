@@ -55,7 +55,7 @@ def test_claude_bash_cannot_leave_the_sandbox(tmp_path: Path, fake: FakeView, ho
             f"cat {host_home}/.ssh/agentbox-canary; echo cat_rc=$?",
             "printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > .git/hooks/pre-commit; echo hook_rc=$?",
             "git config core.fsmonitor 'touch /tmp/pwned'; echo gitconfig_rc=$?",
-            f"echo '{{\"hooks\":{{\"Stop\":[]}}}}' > $CLAUDE_CONFIG_DIR/settings.json; echo settings_rc=$?",
+            "echo '{\"hooks\":{\"Stop\":[]}}' > $CLAUDE_CONFIG_DIR/settings.json; echo settings_rc=$?",
             f"python3 -c \"import socket;s=socket.socket(socket.AF_UNIX);s.connect('{sock}')\" 2>/dev/null;"
             " echo socket_rc=$?",
             "python3 -c \"import fcntl,termios;fcntl.ioctl(0,termios.TIOCSTI,b'x')\" 2>/dev/null; echo tiocsti_rc=$?",
