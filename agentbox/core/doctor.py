@@ -58,6 +58,60 @@ def check_bwrap() -> Check:
     return Check("bwrap", "ok", f"{version} at {binary}: sandbox created")
 
 
+_PROBE = ("grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; echo run=$(ls -A /run | wc -l); "
+          "touch /dev/x 2>/dev/null && echo dev=rw || echo dev=ro; "
+          "df -k /tmp | tail -1 | tr -s ' ' | cut -d' ' -f2 | sed 's/^/tmp_kb=/'; "
+          "unshare -U true 2>/dev/null && echo userns=open || echo userns=blocked; "
+          "cat /proc/net/dev 2>/dev/null | grep -c : | sed 's/^/ifaces=/'")
+
+
+def check_sandbox() -> Check:
+    """What agentbox's own sandbox enforces on this machine, as seen from inside one."""
+    from agentbox.core import sandbox, seccomp
+
+    binary = shutil.which("bwrap")
+    if binary is None:
+        return Check("sandbox", "fail", "no bwrap: nothing is enforced", hint="install bubblewrap")
+    if not seccomp.supported():
+        return Check("sandbox", "fail", f"no seccomp syscall table for this architecture ({os.uname().machine})")
+    with tempfile.TemporaryDirectory(prefix="agentbox-doctor-") as scratch:
+        root = Path(scratch)
+        spec = sandbox.SandboxSpec(project_root=root, writable=(), protected=(), extra_rw=(), homes=(),
+                                   hidden=(Path.home(), paths.agent_box_home()), ro_binds=(), network=False,
+                                   env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
+                                   **sandbox.host_layout())  # type: ignore[arg-type]
+        argv = sandbox.bwrap_argv(spec, ["/bin/sh", "-c", _PROBE], binary)
+        try:
+            with sandbox.launch(argv) as launched:
+                proc = subprocess.run(launched.argv, capture_output=True, text=True, timeout=20,
+                                      pass_fds=launched.pass_fds, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return Check("sandbox", "fail", f"agentbox's sandbox could not start: {exc}")
+    if proc.returncode != 0:
+        return Check("sandbox", "fail", f"agentbox's sandbox could not start: {proc.stderr.strip()[:300]}",
+                     hint="user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone=1)")
+    facts = dict(line.replace(":\t", "=").split("=", 1) for line in proc.stdout.splitlines() if "=" in line
+                 or ":\t" in line)
+    enforced = {
+        "no capabilities": facts.get("CapEff", "").strip("0") == "",
+        "no_new_privs": facts.get("NoNewPrivs") == "1",
+        f"seccomp filter ({len(seccomp.BLOCKED_SYSCALLS)} rules)": facts.get("Seccomp") == "2",
+        "no new namespaces": facts.get("userns") == "blocked",
+        "host sockets hidden (/run empty)": facts.get("run") == "0",
+        "/dev read-only": facts.get("dev") == "ro",
+        f"/tmp bounded ({int(facts.get('tmp_kb', '0') or 0) // 1024} MiB)": 0 < int(facts.get("tmp_kb", "0") or 0)
+        <= sandbox.TMPFS_SIZES["/tmp"] // 1024,
+        "network off unless allowed": facts.get("ifaces") in ("1", "0"),
+    }
+    missing = [name for name, held in enforced.items() if not held]
+    who = "root" if os.geteuid() == 0 else "an unprivileged user"
+    if missing:
+        return Check("sandbox", "fail", f"as {who}, NOT enforced: {', '.join(missing)}",
+                     hint="report this machine's kernel and bwrap version; agents would not be contained")
+    return Check("sandbox", "ok", f"as {who}: {', '.join(enforced)}; metadata (.git, .agent-box) read-only, "
+                 "write scopes exact")
+
+
 def _tool_version(tool: str) -> Check:
     from agentbox.core.runtimes import find_executable
 
@@ -126,11 +180,12 @@ def run_checks(project_dir: Path | None = None) -> list[Check]:
     """All checks; the slow ones (bwrap, tool versions) run in parallel threads."""
     with ThreadPoolExecutor(max_workers=6) as pool:
         bwrap = pool.submit(check_bwrap)
+        enforced = pool.submit(check_sandbox)
         tools = [pool.submit(_tool_version, tool) for tool in AGENT_CLIS]
         home = check_home()
         profiles_check = check_profiles()
         project_check = check_project(project_dir)
-        return [bwrap.result(), home, profiles_check, project_check, *(t.result() for t in tools)]
+        return [bwrap.result(), enforced.result(), home, profiles_check, project_check, *(t.result() for t in tools)]
 
 
 def healthy(checks: list[Check]) -> bool:

@@ -378,3 +378,13 @@ async def test_no_turn_plants_what_later_turns_of_the_profile_load(git_project: 
     assert status != 0 and "Read-only file system" in output, output
     assert {p: p.read_bytes() for p in compiled} == before
     assert (await ask(git_project, "all", "run true")).ok  # the profile still works for everyone
+
+
+def test_doctor_reports_what_the_sandbox_enforces_here() -> None:
+    from agentbox.core.doctor import check_sandbox
+
+    check = check_sandbox()
+    assert check.status == "ok", check
+    for fact in ("no capabilities", "seccomp filter", "host sockets hidden", "no new namespaces"):
+        assert fact in check.detail
+    assert ("as root" in check.detail) is IS_ROOT
