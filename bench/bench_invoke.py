@@ -63,7 +63,7 @@ def setup(workdir: Path) -> Path:
 
 
 def bench_p1(project: Path, runs: int) -> dict[str, float]:
-    from agentbox.core import services
+    from agentbox.core import sandbox, services
     from agentbox.core.invoke import _prepare_session, invoke, prepare
 
     agent = services.profile_agent("noop", project, None)
@@ -75,8 +75,10 @@ def bench_p1(project: Path, runs: int) -> dict[str, float]:
         assert result.ok, result
 
     def by_hand() -> None:
-        proc = subprocess.run(prepared.argv, env=prepared.env, cwd=project, stdin=subprocess.DEVNULL,
-                              capture_output=True, check=False)
+        # the same bwrap argv, handed over the same way (memory fds, seccomp filter, prompt on stdin)
+        with sandbox.launch(prepared.argv) as launched:
+            proc = subprocess.run(launched.argv, env=prepared.env, cwd=project, input=prepared.stdin or b"",
+                                  capture_output=True, check=False, pass_fds=launched.pass_fds)
         assert proc.returncode == 0 and b'"result": "ok"' in proc.stdout, proc.stderr
 
     def whole_cli() -> None:
