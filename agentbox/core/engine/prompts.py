@@ -17,6 +17,13 @@ def _acceptance(task: Task) -> str:
     return "\n".join(f"- [{a.id}] {a.criterion}" for a in task.acceptance) or "- (none given)"
 
 
+def _issue_line(issue: dict[str, object]) -> str:
+    """One blocking issue of a verdict: `- [a2] major: detail`, without the brackets when it names no criterion."""
+    criterion = issue.get("acceptance_id")
+    label = f"[{criterion}] " if criterion not in (None, "") else ""
+    return f"- {label}{issue.get('severity')}: {issue.get('detail')}"
+
+
 def _scope(writes: list[str]) -> str:
     return ", ".join(writes) if writes else "(read-only: do not modify files)"
 
@@ -64,7 +71,7 @@ def work_prompt(run: Run, task: Task, artifacts_dir: str, upstream_text: str, no
         parts.append(upstream_text)
     if kind == "rework":
         verdict = task.verdicts[-1]
-        issues = "\n".join(f"- [{i.get('acceptance_id')}] {i.get('severity')}: {i.get('detail')}" for i in verdict.blocking_issues)
+        issues = "\n".join(_issue_line(i) for i in verdict.blocking_issues)
         failing = "\n".join(f"- [{c.get('acceptance_id')}] {c.get('item')}: {c.get('evidence')}" for c in verdict.checklist if not c.get("pass"))
         parts.append(f"The review rejected your submission ({verdict.by}). Fix these:\n{issues or ''}\n{failing or ''}".strip())
         if verdict.note:
