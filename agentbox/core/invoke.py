@@ -370,6 +370,16 @@ async def _run_prepared(agent: Agent, prompt: str, record: SessionRecord, prepar
     started = now()
     out_log = prepared.logs / f"turn-{turn}.log"
     err_log = prepared.logs / f"turn-{turn}.stderr.log"
+    kept = _keep_interrupted_logs(out_log, err_log)
+    if kept is not None:  # an engine crash cut this turn short: it is run again, its first log stays
+        store.append_turn(record, {
+            "turn": turn, "started": (record.running or {}).get("started"), "finished": None, "prompt": "",
+            "text": "", "status": "interrupted", "error_kind": "interrupted",
+            "error": f"interrupted before it finished (an engine crash); turn {turn} was run again, "
+                     f"this attempt's output is kept in {kept.name}",
+            "usage": Usage().as_dict(), "duration_s": 0, "exit_code": None, "native_id": record.native_id,
+            "log_path": str(kept),
+        })
     record.status = "running"
     record.running = {"turn": turn, "pid": None, "started": started, "log": str(out_log)}
     store.save(record)  # the session exists on disk before the process starts
@@ -478,6 +488,25 @@ async def _run_prepared(agent: Agent, prompt: str, record: SessionRecord, prepar
     else:
         result = InvokeResult(status="ok", **common)
     return _finish(store, record, prompt, result, started)
+
+
+def _keep_interrupted_logs(out_log: Path, err_log: Path) -> Path | None:
+    """Move an earlier attempt's logs of this turn aside (`turn-N.interrupted-K.log`); the kept stdout log.
+
+    A turn is only run again under the same number when an earlier attempt never
+    finished (the engine was killed mid-turn), so its logs are evidence worth keeping.
+    """
+    if not os.path.lexists(out_log) and not os.path.lexists(err_log):
+        return None
+    stem = out_log.name.removesuffix(".log")
+    attempt = 1
+    while os.path.lexists(out_log.with_name(f"{stem}.interrupted-{attempt}.log")):
+        attempt += 1
+    kept = out_log.with_name(f"{stem}.interrupted-{attempt}.log")
+    for source, target in ((out_log, kept), (err_log, out_log.with_name(f"{stem}.interrupted-{attempt}.stderr.log"))):
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(source, target)  # a rename moves a planted symlink itself, never its target
+    return kept
 
 
 def _adopt_created_session(adapter: object, request: TurnRequest, record: SessionRecord) -> None:
