@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from agentbox.cli.common import print_json, print_table
-from agentbox.core import profiles
+from agentbox.core import profiles, secrets
 from agentbox.core.errors import ConfigError, UsageError
 
 
@@ -21,6 +21,9 @@ def _info_dict(info: profiles.ProfileInfo) -> dict[str, object]:
         "directory": str(info.directory),
         "config_dir": str(info.config_dir),
         "sandbox": info.profile.sandbox if isinstance(info.profile.sandbox, str) else info.profile.sandbox.model_dump(),
+        # references (${VAR}) as written, never resolved; literal keys masked
+        "env": secrets.display_env(info.profile.runtime.env),
+        "pass_env": list(info.profile.runtime.pass_env),
     }
 
 
@@ -64,6 +67,7 @@ def add(args: argparse.Namespace) -> int:
 
 def rm(args: argparse.Namespace) -> int:
     """Delete a user profile after confirmation."""
+    profiles.removable(args.name)  # "no such profile" before any question
     if not args.yes:
         if not sys.stdin.isatty():
             raise UsageError(f"refusing to delete profile {args.name!r} without --yes")
@@ -81,3 +85,29 @@ def adopt(args: argparse.Namespace) -> int:
     path = profiles.adopt(args.name)
     print(f"adopted {args.name!r}: wrote {path} (no file moved)")
     return 0
+
+
+def test(args: argparse.Namespace) -> int:
+    """Run one turn through a profile and diagnose what is wrong with it."""
+    from agentbox.core.profile_check import DEFAULT_TURN_TIMEOUT_S, check_profile
+
+    report = check_profile(args.name, timeout_s=args.timeout or DEFAULT_TURN_TIMEOUT_S)
+    if args.json:
+        print_json(report.as_dict())
+        return 0 if report.ok else 1
+    facts = [("endpoint", report.endpoint or "the tool's default"),
+             ("reachable", _yes_no(report.reachable)), ("authenticated", _yes_no(report.authenticated)),
+             ("model", report.model or "the tool's default"), ("session", report.session_id or "-"),
+             ("native id", report.native_id or "-"),
+             ("tokens", f"in {report.usage.get('input_tokens', '?')}, out {report.usage.get('output_tokens', '?')}"
+              if report.usage else "-"),
+             ("latency", f"{report.latency_s:g} s" if report.latency_s is not None else "-")]
+    print(f"profile {report.profile} ({report.tool})")
+    for key, value in facts:
+        print(f"  {key + ':':15} {value}")
+    print(report.diagnosis, file=sys.stdout if report.ok else sys.stderr)
+    return 0 if report.ok else 1
+
+
+def _yes_no(value: bool | None) -> str:
+    return "unknown" if value is None else ("yes" if value else "no")

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentbox.core.errors import ConfigError
+from agentbox.core.secrets import reference_problem
 from agentbox.core.yaml_io import load_yaml, plain, position
 
 Tool = Literal["claude", "codex", "opencode", "hermes", "scripted"]
@@ -106,6 +107,17 @@ class Strict(BaseModel):
 # ----------------------------------------------------------------------------- profile
 
 
+def _env_value(value: str) -> str:
+    problem = reference_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+EnvValue = Annotated[str, AfterValidator(_env_value)]
+"""A profile env value: text with optional `${VAR}` / `${VAR:-default}` references, `$$` for `$`."""
+
+
 class Runtime(Strict):
     """How the profile's agent runs."""
 
@@ -115,8 +127,16 @@ class Runtime(Strict):
     """Model name passed to the tool (`--model`/`-m`); the tool's default when absent."""
     extra_args: list[str] = Field(default_factory=list)
     """Extra command-line arguments appended to every invocation of the tool."""
-    env: dict[str, str] = Field(default_factory=dict)
-    """Environment variables set for the tool inside the sandbox."""
+    env: dict[str, EnvValue] = Field(default_factory=dict)
+    """Environment variables set for the tool inside the sandbox.
+
+    A value may name variables of the environment agentbox runs in: `${ANTHROPIC_API_KEY}`,
+    `${VAR:-default}` (the default when unset or empty); `$$` is a literal `$`. They are
+    resolved at turn time and never written anywhere; an unset one stops the turn before
+    any process starts. See docs/real-agents.md."""
+    pass_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(default_factory=list)
+    """Variables of the environment agentbox runs in passed to the tool by name (resolved at
+    turn time, never stored); an unset one stops the turn before any process starts."""
     command: str | None = None
     """Path or name of the tool's executable; defaults to the tool's usual name on PATH."""
     scenario: str | None = None

@@ -354,6 +354,7 @@ def add(name: str, template: str) -> ProfileInfo:
     document = load_yaml(staging / paths.PROFILE_FILE)
     document["name"] = name
     profile = validate_document(Profile, document, staging / paths.PROFILE_FILE, document)
+    (staging / paths.PROFILE_FILE).chmod(0o600)  # it may come to hold a key: yours alone
     write_yaml(staging / paths.PROFILE_FILE, document)
     config_sub = profile.resources.config_dir or DEFAULT_CONFIG_DIR[profile.runtime.tool]
     (staging / config_sub).mkdir(exist_ok=True)
@@ -363,14 +364,21 @@ def add(name: str, template: str) -> ProfileInfo:
     return ProfileInfo(_load_user(target), "user", target, target)
 
 
-def remove(name: str) -> Path:
-    """Delete a user profile directory (bundled templates cannot be removed)."""
+def removable(name: str) -> Path:
+    """The directory of user profile `name` (raises when there is no such profile or it is a template)."""
     _check_name(name)
     target = paths.profiles_dir() / name
     if not target.is_dir():
         if (paths.bundled_profiles_dir() / name).is_dir():
             raise UsageError(f"{name!r} is a bundled template and cannot be removed")
-        raise NotFoundError(f"unknown profile {name!r}", f"available: {', '.join(available_names())}")
+        users = ", ".join(info.name for info in user_profiles(errors=[])) or "(none)"
+        raise NotFoundError(f"no such profile {name!r}", f"your profiles: {users} (`agentbox profile list`)")
+    return target
+
+
+def remove(name: str) -> Path:
+    """Delete a user profile directory (bundled templates cannot be removed)."""
+    target = removable(name)
     trash = target.with_name(f".{name}.removing")
     target.rename(trash)
     shutil.rmtree(trash)
