@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agentbox.core import safe_io, sandbox, scopes
+from agentbox.core import safe_io, sandbox, scopes, secrets
 from agentbox.core.errors import SandboxError, UsageError
 from agentbox.core.process import (
     KILL_GRACE_S,
@@ -188,10 +188,11 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     """Build the sandboxed command of the next turn of `record` (raises SandboxError, UsageError)."""
     profile = agent.profile
     adapter = adapter_for(profile.tool)
+    runtime_env = secrets.resolve_env(profile)  # an unset ${VAR} stops the turn before anything is made
     ensure_state(profile)
     turn = record.turns + 1
     logs = agent.sessions.logs_dir(record)
-    logs.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(mode=0o700, parents=True, exist_ok=True)  # turn logs may echo a secret
     # a fresh dir every turn: nothing an agent left in an earlier one (a planted symlink) is reused
     scratch = Path(tempfile.mkdtemp(prefix=f"turn-{turn}.", suffix=".scratch", dir=logs))
     home = Path.home()
@@ -219,7 +220,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     agentbox_env = {"AGENTBOX_SESSION_ID": record.id, "AGENTBOX_PROFILE": profile.name,
                     "AGENTBOX_ROLE": agent.role or ""}
     env = sandbox.sandbox_env(sandbox.host_env(), home,
-                              {**adapter.env_defaults, **home_env, **runtime.env, **agent.env,
+                              {**adapter.env_defaults, **home_env, **runtime_env, **agent.env,
                                **command.env, **agentbox_env})
     ro_homes: list[tuple[Path, Path]] = []
     for bind in homes:
