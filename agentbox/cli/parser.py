@@ -58,13 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--instructions", help="instructions file relative to .agent-box/")
     p.add_argument("--writes", action="append", metavar="GLOB", help="a path the role may write (repeatable)")
     p.add_argument("--read-only", action="store_true", help="the role may not write the project")
-    p = _cmd(rsub, "rm", "agentbox.cli.project:role_rm", "remove a role")
+    p = _cmd(rsub, "rm", "agentbox.cli.project:role_rm", "remove a role (refused while the mode settings name it)")
     p.add_argument("name")
 
     p = _cmd(sub, "schema", "agentbox.cli.project:schema", "print the JSON Schema of profile.yaml, crew.yaml or a work graph")
     p.add_argument("kind", choices=["profile", "crew", "graph"], nargs="?", default="crew")
 
     p = _cmd(sub, "doctor", "agentbox.cli.doctor:doctor", "check bwrap, agent CLIs, AGENT_BOX_HOME and the project")
+    p.add_argument("--force", action="store_true", help="remove it even when the mode settings still name it")
     _json(p)
 
     # --- agents
@@ -103,9 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = _cmd(sub, "status", "agentbox.cli.runs:status", "show a run (default: the latest)")
     p.add_argument("run", nargs="?")
     _json(p)
-    p = _cmd(sub, "approve", "agentbox.cli.runs:approve", "approve a task in review (or the plan checkpoint)")
-    p.add_argument("task")
-    p.add_argument("--run")
+    p = _cmd(sub, "approve", "agentbox.cli.runs:approve",
+             "approve a task in review (`approve TASK`), or the plan (`approve --plan`, `approve RUN cp-N`)")
+    p.add_argument("task", nargs="?", metavar="TASK|RUN", help="a task in review; or a run, followed by its plan checkpoint")
+    p.add_argument("checkpoint", nargs="?", metavar="CHECKPOINT", help="the plan checkpoint (cp-N) of RUN")
+    p.add_argument("--plan", action="store_true", help="approve the plan waiting for approval (of --run, else the one run waiting)")
+    p.add_argument("--run", help="the run of the task (or of the plan)")
     p.add_argument("--note", default="approved by a human")
     p = _cmd(sub, "rework", "agentbox.cli.runs:rework", "send a task in review back for rework")
     p.add_argument("task")
@@ -116,16 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint")
     p.add_argument("text")
     p = _cmd(sub, "cancel", "agentbox.cli.runs:cancel", "cancel a run or one task")
-    p.add_argument("target", help="a run id or a task id")
+    p.add_argument("target", nargs="?", help="a run id or a task id (default: the only active run)")
     p.add_argument("--run", help="the run of the task")
     p = _cmd(sub, "pause", "agentbox.cli.runs:pause", "pause a run (running turns finish)")
-    p.add_argument("run", nargs="?")
+    p.add_argument("run", nargs="?", help="the run (default: the only active run)")
     p = _cmd(sub, "resume", "agentbox.cli.runs:resume_run", "resume a paused run")
-    p.add_argument("run", nargs="?")
+    p.add_argument("run", nargs="?", help="the run (default: the only active run)")
 
     graph = sub.add_parser("graph", help="work graphs")
     gsub = graph.add_subparsers(dest="graph_command", metavar="ACTION", required=True)
-    p = _cmd(gsub, "check", "agentbox.cli.graph:graph_check", "validate a work graph by the five rules")
+    p = _cmd(gsub, "check", "agentbox.cli.graph:graph_check", "validate a work graph: schema, role names, no forward cycle, one entry, reachable nodes, labelled back edges, fail fallbacks")
     p.add_argument("file")
     _json(p)
 

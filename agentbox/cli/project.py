@@ -63,7 +63,7 @@ def role_rm(args: argparse.Namespace) -> int:
     from agentbox.core import project
 
     paths = project_from(args)
-    project.remove_role(paths, args.name)
+    project.remove_role(paths, args.name, force=args.force)
     print(f"removed role {args.name!r} from {paths.crew_file}")
     return 0
 

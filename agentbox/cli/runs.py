@@ -9,6 +9,10 @@ import sys
 from typing import Any
 
 from agentbox.cli.common import print_json, print_table, project_from
+from agentbox.core.errors import UsageError
+
+APPROVED_BY_DEFAULT = "approved by a human"
+"""The note of `agentbox approve` when none is given."""
 
 _STYLE = {"checkpoint": "bold yellow", "failure": "red", "escalation": "bold red", "run.finished": "bold green",
           "verdict": "magenta", "submission": "cyan", "dispatch": "blue", "retry": "yellow", "plan": "green",
@@ -43,7 +47,6 @@ def _printer(quiet: bool) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Start (or resume) a run; foreground with live progress, or detached."""
     from agentbox.core import runs
-    from agentbox.core.errors import UsageError
 
     project = project_from(args)
     if args.resume:
@@ -144,12 +147,25 @@ def _send(project: Any, run_id: str | None, command: dict[str, Any]) -> int:
 
 
 def approve(args: argparse.Namespace) -> int:
-    """Approve a task in review, with a note as evidence."""
+    """Approve a task in review (with a note as evidence), or a plan waiting for approval."""
     from agentbox.core import runs as runs_mod
 
     project = project_from(args)
-    run_id = runs_mod.find_task_run(project, args.task, args.run)
-    return _send(project, run_id, {"action": "approve", "task": args.task, "note": args.note})
+    target, checkpoint = args.task, args.checkpoint
+    if target and target.startswith("cp-") and checkpoint is None:  # `approve cp-N [--run RUN]`
+        target, checkpoint = args.run, target
+    if args.plan or checkpoint is not None:
+        if args.plan and checkpoint is None and target is not None:
+            raise UsageError("--plan takes no task", "agentbox approve --plan [--run RUN] (or approve RUN cp-N)")
+        run_id, cp_id = runs_mod.plan_checkpoint(project, target or args.run, checkpoint)
+        note = args.note.strip()
+        text = "approve" if note in ("", APPROVED_BY_DEFAULT) else f"approve ({note})"
+        return _send(project, run_id, {"action": "answer", "checkpoint": cp_id, "text": text})
+    if not target:
+        raise UsageError("say what to approve", "agentbox approve TASK, agentbox approve --plan, "
+                                                "or agentbox approve RUN cp-N")
+    run_id = runs_mod.find_task_run(project, target, args.run)
+    return _send(project, run_id, {"action": "approve", "task": target, "note": args.note})
 
 
 def rework(args: argparse.Namespace) -> int:
@@ -171,17 +187,24 @@ def cancel(args: argparse.Namespace) -> int:
     from agentbox.core import runs as runs_mod
 
     project = project_from(args)
-    if args.target.startswith("run-") or args.target == "latest":
-        return _send(project, args.target, {"action": "cancel_run", "note": "cancelled with `agentbox cancel`"})
-    run_id = runs_mod.find_task_run(project, args.target, args.run)
-    return _send(project, run_id, {"action": "cancel_task", "task": args.target})
+    target = args.target or runs_mod.the_active_run(project, "cancel")
+    if target.startswith("run-") or target == "latest":
+        return _send(project, target, {"action": "cancel_run", "note": "cancelled with `agentbox cancel`"})
+    run_id = runs_mod.find_task_run(project, target, args.run)
+    return _send(project, run_id, {"action": "cancel_task", "task": target})
 
 
 def pause(args: argparse.Namespace) -> int:
     """Pause a run."""
-    return _send(project_from(args), args.run, {"action": "pause"})
+    from agentbox.core import runs as runs_mod
+
+    project = project_from(args)
+    return _send(project, args.run or runs_mod.the_active_run(project, "pause"), {"action": "pause"})
 
 
 def resume_run(args: argparse.Namespace) -> int:
     """Resume a paused run."""
-    return _send(project_from(args), args.run, {"action": "resume"})
+    from agentbox.core import runs as runs_mod
+
+    project = project_from(args)
+    return _send(project, args.run or runs_mod.the_active_run(project, "resume"), {"action": "resume"})

@@ -40,23 +40,28 @@ def demo(args: argparse.Namespace) -> int:
     print(f"demo project: {project.root}", file=sys.stderr)
     try:
         if args.no_tui or not sys.stdout.isatty():
-            return _printed_demo(project)
+            return _printed_demo(project, keep=args.keep)
         return _dashboard_demo(project)
     finally:
         if not args.keep:
             shutil.rmtree(project.root, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the terminal may be gone (closed window)
+                print(f"removed the demo project {project.root} (`--keep` keeps it)", file=sys.stderr)
         else:
             print(f"kept {project.root}", file=sys.stderr)
 
 
-def _printed_demo(project: ProjectPaths) -> int:
+def _printed_demo(project: ProjectPaths, *, keep: bool) -> int:
+    """Run the demo in this process; the synthesis is printed (its file goes with the project unless `keep`)."""
     from agentbox.cli.runs import _printer
     from agentbox.core.demo import run_demo
 
     final = asyncio.run(run_demo(project, _printer(False)))
     print(f"\nrun {final.id}: {final.status}")
     if final.result:
-        print(f"synthesis: {final.result.get('artifact')}\n\n{final.result.get('summary', '')}")
+        where = (f"synthesis: {final.result.get('artifact')}" if keep else
+                 "synthesis (the demo project is removed on exit; `agentbox demo --no-tui --keep` keeps it):")
+        print(f"{where}\n\n{final.result.get('summary', '')}")
     return 0 if final.status == "done" else 1
 
 

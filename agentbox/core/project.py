@@ -297,16 +297,49 @@ def add_role(
     _write_crew(project, document, edited)
 
 
-def remove_role(project: ProjectPaths, name: str) -> None:
-    """Remove a role from crew.yaml, keeping everything else as the person wrote it."""
+def role_uses(crew: Crew, name: str) -> list[str]:
+    """Where the mode settings name role `name` (`hierarchical.lead`, `sequential.steps[1]`, ...).
+
+    The hierarchical lead counts even when it is the default `lead`, when the crew runs in
+    hierarchical mode: removing it would leave the mode without a planner.
+    """
+    uses: list[str] = []
+    settings = crew.hierarchical
+    if settings.lead == name and (crew.mode == "hierarchical" or "lead" in settings.model_fields_set):
+        uses.append("hierarchical.lead")
+    if settings.reviewer == name:
+        uses.append("hierarchical.reviewer")
+    uses += [f"sequential.steps[{index}]" for index, step in enumerate(crew.sequential.steps) if step == name]
+    uses += [f"group_chat.speakers[{index}]" for index, speaker in enumerate(crew.group_chat.speakers)
+             if speaker == name]
+    if crew.group_chat.lead == name:
+        uses.append("group_chat.lead")
+    if crew.group_chat.done_role == name:
+        uses.append("group_chat.done_role")
+    if crew.handoff.start == name:
+        uses.append("handoff.start")
+    return uses
+
+
+def remove_role(project: ProjectPaths, name: str, *, force: bool = False) -> None:
+    """Remove a role from crew.yaml, keeping everything else as the person wrote it.
+
+    A role the mode settings still name is refused (the crew would no longer load) unless
+    `force`.
+    """
     text = _crew_text(project)
     document = parse_yaml(text, project.crew_file)
-    validate_document(Crew, document, project.crew_file, document)
+    crew = validate_document(Crew, document, project.crew_file, document)
     roles = document["roles"]
     if name not in roles:
         raise NotFoundError(f"no role {name!r} in {project.crew_file}", f"roles: {', '.join(roles)}")
     if len(roles) == 1:
         raise UsageError("cannot remove the last role of the crew")
+    uses = role_uses(crew, name)
+    if uses and not force:
+        raise UsageError(f"role {name!r} is still named in {project.crew_file.name}: {', '.join(uses)}",
+                         f"edit {project.crew_file} to name another role there first, "
+                         f"or `agentbox role rm {name} --force` to remove it anyway")
     edited = text_with_entry_removed(text, document, ("roles",), name)
     del roles[name]
     _write_crew(project, document, edited)

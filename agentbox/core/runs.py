@@ -121,6 +121,66 @@ def find_task_run(project: ProjectPaths, task_id: str, run_id: str | None) -> st
     raise NotFoundError(f"no run has a task {task_id!r}", "pass --run RUN")
 
 
+def active_runs(project: ProjectPaths) -> list[Run]:
+    """Runs that have not ended (done, failed, cancelled), oldest first; damaged ones are left out."""
+    from agentbox.core.engine.models import TERMINAL_RUN_STATES
+
+    return [r for r in list_runs(project) if isinstance(r, Run) and r.status not in TERMINAL_RUN_STATES]
+
+
+def the_active_run(project: ProjectPaths, command: str) -> str:
+    """The run a command without a run id means: the only active run (else the latest run).
+
+    Several active runs are a UsageError listing them: picking one silently could pause or
+    cancel the wrong run.
+    """
+    active = active_runs(project)
+    if len(active) == 1:
+        return active[0].id
+    if not active:
+        return RunStore(project).resolve_id(None)
+    listing = "; ".join(f"{r.id} ({r.status}: {r.contract.goal[:40]})" for r in active)
+    raise UsageError(f"{len(active)} runs are active: {listing}",
+                     f"name one: `agentbox {command} {active[-1].id}`")
+
+
+def plan_checkpoint(project: ProjectPaths, run_id: str | None, checkpoint_id: str | None = None) -> tuple[str, str]:
+    """(run id, checkpoint id) of a plan waiting for approval.
+
+    With `checkpoint_id`, that checkpoint of `run_id` must be an open plan approval; without
+    it, the open plan approval of `run_id`, or of the only run that has one.
+    """
+    store = RunStore(project)
+    if run_id is None and checkpoint_id is None:
+        waiting = [(r.id, c.id) for r in active_runs(project) for c in r.checkpoints.values()
+                   if c.kind == "plan_approval" and c.status == "open"]
+        if not waiting:
+            raise NotFoundError("no plan waits for approval", "`agentbox status` shows what the runs wait for")
+        if len(waiting) > 1:
+            raise UsageError(f"{len(waiting)} plans wait for approval: "
+                             + ", ".join(f"{run} {cp}" for run, cp in waiting),
+                             f"name one: `agentbox approve {waiting[-1][0]} {waiting[-1][1]}`")
+        return waiting[0]
+    run = store.load_checked(store.resolve_id(run_id), full=False)
+    if checkpoint_id is None:
+        open_plans = [c.id for c in run.checkpoints.values() if c.kind == "plan_approval" and c.status == "open"]
+        if not open_plans:
+            raise NotFoundError(f"no plan of run {run.id} waits for approval",
+                                f"`agentbox status {run.id}` shows what it waits for")
+        return run.id, open_plans[-1]
+    check_id("checkpoint", checkpoint_id)
+    cp = run.checkpoints.get(checkpoint_id)
+    if cp is None:
+        open_ids = ", ".join(c.id for c in run.checkpoints.values() if c.status == "open") or "(none open)"
+        raise NotFoundError(f"no checkpoint {checkpoint_id!r} in run {run.id}", f"open checkpoints: {open_ids}")
+    if cp.kind != "plan_approval":
+        raise UsageError(f"{cp.id} is a {cp.kind.replace('_', ' ')} checkpoint, not a plan to approve",
+                         f'answer it: agentbox answer {run.id} {cp.id} "..."')
+    if cp.status != "open":
+        raise UsageError(f"the plan of {cp.id} was already answered: {cp.answer!r}")
+    return run.id, cp.id
+
+
 def engine_alive(project: ProjectPaths, run_id: str) -> bool:
     """True when an engine process holds the run."""
     return RunStore(project).engine_running(run_id)
