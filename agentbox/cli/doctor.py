@@ -12,9 +12,12 @@ _MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
 
 def doctor(args: argparse.Namespace) -> int:
     """Print the health checks; exit 1 when a required one failed."""
-    from agentbox.core.doctor import environment_summary, healthy, run_checks
+    from agentbox.core.doctor import check_profile_turns, environment_summary, healthy, run_checks
 
-    checks = run_checks(Path(args.project) if args.project else None)
+    project = Path(args.project) if args.project else None
+    checks = run_checks(project)
+    if getattr(args, "profiles", False):
+        checks += check_profile_turns(project)
     ok = healthy(checks)
     if args.json:
         print_json({"healthy": ok, "environment": environment_summary(), "checks": [c.as_dict() for c in checks]})

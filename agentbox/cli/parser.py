@@ -45,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _cmd(psub, "rm", "agentbox.cli.profile:rm", "delete a user profile (its config and credentials)")
     p.add_argument("name")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p = _cmd(psub, "test", "agentbox.cli.profile:test",
+             "run one turn through a profile: reachability, login, model, tokens, latency, and what is wrong")
+    p.add_argument("name")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="give up on the turn after this long (default 90)")
+    _json(p)
     p = _cmd(psub, "adopt", "agentbox.cli.profile:adopt", "write profile.yaml for an agent-box v1 profile (moves nothing)")
     p.add_argument("name")
 
@@ -66,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kind", choices=["profile", "crew", "graph"], nargs="?", default="crew")
 
     p = _cmd(sub, "doctor", "agentbox.cli.doctor:doctor", "check bwrap, agent CLIs, AGENT_BOX_HOME and the project")
+    p.add_argument("--profiles", action="store_true",
+                   help="also run one test turn through every profile the crew uses (`profile test`)")
     _json(p)
 
     # --- agents

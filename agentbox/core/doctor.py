@@ -153,6 +153,69 @@ def check_profiles() -> Check:
     return Check("profiles", "ok", f"{len(infos)} usable: {', '.join(i.name for i in infos)}", required=False)
 
 
+#: Tool config files (relative to the profile's config dir) that may hold a key.
+_KEY_FILES = ("config.toml", "opencode.json", ".env", "auth.json", ".credentials.json")
+
+
+def check_secret_files() -> Check:
+    """No user profile keeps a literal key in a file others can read."""
+    from agentbox.core import profiles, secrets
+
+    exposed: list[str] = []
+    for info in profiles.user_profiles(errors=[]):
+        candidates = [(info.directory / paths.PROFILE_FILE,
+                       any(secrets.looks_like_key(k, v) for k, v in info.profile.runtime.env.items()))]
+        for name in _KEY_FILES:
+            file = info.config_dir / name
+            if file.is_file() and not file.is_symlink():
+                try:
+                    holds = bool(secrets.keys_in_text(file.read_text(errors="replace")[:200_000]))
+                except OSError:
+                    holds = False
+                candidates.append((file, holds or name in ("auth.json", ".credentials.json")))
+        for file, holds_key in candidates:
+            try:
+                mode = file.stat().st_mode & 0o777
+            except OSError:
+                continue
+            if holds_key and mode & 0o077:
+                exposed.append(f"{file} (mode {mode:o})")
+    if exposed:
+        return Check("secrets", "warn", "a literal key in a file others can read: " + ", ".join(exposed),
+                     required=False, hint="chmod 600 the file, or better keep the key in your environment and write "
+                     "`KEY: ${KEY}` in runtime.env (docs/real-agents.md)")
+    return Check("secrets", "ok", "no literal key in a file others can read", required=False)
+
+
+def crew_profile_names(start: Path | None) -> list[str]:
+    """The profiles the project's crew uses (every user profile when there is no project)."""
+    from agentbox.core import profiles, project
+    from agentbox.core.errors import AgentboxError
+
+    try:
+        found = paths.project_at(start) if start else paths.find_project()
+        crew = project.load_crew(found).crew
+    except AgentboxError:
+        return [info.name for info in profiles.user_profiles(errors=[])]
+    return list(dict.fromkeys(role.profile for role in crew.roles.values()))
+
+
+def check_profile_turns(start: Path | None) -> list[Check]:
+    """One `profile test` turn through every profile the crew uses (one at a time: they are real turns)."""
+    from agentbox.core.errors import AgentboxError
+    from agentbox.core.profile_check import check_profile
+
+    checks = []
+    for name in crew_profile_names(start):
+        try:
+            report = check_profile(name)
+        except AgentboxError as exc:
+            checks.append(Check(f"profile {name}", "fail", exc.message, hint=exc.hint))
+            continue
+        checks.append(Check(f"profile {name}", "ok" if report.ok else "fail", report.diagnosis))
+    return checks
+
+
 def check_project(start: Path | None) -> Check:
     """The active project and whether its crew is valid."""
     from agentbox.core import project
@@ -185,7 +248,9 @@ def run_checks(project_dir: Path | None = None) -> list[Check]:
         home = check_home()
         profiles_check = check_profiles()
         project_check = check_project(project_dir)
-        return [bwrap.result(), enforced.result(), home, profiles_check, project_check, *(t.result() for t in tools)]
+        secret_files = check_secret_files()
+        return [bwrap.result(), enforced.result(), home, profiles_check, secret_files, project_check,
+                *(t.result() for t in tools)]
 
 
 def healthy(checks: list[Check]) -> bool:
