@@ -82,7 +82,7 @@ async def test_sequential_run_in_process(project: Path) -> None:
     run = await runs.execute(paths, run_id)
     assert run.status == "done", run.status_reason
     assert list(run.tasks) == ["step1-builder", "step2-tester", "step3-builder"]
-    assert all(t.state == "approved" and t.verdicts[-1].by == "pipeline" for t in run.tasks.values())
+    assert all(t.state == "approved" and t.verdicts[-1].by == "reviewer" for t in run.tasks.values())
     prompt = prompts_of(paths, run.tasks["step2-tester"].session_id)[0]
     assert "step1-builder (builder): did step1-builder" in prompt
     assert run.result["summary"] == "did step3-builder"

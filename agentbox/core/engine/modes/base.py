@@ -84,11 +84,15 @@ class ModeDriver:
         if task.id in queued:
             return
         queued.add(task.id)
-        deps = [self.run.tasks[d] for d in task.depends_on if d in self.run.tasks]
         note, task.note = task.note, None
-        prompt = prompts.work_prompt(self.run, task, self.artifacts_root(), prompts.upstream(deps, self.artifacts_root()), note)
+        upstream = prompts.upstream(self.upstream_of(task), self.artifacts_root())
+        prompt = prompts.work_prompt(self.run, task, self.artifacts_root(), upstream, note)
         self.engine.enqueue("work", task.assignee, prompt, task=task.id, session_id=task.session_id,
                             original_prompt=prompt)
+
+    def upstream_of(self, task: Task) -> list[Task]:
+        """The finished tasks whose results `task`'s worker is given (default: its dependencies)."""
+        return [self.run.tasks[d] for d in task.depends_on if d in self.run.tasks]
 
     def _tasks_with_work(self) -> set[str]:
         return {j.task for j in self.engine.run.jobs.values() if j.kind == "work" and j.task}
@@ -182,9 +186,10 @@ class ModeDriver:
                                    evidence=verdict.evidence)
             self.on_task_approved(task)
             return
-        failing = sorted({str(b.acceptance_id) for b in reply.blocking_issues}
+        failing = sorted({b.acceptance_id for b in reply.blocking_issues if b.acceptance_id}
                          | {c.acceptance_id for c in reply.checklist if not c.pass_})
-        message = "review rejected: " + "; ".join(f"[{b.acceptance_id}] {b.detail}" for b in reply.blocking_issues)
+        message = "review rejected: " + "; ".join(
+            (f"[{b.acceptance_id}] " if b.acceptance_id else "") + b.detail for b in reply.blocking_issues)
         self.engine.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message + " " + ",".join(failing),
                          tuple(task.writes))
 

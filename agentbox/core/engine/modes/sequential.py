@@ -1,58 +1,99 @@
-"""Sequential mode: a pipeline of roles, each given the goal and the upstream artifacts."""
+"""Sequential mode: a pipeline of roles, each given the goal and the results of the steps before it.
+
+Each step is a task of its role that depends on the step before. When the crew names a
+reviewer (`sequential.reviewer`, else the crew's `hierarchical.reviewer`), every step goes
+through the review gate like any task: a rejected step is reworked in its session before
+the next step starts. Without a reviewer the engine accepts a valid submission itself.
+A step is given the summaries and artifacts of the steps before it, never their prompts.
+"""
 
 from __future__ import annotations
 
 from agentbox.core import store
 from agentbox.core.engine.models import Acceptance, Task, Verdict
 from agentbox.core.engine.modes.base import ModeDriver
-from agentbox.core.tasks import TaskEvent
+from agentbox.core.tasks import TaskEvent, TaskState
 
-STEP_CRITERION = "The step's output advances the goal and is handed on as artifacts or a summary"
+STEP_CRITERION = ("The step does its role's part of the goal within the files the role may write, and its "
+                  "summary and artifacts say what it hands on")
+"""What every pipeline step is reviewed against (acceptance id a1)."""
 
 
 class SequentialMode(ModeDriver):
-    """One task per step, each depending on the previous one; steps are accepted by the engine."""
+    """One task per step, each depending on the previous one; steps are reviewed when the crew has a reviewer."""
 
     name = "sequential"
 
     def start(self) -> None:
-        """Create the pipeline's tasks and start the first step."""
-        steps = list(self.engine.settings.get("steps") or self.engine.crew.roles)
+        """Create the pipeline's tasks, choose its reviewer once for the run, and start the first step."""
+        crew = self.engine.crew
+        steps = list(self.engine.settings.get("steps") or crew.roles)
+        named = self.engine.settings.get("reviewer") or crew.hierarchical.reviewer
+        self.state["reviewer"] = named if named in crew.roles else None
         previous: str | None = None
         for index, role_name in enumerate(steps, start=1):
-            role = self.engine.crew.roles[role_name]
+            role = crew.roles[role_name]
             writes = ["**"] if role.writes is None else list(role.writes)
-            task = Task(id=f"step{index}-{role_name}", assignee=role_name, brief=self.run.contract.goal,
-                        acceptance=[Acceptance(id="a1", criterion=STEP_CRITERION)], writes=writes,
-                        depends_on=[previous] if previous else [])
+            what = f" ({role.description})" if role.description else ""
+            brief = (f"Step {index} of {len(steps)} of a pipeline, as {role_name}{what}: do your part of the "
+                     "run goal, building on what the earlier steps handed on"
+                     + (", and hand on what the next step needs." if index < len(steps) else
+                        ". Yours is the last step: finish the goal."))
+            task = Task(id=f"step{index}-{role_name}", assignee=role_name, brief=brief,
+                        acceptance=[Acceptance(id="a1", criterion=STEP_CRITERION)],
+                        writes=writes, depends_on=[previous] if previous else [])
             self.engine.add_task(task, f"pipeline step {index} of {len(steps)}")
             previous = task.id
         self.state["phase"] = "executing"
         self.release_dependents()
 
+    @property
+    def reviewer(self) -> str | None:
+        """The role reviewing the steps, None when the engine accepts them."""
+        return self.state.get("reviewer")
+
     def reviewer_for(self, task: Task) -> str:
-        """Pipelines have no reviewer role."""
-        return task.assignee
+        """The crew's reviewer (a step is never reviewed by its own role)."""
+        return self.reviewer or task.assignee
+
+    def upstream_of(self, task: Task) -> list[Task]:
+        """Every earlier step (all approved once this one runs): the goal is built step by step."""
+        earlier: list[Task] = []
+        for other in self.run.tasks.values():
+            if other.id == task.id:
+                break
+            if other.state == TaskState.APPROVED:
+                earlier.append(other)
+        return earlier
 
     def after_submit(self, task: Task) -> None:
-        """A step is accepted once its submission is valid; its summary and evidence are the evidence."""
+        """Review the step, or accept a valid submission when the crew has no other reviewer."""
+        if self.reviewer is not None and self.reviewer != task.assignee:
+            super().after_submit(task)
+            return
         sub = task.submission or {}
         evidence = list(sub.get("evidence") or []) or [f"submission: {sub.get('summary', '')}"]
-        self.engine.transition(task, TaskEvent.START_REVIEW, "pipeline step: the engine checks the submission")
+        self.engine.transition(task, TaskEvent.START_REVIEW, "pipeline step without a reviewer: the engine checks it")
         self.engine.transition(task, TaskEvent.APPROVE, "pipeline step accepted: valid submission", evidence=evidence)
         task.verdicts.append(Verdict(verdict="approve", by="pipeline", at=self.engine.clock(), evidence=evidence))
         self.on_task_approved(task)
 
     def tick(self) -> None:
-        """Finish when the last step is approved."""
+        """Finish when the last step is approved; the result lists what every step handed on."""
         if self.state.get("phase") != "executing" or not self.all_closed():
             return
-        last = list(self.run.tasks.values())[-1]
-        if last.state != "approved":
+        steps = list(self.run.tasks.values())
+        last = steps[-1]
+        if last.state != TaskState.APPROVED:
             self.engine.finish("failed", f"step {last.id} was cancelled")
             return
-        summary = (last.submission or {}).get("summary", "")
+        summary = str((last.submission or {}).get("summary", "")).strip()
+        lines = [f"# {self.run.contract.goal}", ""]
+        for step in steps:
+            sub = step.submission or {}
+            files = ", ".join(sub.get("artifacts") or []) or "no files"
+            lines.append(f"- {step.id} ({step.assignee}): {str(sub.get('summary', '')).strip()} [{files}]")
         path = self.engine.store.artifacts_dir(self.run.id) / "result.md"
-        store.atomic_write_text(path, summary.strip() + "\n")
+        store.atomic_write_text(path, "\n".join(lines) + "\n")
         self.state["phase"] = "done"
         self.engine.finish("done", "every step completed", {"summary": summary, "artifact": str(path)})
