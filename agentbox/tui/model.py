@@ -145,9 +145,9 @@ def run_elapsed(run: Run, now: float) -> float:
 
 
 def budget_line(run: Run) -> str:
-    """Tokens (and cost) against the run budget, unknown usage called out."""
+    """Tokens (and cost) against the run budget (with what a person added), unknown usage called out."""
     totals = run.totals
-    budget = (run.contract.limits.get("budget") or {}).get("tokens_total")
+    budget = run.token_budget
     used = tokens(totals.tokens, totals.unknown_usage_turns, totals.turns)
     if used == "—":
         used = "0"

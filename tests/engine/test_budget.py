@@ -1,7 +1,9 @@
-"""Budget arithmetic without agents: usage accounting, the 120% task pause, the run budget."""
+"""Budgets: usage accounting, the 120% task pause and the run budget, then the same with real agents."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -9,9 +11,25 @@ import pytest
 from agentbox.core import runs
 from agentbox.core.engine.engine import BUDGET_PAUSE_RATIO, Engine
 from agentbox.core.engine.models import Job, Task
+from agentbox.core.engine.run_store import RunStore
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.runtimes.base import Usage
+from agentbox.tui.model import budget_line, count
+from tests.conftest import run_cli
+from tests.engine.support import (
+    answering,
+    create,
+    drive,
+    events,
+    of_type,
+    open_checkpoint,
+    send,
+    setup_crew,
+    until,
+    work_rule,
+)
+from tests.engine.support import task as planned
 
 
 def engine_for(project: Path, *, per_task: int | None = 100, total: int | None = 1000) -> Engine:
@@ -179,3 +197,60 @@ def test_review_of_submitted_work_still_runs_when_the_task_is_over_budget(projec
     engine._dispatch()
     assert started == [review]
     assert task.state == "submitted" and engine.open_checkpoints() == []
+
+
+# ----------------------------------------------------------------------------- with real agents
+
+
+def test_a_single_turn_over_budget_pauses_the_task_before_review(project: Path) -> None:
+    """One work turn of 300 tokens against a budget of 200: no review until a person raises the budget.
+
+    After 'continue' the same submission goes to review (the worker does not redo it) and is approved.
+    """
+    big_turn = {"input_tokens": 250, "output_tokens": 50}
+    paths = setup_crew(project, tasks=[planned("t1")], worker=[work_rule(usage=big_turn)],
+                       limits={"budget": {"tokens_per_task": 200, "tokens_total": 100000}})
+    run_id = create(paths)
+    seen: dict[str, object] = {}
+
+    async def person(engine: Engine) -> None:
+        await until(engine, lambda e: open_checkpoint(e, "budget") is not None)
+        t1 = engine.run.tasks["t1"]
+        seen.update(state=t1.state, tokens=t1.tokens, submitted=t1.submission is not None,
+                    verdicts=len(t1.verdicts), reviews=[j for j in engine.run.jobs.values() if j.kind == "review"])
+        cp = open_checkpoint(engine, "budget")
+        ok, message = await send(paths, run_id, action="answer", checkpoint=cp.id, text="continue")
+        assert ok, message
+
+    run = asyncio.run(drive(paths, run_id, person))
+    assert seen == {"state": "paused_for_budget", "tokens": 300, "submitted": True, "verdicts": 0, "reviews": []}
+    assert run.status == "done", run.status_reason
+    t1 = run.tasks["t1"]
+    assert t1.state == "approved" and [v.by for v in t1.verdicts] == ["reviewer"]
+    assert t1.attempts == 1 and t1.budget_extra > 0 and not t1.review_pending
+    log = events(paths, run_id)
+    order = [e["type"] for e in log if e.get("task") == "t1" and e["type"] in
+             ("task.submit", "task.pause_budget", "checkpoint", "task.resume", "task.approve")]
+    assert order == ["task.submit", "task.pause_budget", "checkpoint", "task.resume", "task.submit", "task.approve"]
+    reviews = [e for e in of_type(log, "dispatch", "t1") if e["what"].startswith("review")]
+    assert len(reviews) == 1 and reviews[0]["seq"] > next(e["seq"] for e in log if e["type"] == "task.resume")
+
+
+def test_a_raised_run_budget_shows_in_status_and_the_tui(project: Path) -> None:
+    """The run's budget is spent after the plan and one task; the person raises it by 1000 and the run ends.
+
+    `agentbox status --json` (the real CLI) and the dashboard's budget line show 1,240, not crew.yaml's 240.
+    """
+    paths = setup_crew(project, tasks=[planned("t1"), planned("t2", deps=["t1"])],
+                       limits={"budget": {"tokens_per_task": 1000, "tokens_total": 240}})
+    run_id = create(paths)
+    run = asyncio.run(drive(paths, run_id, answering(("run_budget", "raise 1000"))))
+    assert run.status == "done", run.status_reason
+    assert run.totals.tokens > 240 and run.token_budget == 1240
+    cli = run_cli("status", run_id, "--json", cwd=project)
+    assert cli.code == 0, cli.err
+    state = json.loads(cli.out)
+    assert state["token_budget"] == 1240
+    assert state["contract"]["limits"]["budget"]["tokens_total"] == 240
+    line = budget_line(RunStore(paths).load(run_id))
+    assert f"/ {count(1240)} " in line and f"/ {count(240)} " not in line

@@ -7,7 +7,14 @@ from pathlib import Path
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.paths import ProjectPaths
 from tests.engine.modes_support import drive, turn_prompts, write_crew, write_profile
-from tests.engine.support import assert_log_consistent, create, events, of_type, prompts_of, work_rule
+from tests.engine.support import (
+    assert_log_consistent,
+    create,
+    events,
+    of_type,
+    prompts_of,
+    work_rule,
+)
 
 
 def test_example_crew_sequential_run_reviews_every_step_and_hands_results_on(project: Path) -> None:

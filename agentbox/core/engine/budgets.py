@@ -1,8 +1,9 @@
 """Token accounting and budgets: what each turn cost, and when a task or the run must stop.
 
-A task far over its token budget is paused for a human before its next work turn; a run
-whose budget is spent starts nothing new. These functions are bound as `Engine` methods
-(`engine.task_budget`, `engine.run_budget_left`, ...), so modes and commands call them there.
+A task far over its token budget is paused for a human before its next work turn, or before
+the review of the work that took it there; a run whose budget is spent starts nothing new.
+These functions are bound as `Engine` methods (`engine.task_budget`, `engine.run_budget_left`,
+...), so modes and commands call them there.
 """
 
 from __future__ import annotations
@@ -46,10 +47,9 @@ def task_budget(engine: Engine, task: Task) -> int | None:
 
 
 def run_budget_left(engine: Engine) -> bool:
-    """False once the run's token budget is spent."""
-    total = (engine.limits.get("budget") or {}).get("tokens_total")
-    extra = int(engine.run.mode_state.get("budget_extra", 0))
-    return total is None or engine.run.totals.tokens < int(total) + extra
+    """False once the run's token budget (with what a person added) is spent."""
+    budget = engine.run.token_budget
+    return budget is None or engine.run.totals.tokens < budget
 
 
 def over_budget(engine: Engine, task: Task) -> bool:
@@ -71,6 +71,27 @@ def pause_if_over_budget(engine: Engine, job: Job) -> bool:
     engine.transition(task, TaskEvent.PAUSE_BUDGET, f"{task.tokens} tokens > {BUDGET_PAUSE_RATIO:.0%} of its budget")
     engine.checkpoint("budget", f"Task {task.id} used {task.tokens} tokens, over {BUDGET_PAUSE_RATIO:.0%} of its budget "
                       f"({engine.task_budget(task)}). Answer 'continue' to add one more budget, or 'cancel'.",
+                      options=["continue", "cancel"], task=task.id, role=task.assignee)
+    return True
+
+
+def pause_before_review(engine: Engine, task: Task) -> bool:
+    """Pause submitted work whose turns took `task` over budget, instead of sending it to review.
+
+    One turn can take a task far past its budget; reviewing and approving that work would
+    spend more without asking. The task waits for a human with its submission kept:
+    raising its budget sends that work to review (`review_pending`), not back to work.
+    """
+    if not engine._over_budget(task):
+        task.review_pending = False
+        return False
+    engine.drop_jobs(task.id)
+    task.review_pending = True
+    engine.transition(task, TaskEvent.PAUSE_BUDGET, f"{task.tokens} tokens > {BUDGET_PAUSE_RATIO:.0%} of its budget: "
+                      "paused before review")
+    engine.checkpoint("budget", f"Task {task.id} used {task.tokens} tokens, over {BUDGET_PAUSE_RATIO:.0%} of its budget "
+                      f"({engine.task_budget(task)}), and its work is submitted. Answer 'continue' to add one more "
+                      "budget and send the work to review, or 'cancel'.",
                       options=["continue", "cancel"], task=task.id, role=task.assignee)
     return True
 

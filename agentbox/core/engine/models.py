@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
 from agentbox.core.errors import UsageError
 from agentbox.core.tasks import TaskState
@@ -135,6 +135,8 @@ class Task(Model):
     cost_usd: float | None = None
     budget_extra: int = 0
     """Tokens a person added to this task's budget after a budget checkpoint."""
+    review_pending: bool = False
+    """Its submitted work was paused for budget before review: resuming sends that work to review."""
     note: str | None = None
     """A human note to pass on the next dispatch (rework note, answer)."""
     round: int = 1
@@ -233,6 +235,13 @@ class Run(Model):
     applied_commands: list[str] = Field(default_factory=list)
     """Ids of inbox commands already applied (a command is applied exactly once)."""
     inbox_offset: int = 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def token_budget(self) -> int | None:
+        """The run's token budget now: crew.yaml's `tokens_total` plus what a person added; None is unlimited."""
+        total = (self.contract.limits.get("budget") or {}).get("tokens_total")
+        return None if total is None else int(total) + int(self.mode_state.get("budget_extra", 0))
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

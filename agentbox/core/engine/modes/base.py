@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentbox.core.engine import prompts
+from agentbox.core.engine import budgets, prompts
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.models import Checkpoint, Job, Task, Verdict
 from agentbox.core.engine.replies import Submission, check_verdict
@@ -79,6 +79,9 @@ class ModeDriver:
         """
         if task.state not in (TaskState.QUEUED, TaskState.REWORK):
             return
+        if task.review_pending and task.state == TaskState.QUEUED and task.submission is not None:
+            self.resume_review(task)
+            return
         if queued is None:
             queued = self._tasks_with_work()
         if task.id in queued:
@@ -93,6 +96,15 @@ class ModeDriver:
     def upstream_of(self, task: Task) -> list[Task]:
         """The finished tasks whose results `task`'s worker is given (default: its dependencies)."""
         return [self.run.tasks[d] for d in task.depends_on if d in self.run.tasks]
+
+    def resume_review(self, task: Task) -> None:
+        """A person raised the budget of work paused before its review: the same submission goes to review."""
+        task.review_pending = False
+        why = "budget raised: the submitted work goes to review"
+        self.engine.transition(task, TaskEvent.DISPATCH, why)
+        self.engine.transition(task, TaskEvent.SUBMIT, why)
+        if not budgets.pause_before_review(self.engine, task):
+            self.after_submit(task)
 
     def _tasks_with_work(self) -> set[str]:
         return {j.task for j in self.engine.run.jobs.values() if j.kind == "work" and j.task}
@@ -140,7 +152,8 @@ class ModeDriver:
         self.engine.transition(task, TaskEvent.SUBMIT, reply.summary[:200])
         self.engine.event("submission", f"{task.id} submitted by {job.role}", reply.summary[:300], task=task.id,
                           role=job.role, session=result.session_id, tokens=task.tokens)
-        self.after_submit(task)
+        if not budgets.pause_before_review(self.engine, task):
+            self.after_submit(task)
 
     def record_artifacts(self, task: Task, listed: list[str], job: Job, result: InvokeResult) -> None:
         """Add the files a submission names (and its hand-on dir) to the run's manifest."""
