@@ -14,14 +14,17 @@ import subprocess
 import sys
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, get_args
+from typing import Any, get_args
 
 from rich.text import Text
+from textual.app import App
 
-from agentbox.core.engine.models import TERMINAL_RUN_STATES
+from agentbox.core.engine.models import Run
 from agentbox.core.errors import AgentboxError
+from agentbox.core.paths import ProjectPaths
+from agentbox.tui import action_table, model
 from agentbox.tui import messages as msg
-from agentbox.tui import model
+from agentbox.tui.model import CrewInfo
 from agentbox.tui.screens.modals import (
     AnswerDialog,
     ConfirmDialog,
@@ -30,34 +33,39 @@ from agentbox.tui.screens.modals import (
     StartRunDialog,
 )
 
-if TYPE_CHECKING:
-    from agentbox.tui.screens.dashboard import DashboardScreen
-
-CONTEXT_ACTIONS = {"approve", "rework", "answer", "pause", "resume", "cancel_run"}
-
 
 class RunActions:
-    """Mixed into the dashboard screen: actions of the footer and the command palette."""
+    """Mixed into the dashboard screen: actions of the footer and the command palette.
+
+    What it needs of its screen is declared below (no import of the dashboard); screens
+    opened from the dashboard reach these actions by posting `ActionRequested`.
+    """
+
+    project: ProjectPaths
+    run: Run | None
+    run_id: str | None
+    run_ids: tuple[str, ...]
+    crew: CrewInfo | None
+    sessions: dict[str, Any]
+    manifest: tuple[dict[str, Any], ...]
+    _wanted_run: str | None
+    app: App[Any]
+    selected_role: str | None
+    selected_task: str | None
+    selected_artifact: dict[str, Any] | None
+    notify: Callable[..., None]
+    run_worker: Callable[..., Any]
+    post_message: Callable[[Any], bool]
+    refresh: Callable[..., Any]
+    _request: Callable[[str], None]
 
     # ------------------------------------------------------------------ footer state
-    def check_action(self: DashboardScreen, action: str, parameters: tuple[object, ...]) -> bool | None:
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Hide the actions that make no sense for the run as it is now."""
-        if action not in CONTEXT_ACTIONS:
-            return True
-        run = self.run
-        active = run is not None and run.status not in TERMINAL_RUN_STATES
-        if action in ("approve", "rework"):
-            return active and bool(model.tasks_in(run, "reviewing"))
-        if action == "answer":
-            return active and bool(model.open_checkpoints(run))
-        if action == "pause":
-            return active and run is not None and not run.paused
-        if action == "resume":
-            return active and run is not None and run.paused
-        return active
+        return action_table.enabled(action, self.run)
 
     # ------------------------------------------------------------------ commands to the run
-    def send(self: DashboardScreen, action: str, target: str | None = None, **fields: Any) -> None:
+    def send(self, action: str, target: str | None = None, **fields: Any) -> None:
         """Send one command to the shown run (in a thread: a busy engine may take a moment to acknowledge)."""
         if self.run_id is None:
             self.notify("no run is open", severity="warning")
@@ -66,7 +74,7 @@ class RunActions:
         self.run_worker(partial(self._send_now, self.run_id, command, target), thread=True, group="commands",
                         name=f"command {action}", exit_on_error=False)
 
-    def _send_now(self: DashboardScreen, run_id: str, command: dict[str, Any], target: str | None) -> None:
+    def _send_now(self, run_id: str, command: dict[str, Any], target: str | None) -> None:
         from agentbox.core import runs
 
         try:
@@ -75,20 +83,20 @@ class RunActions:
             ok, message = False, exc.message
         self.post_message(msg.CommandApplied(str(command["action"]), ok, message, target))
 
-    def on_command_applied(self: DashboardScreen, message: msg.CommandApplied) -> None:
+    def on_command_applied(self, message: msg.CommandApplied) -> None:
         """Say how the command went."""
         self.notify(message.message, title=message.action.replace("_", " "),
                     severity="information" if message.ok else "error", timeout=6 if message.ok else 12)
 
-    def action_pause(self: DashboardScreen) -> None:
+    def action_pause(self) -> None:
         """Pause the run: running turns finish, nothing new starts."""
         self.send("pause")
 
-    def action_resume(self: DashboardScreen) -> None:
+    def action_resume(self) -> None:
         """Resume a paused run."""
         self.send("resume")
 
-    def action_cancel_run(self: DashboardScreen) -> None:
+    def action_cancel_run(self) -> None:
         """Cancel the whole run (asks first)."""
         if self.run_id is None:
             return
@@ -99,7 +107,7 @@ class RunActions:
 
         self.app.push_screen(ConfirmDialog(f"Cancel run {self.run_id}? Running turns are stopped."), confirmed)
 
-    def action_cancel_task(self: DashboardScreen, task_id: str | None = None) -> None:
+    def action_cancel_task(self, task_id: str | None = None) -> None:
         """Cancel one task (asks first)."""
         task_id = task_id or self.selected_task
         if task_id is None:
@@ -112,7 +120,7 @@ class RunActions:
 
         self.app.push_screen(ConfirmDialog(f"Cancel task {task_id}?"), confirmed)
 
-    def _with_task(self: DashboardScreen, task_id: str | None, verb: str, then: Callable[[str], None]) -> None:
+    def _with_task(self, task_id: str | None, verb: str, then: Callable[[str], None]) -> None:
         """Run `then` on the given task, the selected one in review, the only one in review, or a chosen one."""
         if task_id:
             then(task_id)
@@ -130,7 +138,7 @@ class RunActions:
             self.app.push_screen(PickDialog(f"{verb} which task?", options),
                                  lambda chosen: then(chosen) if chosen else None)
 
-    def action_approve(self: DashboardScreen, task_id: str | None = None) -> None:
+    def action_approve(self, task_id: str | None = None) -> None:
         """Approve a task in review, with a note (the evidence of a human approval)."""
         def ask(task: str) -> None:
             dialog = NoteDialog(f"Approve {task}", "Your note is recorded as the approval's evidence.",
@@ -140,7 +148,7 @@ class RunActions:
 
         self._with_task(task_id, "Approve", ask)
 
-    def action_rework(self: DashboardScreen, task_id: str | None = None) -> None:
+    def action_rework(self, task_id: str | None = None) -> None:
         """Send a task in review back to its worker, with a note saying what to fix."""
         def ask(task: str) -> None:
             dialog = NoteDialog(f"Send {task} back for rework", "Say what to fix: the worker gets your note.",
@@ -150,7 +158,7 @@ class RunActions:
 
         self._with_task(task_id, "Send back", ask)
 
-    def action_answer(self: DashboardScreen, checkpoint_id: str | None = None) -> None:
+    def action_answer(self, checkpoint_id: str | None = None) -> None:
         """Answer a checkpoint (the only open one, or a chosen one)."""
         waiting = model.open_checkpoints(self.run)
         if checkpoint_id:
@@ -172,7 +180,7 @@ class RunActions:
         self.app.push_screen(PickDialog("Answer which checkpoint?", options), ask)
 
     # ------------------------------------------------------------------ runs
-    def action_start_run(self: DashboardScreen) -> None:
+    def action_start_run(self) -> None:
         """Start a run: a goal and a mode; the engine runs in the background."""
         from agentbox.core.config import Mode
 
@@ -181,12 +189,12 @@ class RunActions:
         self.app.push_screen(StartRunDialog(modes, default),
                              lambda chosen: self.start_run(*chosen) if chosen else None)
 
-    def start_run(self: DashboardScreen, goal: str, mode: str | None = None) -> None:
+    def start_run(self, goal: str, mode: str | None = None) -> None:
         """Create the run and start its engine, in a thread."""
         self.run_worker(partial(self._start_run_now, goal, mode), thread=True, group="start-run",
                         name="start run", exit_on_error=False)
 
-    def _start_run_now(self: DashboardScreen, goal: str, mode: str | None) -> None:
+    def _start_run_now(self, goal: str, mode: str | None) -> None:
         from agentbox.core import runs
         from agentbox.core.engine.modes import driver_for
 
@@ -203,14 +211,14 @@ class RunActions:
             return
         self.post_message(msg.RunStarted(run.id, pid))
 
-    def on_run_started(self: DashboardScreen, message: msg.RunStarted) -> None:
+    def on_run_started(self, message: msg.RunStarted) -> None:
         """Show the new run."""
         self._wanted_run = message.run_id
         self.run_id = message.run_id
         self._request("runs")
         self.notify(f"run {message.run_id} started (engine pid {message.pid})")
 
-    def action_switch_run(self: DashboardScreen, run_id: str | None = None) -> None:
+    def action_switch_run(self, run_id: str | None = None) -> None:
         """Show another run (asks which when none is given)."""
         if run_id:
             self._wanted_run = run_id
@@ -221,7 +229,7 @@ class RunActions:
             return
         self._request("summaries")
 
-    def on_run_summaries_loaded(self: DashboardScreen, message: msg.RunSummariesLoaded) -> None:
+    def on_run_summaries_loaded(self, message: msg.RunSummariesLoaded) -> None:
         """Let the person pick a run."""
         options = [(s["id"], Text.assemble((s["id"], "bold"), "  ", (s["status"], model.RUN_STATUS_STYLE.get(s["status"], "")),
                                            f"  {s['mode']}  {s['tasks']} task(s)  ", (s["goal"][:60], "italic")))
@@ -230,18 +238,18 @@ class RunActions:
                              lambda chosen: self.action_switch_run(chosen) if chosen else None)
 
     # ------------------------------------------------------------------ members
-    def latest_session(self: DashboardScreen, role: str) -> str | None:
+    def latest_session(self, role: str) -> str | None:
         """The most recently used session of `role`."""
         records = [r for r in self.sessions.values() if r.role == role]
         return max(records, key=lambda r: r.updated).id if records else None
 
-    def _role(self: DashboardScreen, role: str | None) -> str | None:
+    def _role(self, role: str | None) -> str | None:
         role = role or self.selected_role
         if role is None:
             self.notify("the crew has no member", severity="warning")
         return role
 
-    def action_talk(self: DashboardScreen, role: str | None = None, session_id: str | None = None) -> None:
+    def action_talk(self, role: str | None = None, session_id: str | None = None) -> None:
         """Talk to a member: a prompt box resuming its latest session (or `session_id`)."""
         from agentbox.tui.screens.talk import TalkScreen
 
@@ -256,7 +264,7 @@ class RunActions:
             screen.use_session(session_id)
         self.app.push_screen(name)
 
-    def action_history(self: DashboardScreen, role: str | None = None) -> None:
+    def action_history(self, role: str | None = None) -> None:
         """A member's session history."""
         from agentbox.tui.screens.sessions import SessionHistoryScreen
 
@@ -264,7 +272,7 @@ class RunActions:
         if role is not None:
             self.app.push_screen(SessionHistoryScreen(self, role))
 
-    def action_attach(self: DashboardScreen, role: str | None = None, session_id: str | None = None) -> None:
+    def action_attach(self, role: str | None = None, session_id: str | None = None) -> None:
         """Suspend the dashboard and run the member's tool interactively, resuming its session."""
         from agentbox.core import services
 
@@ -280,7 +288,7 @@ class RunActions:
         except AgentboxError as exc:
             self.notify(exc.message, title=f"attach to {role}", severity="error")
 
-    def _suspended_call(self: DashboardScreen, argv: list[str], env: dict[str, str] | None, banner: str,
+    def _suspended_call(self, argv: list[str], env: dict[str, str] | None, banner: str,
                         pass_fds: tuple[int, ...] = ()) -> None:
         from textual.app import SuspendNotSupported
 
@@ -295,7 +303,7 @@ class RunActions:
         self.refresh(layout=True)
 
     # ------------------------------------------------------------------ tasks and artifacts
-    def action_task_detail(self: DashboardScreen, task_id: str | None = None) -> None:
+    def action_task_detail(self, task_id: str | None = None) -> None:
         """A task's brief, acceptance, verdicts, failures and events."""
         from agentbox.tui.screens.task import TaskDetailScreen
 
@@ -305,7 +313,7 @@ class RunActions:
             return
         self.app.push_screen(TaskDetailScreen(self, task_id))
 
-    def _artifact(self: DashboardScreen, path: str | None) -> dict[str, Any] | None:
+    def _artifact(self, path: str | None) -> dict[str, Any] | None:
         if path:
             return next((e for e in reversed(self.manifest) if e["path"] == path), {"path": path})
         entry = self.selected_artifact
@@ -313,15 +321,15 @@ class RunActions:
             self.notify("no artifact selected", severity="warning")
         return entry
 
-    def action_view_artifact(self: DashboardScreen, path: str | None = None) -> None:
+    def action_view_artifact(self, path: str | None = None) -> None:
         """The artifact in a full-screen viewer."""
         from agentbox.tui.screens.artifact import ArtifactScreen
 
         entry = self._artifact(path)
         if entry is not None:
-            self.app.push_screen(ArtifactScreen(entry, self.project.root, self))
+            self.app.push_screen(ArtifactScreen(entry, self.project.root))
 
-    def action_edit_artifact(self: DashboardScreen, path: str | None = None) -> None:
+    def action_edit_artifact(self, path: str | None = None) -> None:
         """Open the artifact in $VISUAL / $EDITOR, then come back."""
         entry = self._artifact(path)
         if entry is None:
@@ -329,7 +337,7 @@ class RunActions:
         editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
         self._suspended_call([*shlex.split(editor), str(entry["path"])], None, f"editing {entry['path']}")
 
-    def action_profiles(self: DashboardScreen) -> None:
+    def action_profiles(self) -> None:
         """The profiles agentbox knows."""
         from agentbox.tui.screens.profiles import ProfilesScreen
 

@@ -12,6 +12,7 @@ from textual.worker import Worker, WorkerState
 
 from agentbox.core.paths import ProjectPaths
 from agentbox.tui import gc_tuning
+from agentbox.tui import messages as msg
 from agentbox.tui.commands import AgentboxCommands
 from agentbox.tui.screens.dashboard import DashboardScreen
 from agentbox.tui.screens.profiles import ProfilesScreen
@@ -66,6 +67,14 @@ class AgentboxApp(App[None]):
             error = event.worker.error
             self.notify(f"{type(error).__name__}: {error}", title=event.worker.name or "error", severity="error",
                         timeout=15)
+
+    async def on_action_requested(self, message: msg.ActionRequested) -> None:
+        """A screen opened from the dashboard asks it to act: the dashboard runs the action."""
+        board = self.dashboard
+        if board is not None:
+            await board.run_action(message.call)
+        if message.then is not None:
+            message.then()
 
     def action_toggle_keys(self) -> None:
         """Show or hide the list of every key."""

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from agentbox.core.engine.models import TERMINAL_RUN_STATES
 from agentbox.core.tasks import TERMINAL_STATES
 from agentbox.tui import model
+from agentbox.tui.action_table import enabled
 from agentbox.tui.widgets.artifacts import display_path
 
 if TYPE_CHECKING:
@@ -24,23 +24,27 @@ DISCOVERY_LIMIT = 300
 def dashboard_commands(board: DashboardScreen) -> Iterator[Command]:
     """(title, callback, help) of every action the dashboard can do now."""
     run = board.run
-    active = run is not None and run.status not in TERMINAL_RUN_STATES
     yield "Start a run…", board.action_start_run, "a goal and a mode; the engine runs in the background"
-    if active and run is not None:
-        if run.paused:
+    if run is not None:
+        if enabled("resume", run):
             yield "Resume the run", board.action_resume, f"resume {run.id}"
-        else:
+        if enabled("pause", run):
             yield "Pause the run", board.action_pause, "running turns finish, nothing new starts"
-        yield "Cancel the run…", board.action_cancel_run, f"cancel {run.id}"
-        for cp in model.open_checkpoints(run):
-            yield (f"Answer {cp.id}: {cp.question.strip().splitlines()[0][:70]}",
-                   partial(board.action_answer, cp.id), f"{cp.kind} checkpoint")
-        for task in model.tasks_in(run, "reviewing"):
-            yield f"Approve task {task.id}…", partial(board.action_approve, task.id), task.brief[:80]
-            yield f"Send task {task.id} back for rework…", partial(board.action_rework, task.id), task.brief[:80]
-        for task in run.tasks.values():
-            if task.state not in TERMINAL_STATES:
-                yield f"Cancel task {task.id}…", partial(board.action_cancel_task, task.id), task.brief[:80]
+        if enabled("cancel_run", run):
+            yield "Cancel the run…", board.action_cancel_run, f"cancel {run.id}"
+        if enabled("answer", run):
+            for cp in model.open_checkpoints(run):
+                yield (f"Answer {cp.id}: {cp.question.strip().splitlines()[0][:70]}",
+                       partial(board.action_answer, cp.id), f"{cp.kind} checkpoint")
+        if enabled("approve", run):
+            for task in model.tasks_in(run, "reviewing"):
+                yield f"Approve task {task.id}…", partial(board.action_approve, task.id), task.brief[:80]
+                yield (f"Send task {task.id} back for rework…", partial(board.action_rework, task.id),
+                       task.brief[:80])
+        if enabled("cancel_task", run):
+            for task in run.tasks.values():
+                if task.state not in TERMINAL_STATES:
+                    yield f"Cancel task {task.id}…", partial(board.action_cancel_task, task.id), task.brief[:80]
     if run is not None:
         for task in run.tasks.values():
             yield f"Task detail: {task.id}", partial(board.action_task_detail, task.id), f"{task.state} · {task.brief[:70]}"

@@ -6,6 +6,7 @@ snapshots that the widgets render.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +115,22 @@ class CommandApplied(Message):
     ok: bool
     message: str
     target: str | None = None
+
+
+class ActionRequested(Message):
+    """A screen opened from the dashboard asks it to run one of its actions (approve, talk…)."""
+
+    def __init__(self, action: str, *args: str | None, then: Callable[[], object] | None = None) -> None:
+        super().__init__()
+        self.action = action
+        self.args = args
+        self.then = then
+        """Called once the action has run (the artifact viewer re-reads a file after the editor)."""
+
+    @property
+    def call(self) -> str:
+        """The action as Textual's action syntax: `approve('t1')`."""
+        return f"{self.action}({', '.join(repr(a) for a in self.args)})"
 
 
 @dataclass

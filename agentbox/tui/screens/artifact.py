@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -17,20 +17,16 @@ from agentbox.tui import loaders
 from agentbox.tui import messages as msg
 from agentbox.tui.widgets.artifacts import display_path, highlighted, provenance
 
-if TYPE_CHECKING:
-    from agentbox.tui.screens.dashboard import DashboardScreen
-
 
 class ArtifactScreen(Screen[None]):
     """A file the crew made."""
 
     BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("e", "edit", "edit in $EDITOR")]
 
-    def __init__(self, entry: dict[str, Any], root: Path, dashboard: DashboardScreen | None = None) -> None:
+    def __init__(self, entry: dict[str, Any], root: Path) -> None:
         super().__init__()
         self.entry = entry
         self.root = root
-        self.dashboard = dashboard
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="artifact-view"):
@@ -58,6 +54,8 @@ class ArtifactScreen(Screen[None]):
 
     def action_edit(self) -> None:
         """Open it in $VISUAL / $EDITOR."""
-        if self.dashboard is not None:
-            self.dashboard.action_edit_artifact(str(self.entry["path"]))
-            self.run_worker(partial(self._read, str(self.entry["path"])), thread=True, exit_on_error=False)
+        self.post_message(msg.ActionRequested("edit_artifact", str(self.entry["path"]), then=self._reload))
+
+    def _reload(self) -> None:
+        """Read the file again (after the editor, which runs while the app is suspended)."""
+        self.run_worker(partial(self._read, str(self.entry["path"])), thread=True, exit_on_error=False)

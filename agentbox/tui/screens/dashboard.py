@@ -17,7 +17,6 @@ from typing import Any
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.reactive import reactive
@@ -28,9 +27,10 @@ from agentbox.core import paths, watch
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
 from agentbox.core.monitor import ProcessMonitor, agent_pids
 from agentbox.core.paths import ProjectPaths
-from agentbox.tui import gc_tuning, loaders
+from agentbox.tui import action_table, gc_tuning, loaders
 from agentbox.tui import messages as msg
-from agentbox.tui.actions import CONTEXT_ACTIONS, RunActions
+from agentbox.tui.action_table import CONTEXT_ACTIONS
+from agentbox.tui.actions import RunActions
 from agentbox.tui.model import CrewInfo
 from agentbox.tui.widgets.artifacts import ArtifactsPanel
 from agentbox.tui.widgets.checkpoints import CheckpointBar
@@ -48,23 +48,7 @@ POLL_S = 1.0
 class DashboardScreen(RunActions, Screen[None]):
     """Members, queue, artifacts, events and checkpoints of the selected run, all live."""
 
-    BINDINGS = [
-        Binding("n", "start_run", "run", tooltip="start a run"),
-        Binding("a", "answer", "answer", tooltip="answer a checkpoint"),
-        Binding("y", "approve", "approve", tooltip="approve a task in review"),
-        Binding("w", "rework", "rework", tooltip="send a task in review back"),
-        Binding("t", "talk", "talk", tooltip="talk to the highlighted member"),
-        Binding("s", "history", "history", tooltip="session history of the highlighted member"),
-        Binding("p", "pause", "pause"),
-        Binding("p", "resume", "resume"),
-        Binding("x", "cancel_run", "cancel", tooltip="cancel the run"),
-        Binding("o", "attach", "attach", show=False),
-        Binding("r", "switch_run", "runs", show=False),
-        Binding("d", "task_detail", "task detail", show=False),
-        Binding("e", "edit_artifact", "edit artifact", show=False),
-        Binding("v", "view_artifact", "view artifact", show=False),
-        Binding("f", "profiles", "profiles", show=False),
-    ]
+    BINDINGS = action_table.bindings()
 
     run_id: reactive[str | None] = reactive(None)
     run: reactive[Run | None] = reactive(None, always_update=True)

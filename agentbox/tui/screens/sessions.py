@@ -20,7 +20,7 @@ from agentbox.tui import loaders, model
 from agentbox.tui import messages as msg
 
 if TYPE_CHECKING:
-    from agentbox.tui.screens.dashboard import DashboardScreen
+    from agentbox.tui.view import DashboardView
 
 
 def turn_tokens(turn: dict[str, Any]) -> str:
@@ -55,7 +55,7 @@ class SessionHistoryScreen(Screen[None]):
         Binding("t", "talk", "talk in session"),
     ]
 
-    def __init__(self, dashboard: DashboardScreen, role: str) -> None:
+    def __init__(self, dashboard: DashboardView, role: str) -> None:
         super().__init__()
         self.dashboard = dashboard
         self.role = role
@@ -160,8 +160,8 @@ class SessionHistoryScreen(Screen[None]):
     def action_resume(self) -> None:
         """Attach to the highlighted session (the tool runs interactively, then the dashboard comes back)."""
         if self.selected is not None:
-            self.dashboard.action_attach(self.role, self.selected.id)
+            self.post_message(msg.ActionRequested("attach", self.role, self.selected.id))
 
     def action_talk(self) -> None:
         """Talk to the member in the highlighted session."""
-        self.dashboard.action_talk(self.role, self.selected.id if self.selected else None)
+        self.post_message(msg.ActionRequested("talk", self.role, self.selected.id if self.selected else None))

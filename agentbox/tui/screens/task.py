@@ -25,7 +25,7 @@ EVENTS_SHOWN = 500
 
 
 if TYPE_CHECKING:
-    from agentbox.tui.screens.dashboard import DashboardScreen
+    from agentbox.tui.view import DashboardView
 
 
 def section(title: str) -> Text:
@@ -95,7 +95,7 @@ class TaskDetailScreen(Screen[None]):
         Binding("t", "talk", "talk"),
     ]
 
-    def __init__(self, dashboard: DashboardScreen, task_id: str) -> None:
+    def __init__(self, dashboard: DashboardView, task_id: str) -> None:
         super().__init__()
         self.dashboard = dashboard
         self.task_id = task_id
@@ -153,22 +153,22 @@ class TaskDetailScreen(Screen[None]):
 
     def action_approve(self) -> None:
         """Approve this task."""
-        self.dashboard.action_approve(self.task_id)
+        self.post_message(msg.ActionRequested("approve", self.task_id))
 
     def action_rework(self) -> None:
         """Send this task back."""
-        self.dashboard.action_rework(self.task_id)
+        self.post_message(msg.ActionRequested("rework", self.task_id))
 
     def action_cancel_task(self) -> None:
         """Cancel this task."""
-        self.dashboard.action_cancel_task(self.task_id)
+        self.post_message(msg.ActionRequested("cancel_task", self.task_id))
 
     def action_history(self) -> None:
         """The assignee's session history."""
         if self.task is not None:
-            self.dashboard.action_history(self.task.assignee)
+            self.post_message(msg.ActionRequested("history", self.task.assignee))
 
     def action_talk(self) -> None:
         """Talk to the assignee in this task's session."""
         if self.task is not None:
-            self.dashboard.action_talk(self.task.assignee, self.task.session_id)
+            self.post_message(msg.ActionRequested("talk", self.task.assignee, self.task.session_id))

@@ -1,0 +1,75 @@
+"""The dashboard's actions in one table: its key bindings, when each is offered, and the palette's rule.
+
+The footer (`bindings`), `check_action` and the command palette all ask `enabled`, so the
+rule that, say, approving needs a task in review is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
+from agentbox.tui import model
+
+
+def _active(run: Run | None) -> bool:
+    return run is not None and run.status not in TERMINAL_RUN_STATES
+
+
+RULES: dict[str, Callable[[Run | None], bool]] = {
+    "approve": lambda run: _active(run) and bool(model.tasks_in(run, "reviewing")),
+    "rework": lambda run: _active(run) and bool(model.tasks_in(run, "reviewing")),
+    "answer": lambda run: _active(run) and bool(model.open_checkpoints(run)),
+    "pause": lambda run: _active(run) and run is not None and not run.paused,
+    "resume": lambda run: _active(run) and run is not None and run.paused,
+    "cancel_run": _active,
+    "cancel_task": _active,
+}
+"""When a run-dependent action is offered; actions not named here always are."""
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """One dashboard action: its key and footer label."""
+
+    name: str
+    key: str
+    label: str
+    tooltip: str = ""
+    show: bool = True
+
+
+ACTIONS: tuple[ActionSpec, ...] = (
+    ActionSpec("start_run", "n", "run", "start a run"),
+    ActionSpec("answer", "a", "answer", "answer a checkpoint"),
+    ActionSpec("approve", "y", "approve", "approve a task in review"),
+    ActionSpec("rework", "w", "rework", "send a task in review back"),
+    ActionSpec("talk", "t", "talk", "talk to the highlighted member"),
+    ActionSpec("history", "s", "history", "session history of the highlighted member"),
+    ActionSpec("pause", "p", "pause"),
+    ActionSpec("resume", "p", "resume"),
+    ActionSpec("cancel_run", "x", "cancel", "cancel the run"),
+    ActionSpec("attach", "o", "attach", show=False),
+    ActionSpec("switch_run", "r", "runs", show=False),
+    ActionSpec("task_detail", "d", "task detail", show=False),
+    ActionSpec("edit_artifact", "e", "edit artifact", show=False),
+    ActionSpec("view_artifact", "v", "view artifact", show=False),
+    ActionSpec("profiles", "f", "profiles", show=False),
+)
+
+CONTEXT_ACTIONS = frozenset(RULES)
+"""Actions whose offer depends on the run (the footer redraws when one of them changes)."""
+
+
+def bindings() -> list[Binding]:
+    """The dashboard's key bindings, in footer order."""
+    return [Binding(a.key, a.name, a.label, show=a.show, tooltip=a.tooltip) for a in ACTIONS]
+
+
+def enabled(action: str, run: Run | None) -> bool:
+    """Whether `action` makes sense for the run as it is now."""
+    rule = RULES.get(action)
+    return True if rule is None else rule(run)
