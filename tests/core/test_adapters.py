@@ -580,8 +580,19 @@ class TestHermesArgv:
         assert "ünïcode" not in seen["cmdline"] and "-rf" not in seen["cmdline"]
         assert seen["path0"] == os.path.dirname(script)  # not the agent's cwd
 
-    def test_read_only_drops_yolo_env(self) -> None:
-        assert self.a.build(req("hermes", read_only=True)).env == {}
+    @pytest.mark.parametrize("resumed", [False, True], ids=["new", "resume"])
+    def test_read_only_narrows_toolsets_on_new_and_resumed_turns(self, tmp_path: Path, resumed: bool) -> None:
+        script = hermes_script(tmp_path)
+        native = {"native_id": HERMES_ID, "first_turn": False} if resumed else {}
+        reader = self.a.build(req("hermes", read_only=True, executable=script, **native))
+        writer = self.a.build(req("hermes", executable=script, **native))
+        toolsets = reader.argv[reader.argv.index("--toolsets") + 1].split(",")
+        assert not {"file", "code_execution", "delegation", "skills", "memory"} & set(toolsets), toolsets
+        assert "--toolsets" not in writer.argv
+        assert reader.env == writer.env == {"HERMES_YOLO_MODE": "1"}  # -z sets it itself anyway
+        assert ("--yolo" in reader.argv) is ("--yolo" in writer.argv) is resumed
+        interactive = self.a.interactive(req("hermes", read_only=True, **native))
+        assert "--toolsets" in interactive.argv
 
     def test_homes_and_env(self) -> None:
         binds, env = self.a.homes(Path("/p/dot-hermes"), HOME)
@@ -692,6 +703,19 @@ class TestHermesParse:
         assert t2.usage == Usage(input_tokens=9, cached_input_tokens=4, cache_write_tokens=0,
                                  output_tokens=6, reasoning_tokens=0, cost_usd=None)
         assert t2.adapter_state["cumulative"]["input_tokens"] == 18
+
+    @pytest.mark.parametrize("warning", [
+        "  ⚠ tirith security scanner enabled but not available — command scanning will use pattern matching only\n",
+        "\x1b[2m  ⚠ tirith security scanner enabled but not available — command scanning will use pattern "
+        "matching only\x1b[0m\n",
+    ])
+    def test_resume_drops_the_tirith_warning_of_hermes_defaults(self, tmp_path: Path, warning: str) -> None:
+        """`chat` prints it on stdout when the default scanner is on but not installed (any config)."""
+        resumed = req("hermes", tmp_path, native_id=HERMES_ID, first_turn=False)
+        parsed = self.a.parse(out(f"{warning}echo: beta two\n", RESUMED_STDERR), resumed)
+        assert parsed.text == "echo: beta two"
+        quoted = self.a.parse(out("The log said: ⚠ tirith security scanner enabled but not available\n"), resumed)
+        assert "tirith" in quoted.text  # only the warning in front of the answer is dropped
 
     def test_resume_tool_turn_delta_and_known_cost(self, tmp_path: Path) -> None:
         config = tmp_path / "dot-hermes"

@@ -208,9 +208,7 @@ def write_tool_config(tool: str, name: str, base_url: str) -> Path:
             "  default: fake-model\n"
             f"  base_url: {base_url}/v1\n"
             "  context_length: 128000\n"
-            "security:\n"
-            "  tirith_enabled: false\n"
-        )
+        )  # hermes' defaults otherwise (its tirith scanner on, as a user's config has it)
         # skip chat mode's PyPI update check (cached 6 h)
         (config / ".update_check").write_text(json.dumps({"ts": time.time(), "behind": 0, "rev": None,
                                                           "ver": "0.19.0"}))

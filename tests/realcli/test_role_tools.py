@@ -243,3 +243,42 @@ def test_claude_writes_literal_scopes_and_changes_nothing_beside_them(tmp_path: 
     assert (root / "README.md").read_text() == f"new {tag} readme\n", results
     assert "Read-only file system" in results[-1] and "rc=0" not in results[-1], results
     assert (root / "setup.py").read_text() == "keep\n"
+
+
+def _declared_tools(request: dict[str, Any]) -> set[str]:
+    """Names of the tools a model request offers (chat: `function.name`; responses: `name`)."""
+    names = set()
+    for tool in (request.get("body") or {}).get("tools") or []:
+        if isinstance(tool, dict):
+            names.add(str((tool.get("function") or {}).get("name") or tool.get("name") or tool.get("type")))
+    return names
+
+
+#: Tools that change files, per CLI: a read-only role is never offered them. (codex 0.171.0
+#: has none to drop: it reads and writes through `exec_command`, its `-s read-only` cannot
+#: start inside bwrap, and the read-only mount stops its writes, as tested above.)
+WRITE_TOOLS = {"opencode": {"edit", "write", "patch", "multiedit"},
+               "hermes": {"write_file", "patch", "execute_code", "delegate_task", "skill_manage", "memory"}}
+
+
+@pytest.mark.parametrize("tool", ["opencode", "hermes"])
+def test_read_only_role_is_offered_no_write_tools_on_new_and_resumed_turns(
+        tool: str, tmp_path: Path, make_profile, fake: FakeView) -> None:
+    profile = make_profile(tool)
+    root = write_project(tmp_path / "proj", {"reviewer": {"profile": profile, "writes": []},
+                                             "builder": {"profile": profile, "writes": ["src/**"]}})
+    box = Box(root)
+    protocol = "chat"
+    offered: dict[str, list[set[str]]] = {}
+    for role in ("builder", "reviewer"):
+        offered[role] = []
+        for flags in ((), ("--continue",)):
+            mark = fake.mark()
+            turn = box.invoke(role, f"look around {uuid.uuid4().hex[:8]}", *flags)
+            assert turn.code == 0, str(turn)
+            requests = [r for r in fake.since(mark, protocol) if _declared_tools(r)]
+            assert requests, f"{tool} offered no tools at all"
+            offered[role].append(_declared_tools(requests[-1]))
+    assert all(WRITE_TOOLS[tool] & tools for tools in offered["builder"]), offered["builder"]
+    for tools in offered["reviewer"]:
+        assert not WRITE_TOOLS[tool] & tools, tools

@@ -45,6 +45,10 @@ class CodexAdapter:
         (`-s read-only`) cannot start at all when codex is installed under /tmp or its
         helpers cannot be created ("execvp codex-linux-sandbox: No such file"), and then
         a reviewer could not even run `cat`; the mount enforces the same rule everywhere.
+        Inside agentbox's bwrap it never starts ("bwrap: No permissions to create new
+        namespace", codex-cli 0.171.0). codex 0.171.0 offers no file-writing tool to drop
+        (no `apply_patch`; it edits through `exec_command`, its only way to read too), so
+        a read-only role keeps the shell, and the read-only mount is what stops its writes.
         """
         return ["--dangerously-bypass-approvals-and-sandbox"]
 

@@ -55,10 +55,20 @@ LAUNCHER = (
     "sys.path[0] = os.path.dirname(os.path.realpath(script)); "
     "runpy.run_path(script, run_name='__main__')"
 )
+#: The toolsets of a read-only role: hermes has no read-only file toolset (`file` is
+#: read_file with write_file and patch), so the shell is how it reads, as claude's Bash;
+#: `file`, `code_execution`, `delegation`, `skills`, `memory`, `cronjob` and the rest stay off.
+READ_ONLY_TOOLSETS = "terminal,web,todo,session_search"
 _NATIVE_ID = re.compile(r"[\w.:-]{1,128}")
 #: pip's entry script when the interpreter path is too long for `#!`.
 _PIP_SH_SHEBANG = re.compile(rb"#!/bin/sh\n'''exec' \"?([^\"\s]+)\"? ")
 _SESSION_LINE = re.compile(r"session_id:\s*(\S+)")
+#: What `hermes chat` prints on stdout, before the answer, when its default tirith command
+#: scanner is on but not installed (cli.py `_ensure_tirith_security`, not silenced by
+#: `-Q`). Config and `TIRITH_ENABLED` cannot be relied on (a user's config may say
+#: anything), so exactly this line is dropped from the start of the answer.
+_TIRITH_WARNING = re.compile(r"\A(?:(?:[ \t]|\x1b\[[0-9;]*m)*⚠ tirith security scanner enabled but not available"
+                             r"[^\n]*(?:\n|\Z))+")
 _DB_COUNTERS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
                 "estimated_cost_usd")
 
@@ -78,19 +88,26 @@ class HermesAdapter:
     def _model(self, request: TurnRequest) -> list[str]:
         return ["-m", request.model] if request.model else []
 
+    def _toolsets(self, request: TurnRequest) -> list[str]:
+        return ["--toolsets", READ_ONLY_TOOLSETS] if request.read_only else []
+
     def build(self, request: TurnRequest) -> ToolCommand:
         """`hermes -z PROMPT --usage-file F` (new) or `hermes chat -q PROMPT -Q --yolo --resume ID`.
 
-        Run through `LAUNCHER`, the prompt on stdin. An entry point that is not a Python
-        script (no interpreter in its first line) can only get the prompt as an argument.
+        Both auto-approve (`-z` sets HERMES_YOLO_MODE itself; `--yolo` does the same for
+        `chat`, which would otherwise wait for a person): the sandbox is the boundary. A
+        read-only role gets `READ_ONLY_TOOLSETS` on new and resumed turns alike. Run
+        through `LAUNCHER`, the prompt on stdin. An entry point that is not a Python script
+        (no interpreter in its first line) can only get the prompt as an argument.
         """
         prompt = with_instructions(request.prompt, request.instructions, request.first_turn)
         if request.native_id is None:
             usage_file = request.scratch / USAGE_FILE
-            option, args = "--oneshot", ["--usage-file", str(usage_file), *self._model(request)]
+            option, args = "--oneshot", ["--usage-file", str(usage_file)]
         else:
-            option, args = "--query", ["chat", "-Q", "--yolo", "--resume", request.native_id, *self._model(request)]
-        env = {} if request.read_only else {"HERMES_YOLO_MODE": "1"}
+            option, args = "--query", ["chat", "-Q", "--yolo", "--resume", request.native_id]
+        args += [*self._model(request), *self._toolsets(request)]
+        env = {"HERMES_YOLO_MODE": "1"}
         python = python_of(request.executable)
         if python is None:
             return ToolCommand([request.executable, *args, *request.extra_args, f"{option}={prompt}"], env=env)
@@ -102,11 +119,11 @@ class HermesAdapter:
         argv = [request.executable, "chat"]
         if request.native_id is not None:
             argv += ["--resume", request.native_id]
-        return ToolCommand([*argv, *self._model(request), *request.extra_args])
+        return ToolCommand([*argv, *self._model(request), *self._toolsets(request), *request.extra_args])
 
     def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
         """stdout is the answer; the usage file (new) or state.db deltas (resume) give the rest."""
-        text = output.stdout.strip()
+        text = answer_text(output.stdout)
         state = dict(request.adapter_state)
         if request.native_id is None:
             data = _usage_report(output.scratch / USAGE_FILE)
@@ -142,6 +159,11 @@ class HermesAdapter:
             return ParsedTurn(text=text, native_id=native, usage=usage, is_error=True,
                               error=text or output.stderr.strip() or "hermes failed", adapter_state=state)
         return ParsedTurn(text=text, native_id=native, usage=usage, adapter_state=state)
+
+
+def answer_text(stdout: str) -> str:
+    """hermes' answer: its stdout without the tirith warning it may print in front."""
+    return _TIRITH_WARNING.sub("", stdout.lstrip("\n"), count=1).strip()
 
 
 def python_of(executable: str) -> list[str] | None:
