@@ -388,7 +388,7 @@ class TestOpencodeArgv:
         cmd = self.a.build(req("opencode"))
         assert cmd.argv == ["/opt/bin/opencode", "run", "--format", "json", "--auto"]
         assert cmd.stdin == b"do the thing"
-        assert cmd.env == {}
+        assert set(cmd.env) == {"OPENCODE_CONFIG_CONTENT"}
 
     def test_resume_session_and_dir(self) -> None:
         cmd = self.a.build(req("opencode", native_id="ses_abc", first_turn=False, model="fake/fake-model",
@@ -411,6 +411,14 @@ class TestOpencodeArgv:
         assert "--auto" not in cmd.argv
         config = json.loads(cmd.env["OPENCODE_CONFIG_CONTENT"])
         assert config["permission"]["edit"] == "deny"
+        assert config["agent"]["title"]["disable"] is True
+
+    @pytest.mark.parametrize("resumed", [False, True], ids=["new", "resume"])
+    def test_headless_turns_remove_the_title_agent(self, resumed: bool) -> None:
+        """Its title request is a model call opencode leaves out of the turn's usage."""
+        native = {"native_id": "ses_a", "first_turn": False} if resumed else {}
+        config = json.loads(self.a.build(req("opencode", **native)).env["OPENCODE_CONFIG_CONTENT"])
+        assert config == {"agent": {"title": {"disable": True}}}
 
     def test_homes_and_env(self) -> None:
         binds, env = self.a.homes(Path("/p/dot-opencode"), HOME)

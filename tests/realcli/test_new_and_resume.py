@@ -129,6 +129,9 @@ def test_opencode_new_then_continue(make_profile, fake: FakeView, workdir: Path,
     r1 = _check_ok(t1, first)
     session, native = r1["session_id"], r1["native_id"]
     assert native and native.startswith("ses_")
+    # one model call, the turn's own: no title-generation request left out of the usage
+    assert len(fake.model_requests("chat")) == 1, [body_text(r)[:300] for r in fake.model_requests("chat")]
+    assert not any("Generate a title" in body_text(r) for r in fake.model_requests("chat"))
     _usage_is(r1["usage"], {**FAKE_USAGE, "cost_usd": None})  # cost 0 without a cost table = unknown
 
     t2 = box.invoke(f"profile:{name}", second, "--continue")

@@ -18,6 +18,10 @@ from agentbox.core.runtimes.base import (
 )
 from agentbox.core.runtimes.common import json_lines, with_instructions
 
+#: Config merged over the profile's own on every headless turn (`OPENCODE_CONFIG_CONTENT`):
+#: the built-in `title` agent is removed, so a new session makes no extra title-generation
+#: model request, which opencode would not count in the turn's usage.
+HEADLESS_CONFIG: dict[str, Any] = {"agent": {"title": {"disable": True}}}
 #: Extra config for read-only roles (opencode's own permission rules, on top of the mount).
 READ_ONLY_CONFIG = {"permission": {"edit": "deny", "bash": {"*": "allow"}}}
 
@@ -50,11 +54,12 @@ class OpencodeAdapter:
     def build(self, request: TurnRequest) -> ToolCommand:
         """`opencode run --format json [-s ID --dir CWD]`, the prompt fed on stdin."""
         argv = [request.executable, "run", "--format", "json"]
-        env: dict[str, str] = {}
+        config = dict(HEADLESS_CONFIG)
         if request.read_only:
-            env["OPENCODE_CONFIG_CONTENT"] = json.dumps(READ_ONLY_CONFIG)
+            config.update(READ_ONLY_CONFIG)
         else:
             argv.append("--auto")
+        env = {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}
         if request.native_id is not None:
             argv += ["-s", request.native_id, "--dir", str(request.cwd)]
         if request.model:
