@@ -44,6 +44,151 @@ def _printer(quiet: bool) -> Any:
     return show
 
 
+def answer_commands(run: Any, cp: Any) -> list[tuple[str, str]]:
+    """(what, exact command) pairs that answer checkpoint `cp` of `run`, for the person to copy."""
+    commands = []
+    if cp.kind == "plan_approval":
+        commands.append(("approve the plan", f"agentbox approve {run.id} {cp.id}"))
+        commands.append(("re-plan", f'agentbox answer {run.id} {cp.id} "FEEDBACK"'))
+        return commands
+    task = run.tasks.get(cp.task or "")
+    if task is not None and task.state == "reviewing":
+        commands.append(("approve", f"agentbox approve {task.id} --run {run.id}"))
+        commands.append(("send back", f'agentbox rework {task.id} --run {run.id} --note "WHAT TO FIX"'))
+    hint = {"retry_escalation": "retry [NOTE] | cancel", "budget": "TOKENS to add | cancel",
+            "run_budget": "raise TOKENS | cancel"}.get(cp.kind, "YOUR ANSWER")
+    commands.append(("answer", f'agentbox answer {run.id} {cp.id} "{hint}"'))
+    return commands
+
+
+class Person:
+    """The person at the terminal of a foreground run, in a helper thread.
+
+    Each checkpoint that opens is announced once, with the exact commands that answer it and
+    the terminal bell. When stdin is a terminal the person may answer inline; otherwise stdin
+    is never read. Answers go to the engine like any other terminal's (through its inbox).
+    """
+
+    POLL_S = 0.25
+
+    def __init__(self, project: Any, run_id: str, *, interactive: bool) -> None:
+        import threading
+
+        self.project = project
+        self.run_id = run_id
+        self.interactive = interactive
+        self.announced: set[str] = set()
+        self.queue: list[str] = []
+        self.prompted: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="agentbox-person", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def _say(self, text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def _watch(self) -> None:
+        from agentbox.core import runs as runs_mod
+        from agentbox.core.errors import AgentboxError
+
+        while not self._stop.is_set():
+            try:
+                run = runs_mod.load(self.project, self.run_id)
+            except (AgentboxError, OSError, ValueError):
+                self._stop.wait(self.POLL_S)
+                continue
+            open_cps = {c.id: c for c in run.checkpoints.values() if c.status == "open"}
+            for cp in open_cps.values():
+                if cp.id not in self.announced:
+                    self.announced.add(cp.id)
+                    self.queue.append(cp.id)
+                    self._announce(run, cp)
+            if self.prompted and self.prompted not in open_cps:
+                self._say(f"\n({self.prompted} was answered elsewhere)\n")
+                self.prompted = None
+            self.queue = [cp_id for cp_id in self.queue if cp_id in open_cps]
+            if not (self.interactive and self.queue):
+                self._stop.wait(self.POLL_S)
+                continue
+            self._ask(run, open_cps[self.queue[0]])
+
+    def _announce(self, run: Any, cp: Any) -> None:
+        bell = "\a" if sys.stdout.isatty() else ""
+        where = f" (task {cp.task})" if cp.task else ""
+        lines = [f"{bell}\n⚑ {cp.id} waits for you{where}: {cp.question.strip()}"]
+        lines += [f"  {what + ':':<11} {command}" for what, command in answer_commands(run, cp)]
+        self._say("\n".join(lines) + "\n")
+
+    def _ask(self, run: Any, cp: Any) -> None:
+        import select
+
+        choices = "approve [NOTE], rework NOTE, or an answer" if any(
+            what == "approve" for what, _ in answer_commands(run, cp)) else "your answer"
+        if self.prompted != cp.id:
+            self.prompted = cp.id
+            self._say(f"{cp.id} — {choices} (empty: later) > ")
+        ready, _, _ = select.select([sys.stdin], [], [], self.POLL_S)
+        if not ready:
+            return
+        line = sys.stdin.readline()
+        self.prompted = None
+        self.queue.remove(cp.id)
+        if not line:  # end of input: no more inline answers
+            self.interactive = False
+            return
+        text = line.strip()
+        if not text:
+            self._say(f"{cp.id} left open: answer it later with the command above\n")
+            return
+        self._say(self._send(run, cp, text) + "\n")
+
+    def _send(self, run: Any, cp: Any, text: str) -> str:
+        from agentbox.core import runs as runs_mod
+        from agentbox.core.errors import AgentboxError
+
+        word, _, rest = text.partition(" ")
+        task = run.tasks.get(cp.task or "")
+        command: dict[str, Any] = {"action": "answer", "checkpoint": cp.id, "text": text}
+        if task is not None and task.state == "reviewing" and word.lower() == "approve":
+            command = {"action": "approve", "task": task.id, "note": rest.strip() or APPROVED_BY_DEFAULT}
+        elif task is not None and task.state == "reviewing" and word.lower() == "rework":
+            if not rest.strip():
+                self.queue.insert(0, cp.id)
+                return "rework needs a note saying what to fix"
+            command = {"action": "rework", "task": task.id, "note": rest.strip()}
+        try:
+            ok, message = runs_mod.send_command(self.project, self.run_id, command)
+        except AgentboxError as exc:
+            ok, message = False, exc.message
+        if not ok:
+            self.queue.insert(0, cp.id)
+        return message if ok else f"error: {message}"
+
+
+def _interrupted(project: Any, run_id: str) -> None:
+    """Say what Ctrl-C did to the run and how to go on."""
+    from agentbox.core import runs as runs_mod
+    from agentbox.core.errors import AgentboxError
+
+    try:
+        run = runs_mod.load(project, run_id)
+    except (AgentboxError, OSError):  # the message comes out whatever the state file says
+        run = None
+    waiting = [c.id for c in run.checkpoints.values() if c.status == "open"] if run is not None else []
+    state = f"saved as {run.status}" + (f", {', '.join(waiting)} still open" if waiting else "") if run else "on disk"
+    print(f"\ninterrupted: the engine of run {run_id} stopped and so did its running turns; "
+          f"nothing runs now (the run is {state}; it is not cancelled)", file=sys.stderr)
+    print(f"continue it: agentbox run --resume {run_id}   (in the background: add --detach)\n"
+          f"or end it:   agentbox cancel {run_id}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     """Start (or resume) a run; foreground with live progress, or detached."""
     from agentbox.core import runs
@@ -66,7 +211,16 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 0
     print(f"run {run_id}", file=sys.stderr)
-    final = asyncio.run(runs.execute(project, run_id, _printer(args.quiet)))
+    person = Person(project, run_id, interactive=sys.stdin.isatty() and sys.stdout.isatty())
+    person.start()
+    try:
+        final = asyncio.run(runs.execute(project, run_id, _printer(args.quiet)))
+    except KeyboardInterrupt:
+        person.stop()
+        _interrupted(project, run_id)
+        return 130
+    finally:
+        person.stop()
     if not args.quiet:
         print(f"run {final.id}: {final.status}" + (f" — {final.status_reason}" if final.status_reason else ""))
         if final.result and final.result.get("artifact"):
@@ -130,7 +284,8 @@ def status(args: argparse.Namespace) -> int:
         print("\nwaiting for you:")
         for cp in open_cps:
             print(f"  {cp.id} [{cp.kind}]{' task ' + cp.task if cp.task else ''}: {cp.question}")
-            print(f"      answer: agentbox answer {run.id} {cp.id} \"...\"")
+            for what, command in answer_commands(run, cp):
+                print(f"      {what + ':':<11} {command}")
     if run.result:
         print(f"\nresult: {run.result.get('artifact') or ''}\n{run.result.get('summary', '')[:600]}")
     if not alive and run.status not in TERMINAL_RUN_STATES:
