@@ -120,7 +120,7 @@ def test_remove_deletes_the_user_profile(agent_box_home: Path) -> None:
 def test_remove_refuses_bundled_unknown_and_paths(agent_box_home: Path) -> None:
     with pytest.raises(UsageError, match="bundled template"):
         profiles.remove("scripted")
-    with pytest.raises(NotFoundError, match="unknown profile 'ghost'"):
+    with pytest.raises(NotFoundError, match="no such profile 'ghost'"):
         profiles.remove("ghost")
     (agent_box_home / "keep").mkdir()
     (agent_box_home / "profiles").mkdir()
