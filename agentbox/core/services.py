@@ -7,6 +7,7 @@ files themselves.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,8 @@ from agentbox.core.config import Crew
 from agentbox.core.errors import NotFoundError, UsageError
 from agentbox.core.invoke import Agent
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.sessions import SessionStore
+from agentbox.core.runtimes.transcripts import TypedTurn, typed_turns
+from agentbox.core.sessions import SessionRecord, SessionStore
 
 PROFILE_PREFIX = "profile:"
 
@@ -106,12 +108,35 @@ def interactive_session(agent: Agent, session_id: str | None) -> Iterator[Intera
 
     record = _prepare_session(agent, session_id)
     prepared = prepare(agent, "", record, interactive=True)
+    config_dir = prepared.request.config_dir
     try:
         if record.native_id is None and hasattr(adapter_for(record.tool), "created_session"):
             record.native_id = record.id  # these tools take the caller's id for a new session
         agent.sessions.save(record)
+        known = len(typed_turns(record.tool, config_dir, record.native_id))
+        started = time.time()
         with launch(prepared.argv) as launched:
             yield InteractiveCommand(launched.argv, prepared.env, launched.pass_fds, record.id)
     finally:
         finish_turn(prepared, record.turns + 1)
         remove_scratch(prepared)
+    _record_typed_turns(agent.sessions, record, typed_turns(record.tool, config_dir, record.native_id)[known:],
+                        started)
+
+
+def _record_typed_turns(store: SessionStore, record: SessionRecord, typed: list[TypedTurn], started: float) -> None:
+    """Append the turns a person typed while attached to the session history, marked interactive."""
+    if not typed:
+        return
+    finished = time.time()
+    for exchange in typed:
+        record.turns += 1
+        record.totals.add(exchange.usage)
+        store.append_turn(record, {
+            "turn": record.turns, "started": started, "finished": finished, "prompt": exchange.prompt,
+            "text": exchange.text, "status": "ok", "error_kind": None, "error": None,
+            "usage": exchange.usage.as_dict(), "duration_s": 0, "exit_code": None, "native_id": record.native_id,
+            "log_path": None, "interactive": True,
+        })
+    record.last_status, record.last_error_kind = "ok", None
+    store.save(record)

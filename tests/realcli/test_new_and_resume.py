@@ -89,6 +89,12 @@ def test_claude_new_then_resume_by_session(make_profile, fake: FakeView, workdir
     assert all("sonnet" in str(r["body"].get("model")) for r in requests)  # the profile's model
     _check_session(box, session, session)
     _check_homes(host_home, profile_config(name, "claude"), f"projects/*/{session}.jsonl")
+    # what an attached session is recorded from: claude's own transcript of the session
+    from agentbox.core.runtimes.transcripts import typed_turns
+
+    typed = typed_turns("claude", profile_config(name, "claude"), session)
+    assert [(t.prompt, t.text) for t in typed] == [(first, f"echo: {first}"), (second, f"echo: {second}")], typed
+    assert all(t.usage.input_tokens == 9 and t.usage.output_tokens == 6 for t in typed), typed
 
 
 def test_codex_new_then_continue(make_profile, fake: FakeView, workdir: Path, host_home: Path) -> None:

@@ -75,6 +75,14 @@ async def test_attach_runs_the_members_tool_in_its_sandbox_and_comes_back(
         native = next((agent_box_home / "bundled").glob(f"*/dot-scripted/sessions/{session}.json"))
         assert "hello from the dashboard" in native.read_text()
         assert app.screen is board  # back on the dashboard
+        # and agentbox's own history of the session holds the typed turn, marked interactive
+        turns_file = project.sessions_dir / "builder" / f"{session}.turns.jsonl"
+        turns = [json.loads(line) for line in turns_file.read_text().splitlines()]
+        assert [(t["prompt"], t["interactive"], t["status"]) for t in turns] == [
+            ("hello from the dashboard", True, "ok")], turns
+        assert turns[0]["text"]
+        record = json.loads((project.sessions_dir / "builder" / f"{session}.json").read_text())
+        assert record["turns"] == 1 and record["totals"]["unknown_usage_turns"] == 1
 
 
 async def test_edit_opens_the_file_in_editor_and_comes_back(
