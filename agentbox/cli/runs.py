@@ -89,6 +89,9 @@ class Person:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2)
+        if self.prompted:  # the run ended under an open prompt: what follows starts on its own line
+            self.prompted = None
+            self._say("\n")
 
     def _say(self, text: str) -> None:
         sys.stdout.write(text)
