@@ -182,6 +182,8 @@ class Prepared:
     scratch: Path
     scopes: scopes.ScopePlan = field(default_factory=scopes.ScopePlan)
     """The write scopes' mounts (`finish_turn` carries staged changes back after the turn)."""
+    secrets: tuple[str, ...] = ()
+    """Values the profile took from the environment: masked in everything the turn records."""
 
 
 def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bool = False) -> Prepared:
@@ -236,7 +238,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     if profile.profile.sandbox == "none":
         for bind in homes:  # without a sandbox the tool reads its config where the env points
             env.update({k: str(bind.source) if v == str(bind.target) else v for k, v in env.items()})
-        return Prepared(record, request, command.argv, env, command.stdin, logs, scratch)
+        return Prepared(record, request, command.argv, env, command.stdin, logs, scratch,
+                        secrets=tuple(secrets.secret_values(profile)))
     policy = profile.profile.sandbox
     if home == agent.cwd or home.is_relative_to(agent.cwd):
         raise SandboxError(
@@ -282,7 +285,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         scopes.finish(scope_plan, logs / f"turn-{turn}.discarded")  # no turn: nothing made for it stays
         raise
     return Prepared(record, request, argv, {"PATH": env.get("PATH", "/usr/bin:/bin")}, command.stdin, logs, scratch,
-                    scope_plan)
+                    scope_plan, secrets=tuple(secrets.secret_values(profile)))
 
 
 def _check_bind_source(source: Path, state_dir: Path) -> None:
@@ -315,6 +318,21 @@ def finish_turn(prepared: Prepared, turn: int) -> list[str]:
     notes = scopes.finish(prepared.scopes, prepared.logs / f"turn-{turn}.discarded")
     shutil.rmtree(prepared.scratch.with_suffix(".stage"), ignore_errors=True)
     return notes
+
+
+def _mask_file(path: Path, values: tuple[str, ...]) -> None:
+    """Rewrite a turn log with `values` masked, when it holds any of them (atomically, owner-only)."""
+    try:
+        data = safe_io.read_bounded(path, max_bytes=64 << 20)
+    except OSError:
+        return
+    text = data.decode("utf-8", "surrogateescape")
+    masked = secrets.mask(text, values)
+    if masked != text:
+        from agentbox.core.store import atomic_write_bytes
+
+        atomic_write_bytes(path, masked.encode("utf-8", "surrogateescape"), durable=False)
+        os.chmod(path, 0o600)
 
 
 def remove_scratch(prepared: Prepared) -> None:
@@ -453,6 +471,10 @@ async def _run_prepared(agent: Agent, prompt: str, record: SessionRecord, prepar
                 note.write("\n".join(discarded) + "\n")
     duration = time.monotonic() - t0
     out_text, err_text = stdout.text(), stderr.text()
+    if prepared.secrets:  # a tool that prints a key it was given leaves it in no record or log
+        out_text, err_text = secrets.mask(out_text, prepared.secrets), secrets.mask(err_text, prepared.secrets)
+        for log in (out_log, err_log):
+            _mask_file(log, prepared.secrets)
     base.update(duration_s=duration, exit_code=exit_code, truncated=stdout.truncated)
     if timed_out:
         result = InvokeResult(status="error", error_kind="timeout",

@@ -27,6 +27,11 @@ KILL_GRACE_S = 2.0
 """Time between SIGTERM and SIGKILL of a timed-out process group."""
 
 
+def _private_log(path: Path) -> BinaryIO:
+    """A turn log, readable by its owner only (a tool may print what its environment holds)."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "wb")
+
+
 class CappedStream:
     """Drains one pipe: head and tail kept in memory, everything (capped) in a log file."""
 
@@ -37,14 +42,14 @@ class CappedStream:
         self.tail_size = 0
         self.total = 0
         self.log_path = log_path
-        self._log: BinaryIO | None = None if lazy else log_path.open("wb")
+        self._log: BinaryIO | None = None if lazy else _private_log(log_path)
         self._truncated: bool | None = None
 
     def feed(self, chunk: bytes) -> None:
         """Take one chunk: log it (up to the cap), keep it in the head or the rolling tail."""
         if self.total < LOG_CAP_BYTES:
             if self._log is None:
-                self._log = self.log_path.open("wb")
+                self._log = _private_log(self.log_path)
             self._log.write(chunk[: LOG_CAP_BYTES - self.total])
         self.total += len(chunk)
         room = HEAD_BYTES - len(self.head)
