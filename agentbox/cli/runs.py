@@ -270,7 +270,7 @@ def status(args: argparse.Namespace) -> int:
     alive = runs_mod.engine_alive(project, run.id)
     totals = run.totals
     unknown = f" (+{totals.unknown_usage_turns} turn(s) with unknown usage)" if totals.unknown_usage_turns else ""
-    budget = (run.contract.limits.get("budget") or {}).get("tokens_total")
+    budget = run.token_budget
     print(f"{run.id}  {run.status}{' — ' + run.status_reason if run.status_reason else ''}")
     print(f"goal: {run.contract.goal}")
     print(f"mode: {run.contract.mode} · engine: {'running' if alive else 'not running'} · "

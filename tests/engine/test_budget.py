@@ -254,3 +254,5 @@ def test_a_raised_run_budget_shows_in_status_and_the_tui(project: Path) -> None:
     assert state["contract"]["limits"]["budget"]["tokens_total"] == 240
     line = budget_line(RunStore(paths).load(run_id))
     assert f"/ {count(1240)} " in line and f"/ {count(240)} " not in line
+    text = run_cli("status", run_id, cwd=project)
+    assert text.code == 0 and " / 1,240" in text.out and " / 240" not in text.out, text.out
