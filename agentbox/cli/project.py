@@ -70,7 +70,7 @@ def role_rm(args: argparse.Namespace) -> int:
 
 def schema(args: argparse.Namespace) -> int:
     """Print a JSON Schema."""
-    from agentbox.core.config import json_schema
+    from agentbox.core.schemas import json_schema
 
     print_json(json_schema(args.kind))
     return 0

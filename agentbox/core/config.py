@@ -522,13 +522,3 @@ def load_model(model: type[M], path: Path) -> M:
     """Load a YAML file and validate it as `model`, with file/line/field errors."""
     document = load_yaml(path)
     return validate_document(model, document, path, document)
-
-
-def json_schema(kind: Literal["profile", "crew", "graph"]) -> dict[str, Any]:
-    """The JSON Schema of one of agentbox's files, for editors."""
-    if kind == "graph":
-        from agentbox.core.graph_model import Graph
-
-        return Graph.model_json_schema()
-    model: type[BaseModel] = Profile if kind == "profile" else Crew
-    return model.model_json_schema()

@@ -15,12 +15,18 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from agentbox.core.errors import ConfigError
 
-if TYPE_CHECKING:
-    from agentbox.core.profiles import ProfileInfo
+
+class ProfileInfo(Protocol):
+    """What the resolution needs of a profile (`agentbox.core.profiles.ProfileInfo` is one)."""
+
+    name: str
+    directory: Path
+    profile: Any
+    """The validated profile.yaml: its `runtime.env` and `runtime.pass_env`."""
 
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _REFERENCE = re.compile(r"\$(\$|\{)")

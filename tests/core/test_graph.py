@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from agentbox.cli.graph import graph_check
-from agentbox.core.config import json_schema
 from agentbox.core.errors import GraphError, NotFoundError, Violation
 from agentbox.core.graph import (
     RULES,
@@ -28,6 +27,7 @@ from agentbox.core.graph import (
 )
 from agentbox.core.graph_model import Edge, Graph
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.schemas import json_schema
 from agentbox.core.yaml_io import load_yaml, parse_yaml
 from tests.conftest import run_cli
 

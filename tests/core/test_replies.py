@@ -22,12 +22,11 @@ from agentbox.core.engine.replies import (
     ReplyError,
     Submission,
     Verdict,
-    check_plan,
-    check_verdict,
     corrective_prompt,
     extract_json,
     parse_reply,
 )
+from agentbox.core.engine.reply_rules import check_plan, check_verdict
 
 # ------------------------------------------------------------------------- extraction
 

@@ -2,7 +2,7 @@
 
 An agent answers in free text that contains one JSON object (a plan, a submission, a
 verdict, a question, a handoff, a chat turn). `extract_json` finds it, `parse_reply`
-validates it, and `check_plan` / `check_verdict` (in `reply_rules`, re-exported here) apply
+validates it, and `check_plan` / `check_verdict` (in `reply_rules`) apply
 the rules a schema cannot express (known roles, no dependency cycles, no always-pass
 reviews). Every problem is a short human-readable reason; `corrective_prompt` turns them
 into the one re-prompt an agent gets before the reply counts as a `contract_defect`.
@@ -25,8 +25,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
-from agentbox.core.engine.reply_rules import check_plan, check_verdict
 
 NonEmpty = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 """A string with something in it besides whitespace (which is stripped)."""
@@ -394,6 +392,6 @@ def corrective_prompt(model_cls: type[BaseModel], reasons: Sequence[str]) -> str
 __all__ = [
     "FORMAT_HINTS", "REPLY_MODELS", "Acceptance", "BlockingIssue", "ChatTurn", "ChecklistItem",
     "Handoff", "NonEmpty", "Plan", "PlannedTask", "Question", "ReplyError", "Submission",
-    "TaskId", "Verdict", "check_plan", "check_verdict", "corrective_prompt", "example_json",
+    "TaskId", "Verdict", "corrective_prompt", "example_json",
     "extract_json", "parse_reply", "validation_reasons",
 ]

@@ -8,10 +8,8 @@ human-readable reason, fit for `corrective_prompt`; [] when the reply is sound.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from agentbox.core.engine.replies import Plan, Verdict
+from agentbox.core.engine.replies import Plan, Verdict
 
 
 def check_verdict(verdict: Verdict, acceptance_ids: Sequence[str]) -> list[str]:

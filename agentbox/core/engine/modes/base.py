@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 from agentbox.core.engine import budgets, prompts
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.models import Checkpoint, Job, Task, Verdict
-from agentbox.core.engine.replies import Submission, check_verdict
+from agentbox.core.engine.replies import Submission
 from agentbox.core.engine.replies import Verdict as VerdictReply
+from agentbox.core.engine.reply_rules import check_verdict
 from agentbox.core.engine.scheduler import deps_state
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState, round_can_close

@@ -5,7 +5,8 @@ from __future__ import annotations
 from agentbox.core.engine import prompts
 from agentbox.core.engine.models import Acceptance, Checkpoint, Job, Task
 from agentbox.core.engine.modes.base import ModeDriver
-from agentbox.core.engine.replies import Plan, check_plan
+from agentbox.core.engine.replies import Plan
+from agentbox.core.engine.reply_rules import check_plan
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.sandbox import glob_static_prefix
 

@@ -1,0 +1,136 @@
+"""Import rules, checked rather than hoped for: who may import whom inside `agentbox/`.
+
+Every import counts, at module level, inside functions and under TYPE_CHECKING alike: a
+lazy or type-only import still ties two modules together. The graph is read from the
+source with `ast`, so the test needs no import-linter and runs in milliseconds.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "agentbox"
+
+KNOWN_CYCLES: list[set[str]] = [
+    # the engine's loop and the modules it binds as methods (issue 10 rebuilds it on a run ledger)
+    {"agentbox.core.engine.engine", "agentbox.core.engine.turns", "agentbox.core.engine.routing",
+     "agentbox.core.engine.budgets", "agentbox.core.engine.commands", "agentbox.core.engine.recovery"},
+]
+"""Import circles that exist and are being removed. The test fails when a new one appears,
+and also when one of these is gone (then delete it here, so it cannot come back)."""
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str) -> Iterator[str]:
+    """The agentbox modules that module `name` imports, anywhere in its source."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name in MODULES)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            submodules = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES]
+            yield from submodules
+            if base in MODULES and len(submodules) < len(node.names):  # names defined in the module itself
+                yield base
+
+
+GRAPH = {name: set(_imports(name)) - {name} for name in MODULES}
+
+
+def _cycles() -> list[set[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    for root in sorted(GRAPH):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(GRAPH[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(GRAPH[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+def _violations(importers: str, forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(f"{name} imports {target}" for name, targets in GRAPH.items() if name.startswith(importers)
+                  for target in targets if target.startswith(forbidden))
+
+
+def test_the_graph_is_read() -> None:
+    assert "agentbox.core.engine.run_store" in GRAPH["agentbox.core.engine.engine"]
+    assert "agentbox.core.sandbox" in GRAPH["agentbox.core.invoke"]
+
+
+def test_no_import_circle_but_the_known_ones_being_removed() -> None:
+    cycles = _cycles()
+    new = [sorted(c) for c in cycles if c not in KNOWN_CYCLES]
+    gone = [sorted(c) for c in KNOWN_CYCLES if c not in cycles]
+    assert not new, f"new import circle(s): {new}"
+    assert not gone, f"these circles are gone: remove them from KNOWN_CYCLES so they cannot return: {gone}"
+
+
+def test_core_never_imports_a_face() -> None:
+    assert _violations("agentbox.core", ("agentbox.cli", "agentbox.tui")) == []
+
+
+def test_runtimes_know_nothing_of_runs() -> None:
+    assert _violations("agentbox.core.runtimes", ("agentbox.core.engine", "agentbox.core.runs",
+                                                  "agentbox.core.services")) == []
+
+
+def test_the_sandbox_and_safe_io_stand_alone() -> None:
+    """The security layer imports nothing of sessions, runs or faces (it is easy to audit)."""
+    for module in ("agentbox.core.sandbox", "agentbox.core.seccomp", "agentbox.core.scopes", "agentbox.core.safe_io"):
+        allowed = {"agentbox.core.errors", "agentbox.core.runtimes.base", "agentbox.core.seccomp"}
+        assert GRAPH[module] <= allowed, (module, GRAPH[module] - allowed)
+
+
+def test_screens_opened_from_the_dashboard_never_import_it() -> None:
+    assert _violations("agentbox.tui.screens", ("agentbox.tui.screens.dashboard",)) == []
+    assert _violations("agentbox.tui.actions", ("agentbox.tui.screens.dashboard",)) == []
