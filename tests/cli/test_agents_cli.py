@@ -70,14 +70,19 @@ def assert_usage_error(result: CliResult, *fragments: str) -> None:
 # ----------------------------------------------------------------------------- invoke
 
 
-def test_invoke_then_continue(project: Path) -> None:
+FALLBACK = "Nothing to do: the demo worker knows only the greeting tasks."
+"""The demo worker's answer to a prompt that is not one of its tasks."""
+
+
+def test_invoke_then_continue(project: Path, agent_box_home: Path) -> None:
     first, f1 = invoke_ok(project, "builder", "hello")
-    assert json.loads(first.out) == {"summary": "Nothing to do for: hello", "evidence": ["no change needed"]}
+    assert json.loads(first.out) == {"summary": FALLBACK, "evidence": ["no change needed"]}
     assert (f1["label"], f1["turn"], f1["tokens"], f1["cost"]) == ("builder", "1", "3,950", ", $0.0094")
     assert f1["unsandboxed"] is None
     second, f2 = invoke_ok(project, "builder", "--continue", "again")
-    assert "Nothing to do for: again" in second.out
+    assert FALLBACK in second.out
     assert (f2["session"], f2["turn"]) == (f1["session"], "2")
+    assert scripted_turns(agent_box_home, "demo-worker", f1["session"]) == ["hello", "again"]  # both reached it
 
 
 def test_invoke_json_has_the_full_result(project: Path) -> None:
@@ -95,9 +100,10 @@ def test_invoke_json_has_the_full_result(project: Path) -> None:
     assert result.err == ""  # --json prints no footer
 
 
-def test_prompt_from_stdin(project: Path) -> None:
-    result, _ = invoke_ok(project, "builder", "-", stdin="a prompt\nover two lines\n")
-    assert "Nothing to do for: a prompt\\nover two lines" in result.out
+def test_prompt_from_stdin(project: Path, agent_box_home: Path) -> None:
+    result, footer = invoke_ok(project, "builder", "-", stdin="a prompt\nover two lines\n")
+    assert FALLBACK in result.out
+    assert scripted_turns(agent_box_home, "demo-worker", footer["session"]) == ["a prompt\nover two lines\n"]
     assert_usage_error(run_cli("invoke", "builder", "-", cwd=project, stdin="  \n"), "prompt is empty")
 
 
@@ -190,7 +196,7 @@ def test_sessions_table_json_and_show(project: Path) -> None:
     assert shown.out.startswith(f"session {b['session']} · builder · profile demo-worker (scripted)")
     assert "--- turn 1 · ok" in shown.out and "--- turn 2 · ok" in shown.out
     assert "> build it" in shown.out and "> and test it" in shown.out
-    assert "Nothing to do for: and test it" in shown.out
+    assert shown.out.count(FALLBACK) == 2
     detail = json.loads(run_cli("sessions", "show", b["session"], "--json", cwd=project).out)
     assert [turn["prompt"] for turn in detail["turns"]] == ["build it", "and test it"]
     assert detail["session"]["id"] == b["session"]
@@ -235,7 +241,7 @@ def test_attach_resumes_the_latest_session(project: Path, agent_box_home: Path) 
     assert result.code == 0, (result.out, result.err)
     assert f"[attaching to builder · session {first['session']}]" in result.err
     assert result.out.startswith(f"scripted agent - session {first['session']} - type /exit to quit")
-    assert "Nothing to do for: hi" in result.out
+    assert FALLBACK in result.out
     assert scripted_turns(agent_box_home, "demo-worker", first["session"]) == ["headless turn", "hi"]
 
 

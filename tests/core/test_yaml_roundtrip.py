@@ -128,7 +128,7 @@ def test_remove_middle_role_deletes_only_its_lines(crew_project: ProjectPaths) -
 
 
 def test_remove_last_role_keeps_the_comments_after_it(crew_project: ProjectPaths) -> None:
-    project.remove_role(crew_project, "reviewer")
+    project.remove_role(crew_project, "reviewer", force=True)  # hierarchical.reviewer names it
     after = crew_project.crew_file.read_text(encoding="utf-8")
 
     assert "  # trailing comment inside roles\n\n# Limits below.\nlimits:\n" in after
@@ -201,7 +201,7 @@ def test_refusals_leave_the_file_untouched(crew_project: ProjectPaths) -> None:
         project.remove_role(crew_project, "ghost")
     assert crew_project.crew_file.read_text(encoding="utf-8") == COMMENTED_CREW
     for name in ("builder", "reviewer"):
-        project.remove_role(crew_project, name)
+        project.remove_role(crew_project, name, force=True)  # the mode settings name them
     with pytest.raises(UsageError, match="last role"):
         project.remove_role(crew_project, "lead")
     assert list(project.load_crew(crew_project).crew.roles) == ["lead"]
