@@ -5,12 +5,13 @@
     │   ├── ConfigError(file, line, column, field)   a YAML/JSON file is malformed or invalid
     │   ├── NotFoundError                    unknown profile, role, run, task, session
     │   ├── AlreadyExistsError               refusing to overwrite
-    │   └── GraphError(violations)           a work graph breaks the five rules
-    ├── ProjectNotFoundError                 no .agent-box/ above the cwd (exit 2)
+    │   ├── GraphError(violations)           a work graph breaks its validation rules
+    │   ├── ProjectNotFoundError             no .agent-box/ above the working directory
+    │   └── IllegalTransitionError           a task or run state change the rules refuse
     ├── SandboxError                         bubblewrap missing or unable to start
-    ├── IllegalTransitionError               a task or run state change the rules refuse (exit 2)
     └── StateError                           a state file cannot be read or written
 
+Other modules raise narrower kinds of these (a full disk, a damaged run file is a StateError).
 Agent failures are *not* exceptions: invoke() returns them as results.
 """
 
