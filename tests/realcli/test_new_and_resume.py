@@ -124,6 +124,8 @@ def test_codex_new_then_continue(make_profile, fake: FakeView, workdir: Path, ho
     assert shown["session"]["adapter_state"]["cumulative"]["input_tokens"] == 26
     assert shown["session"]["totals"]["input_tokens"] == 18
     _check_homes(host_home, profile_config(name, "codex"), f"sessions/**/rollout-*-{native}.jsonl")
+    # what an attached session is recorded from: codex's own rollout of the thread
+    _check_typed_turns("codex", profile_config(name, "codex"), native, first, second, input_tokens=9)
 
 
 def test_opencode_new_then_continue(make_profile, fake: FakeView, workdir: Path, host_home: Path) -> None:
@@ -152,6 +154,7 @@ def test_opencode_new_then_continue(make_profile, fake: FakeView, workdir: Path,
     assert npm, "opencode's npm look-up did not go to the profile's npm_config_registry"
     _check_session(box, session, native)
     _check_homes(host_home, profile_config(name, "opencode"), ".agentbox/data/opencode/opencode.db")
+    _check_typed_turns("opencode", profile_config(name, "opencode"), native, first, second, input_tokens=9)
 
 
 def test_hermes_new_then_resume_by_session(make_profile, fake: FakeView, workdir: Path, host_home: Path) -> None:
@@ -177,3 +180,14 @@ def test_hermes_new_then_resume_by_session(make_profile, fake: FakeView, workdir
     _check_resumed_history(fake, "chat", first, second)
     _check_session(box, session, native)
     _check_homes(host_home, profile_config(name, "hermes"), "state.db")
+    _check_typed_turns("hermes", profile_config(name, "hermes"), native, first, second, input_tokens=None)
+
+
+def _check_typed_turns(tool: str, config: Path, native: str, first: str, second: str, *,
+                       input_tokens: int | None) -> None:
+    """The tool's own session store, as an attached session's turns are read back from it."""
+    from agentbox.core.runtimes.transcripts import typed_turns
+
+    typed = typed_turns(tool, config, native)
+    assert [(t.prompt, t.text) for t in typed] == [(first, f"echo: {first}"), (second, f"echo: {second}")], typed
+    assert all(t.usage.input_tokens == input_tokens for t in typed), typed  # hermes keeps no per-turn usage

@@ -3,15 +3,20 @@
 An attached (interactive) session gives agentbox no output to parse: afterwards the tool's
 session files are the only record of what was said. They were written by the agent's
 process, so they are read as hostile: regular files only (no symlink followed), bounded.
-Known: claude (`projects/<cwd>/<id>.jsonl`) and the scripted runtime
-(`sessions/<id>.json`); other tools give no turns.
+Known: claude (`projects/<cwd>/<id>.jsonl`), codex (`sessions/YYYY/MM/DD/rollout-…-<id>.jsonl`),
+opencode (its SQLite `opencode.db`), hermes (its SQLite `state.db`) and the scripted runtime
+(`sessions/<id>.json`). A SQLite file is opened read-only, must be a regular file (its side
+files too), must hold tables (not views) and is queried under a time limit.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import stat
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +45,12 @@ def typed_turns(tool: str, config_dir: Path, native_id: str | None) -> list[Type
         return _scripted(config_dir / "sessions" / f"{native_id}.json")
     if tool == "claude":
         return _claude(config_dir / "projects", native_id)
+    if tool == "codex":
+        return _codex(config_dir / "sessions", native_id)
+    if tool == "opencode":
+        return _opencode(config_dir / ".agentbox" / "data" / "opencode" / "opencode.db", native_id)
+    if tool == "hermes":
+        return _hermes(config_dir / "state.db", native_id)
     return []
 
 
@@ -114,3 +125,150 @@ def _text(content: Any, *, user: bool) -> str | None:
     if user and not texts:
         return None
     return "\n".join(texts)
+
+
+# ----------------------------------------------------------------------------- codex
+
+
+def _codex(sessions: Path, native_id: str) -> list[TypedTurn]:
+    """codex's rollout JSON lines: a user message starts a turn; `token_count` gives its usage."""
+    path = _find_rollout(sessions, native_id)
+    raw = _read(path) if path is not None else None
+    if raw is None:
+        return []
+    turns: list[dict[str, Any]] = []
+    for line in raw.decode("utf-8", "replace").splitlines():
+        try:
+            event = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        payload = event.get("payload") if isinstance(event, dict) else None
+        if not isinstance(payload, dict):
+            continue
+        if event.get("type") == "response_item" and payload.get("type") == "message":
+            texts = [str(b.get("text") or "") for b in payload.get("content") or []
+                     if isinstance(b, dict) and b.get("type") in ("input_text", "output_text")]
+            text = "\n".join(texts)
+            if payload.get("role") == "user" and not text.lstrip().startswith("<"):  # context blocks are <tagged>
+                turns.append({"prompt": text, "text": "", "usage": None})
+            elif payload.get("role") == "assistant" and turns:
+                turns[-1]["text"] = text
+        elif event.get("type") == "event_msg" and payload.get("type") == "token_count" and turns:
+            info = payload.get("info")
+            last = info.get("last_token_usage") if isinstance(info, dict) else None
+            if isinstance(last, dict):
+                turns[-1]["usage"] = last
+    return [TypedTurn(t["prompt"], t["text"], _codex_usage(t["usage"])) for t in turns]
+
+
+def _codex_usage(last: dict[str, Any] | None) -> Usage:
+    """codex counts cached input inside input and reasoning inside output: split them out."""
+    if last is None:
+        return Usage()
+    raw_input, cached = optional_int(last.get("input_tokens")), optional_int(last.get("cached_input_tokens"))
+    raw_output, reasoning = optional_int(last.get("output_tokens")), optional_int(last.get("reasoning_output_tokens"))
+    return Usage(input_tokens=None if raw_input is None else raw_input - (cached or 0), cached_input_tokens=cached,
+                 output_tokens=None if raw_output is None else raw_output - (reasoning or 0),
+                 reasoning_tokens=reasoning)
+
+
+def _find_rollout(sessions: Path, native_id: str) -> Path | None:
+    """`sessions/YYYY/MM/DD/rollout-…-<id>.jsonl`, walking real directories only."""
+    suffix = f"-{native_id}.jsonl"
+
+    def walk(directory: Path, depth: int) -> Iterator[Path]:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name, reverse=True)
+        except OSError:
+            return
+        for entry in entries:
+            if depth and entry.is_dir(follow_symlinks=False):
+                yield from walk(Path(entry.path), depth - 1)
+            elif not depth and entry.name.endswith(suffix) and entry.is_file(follow_symlinks=False):
+                yield Path(entry.path)
+
+    return next(walk(sessions, 3), None)
+
+
+# ----------------------------------------------------------------------------- SQLite (opencode, hermes)
+
+SQLITE_QUERY_S = 2.0
+"""How long a query of a tool's database may run before it is abandoned."""
+
+
+def _rows(db: Path, tables: tuple[str, ...], query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """Rows of a read-only query, or none when the database is not plainly a file of those tables."""
+    for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), Path(f"{db}-journal")):
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            if path == db:
+                return []
+            continue
+        except OSError:
+            return []
+        if not stat.S_ISREG(mode):
+            return []
+    deadline = time.monotonic() + SQLITE_QUERY_S
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=SQLITE_QUERY_S)
+        try:
+            conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
+            for table in tables:
+                kind = conn.execute("SELECT type FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+                if kind is None or kind[0] != "table":
+                    return []
+            return conn.execute(query, params).fetchmany(10_000)
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return []
+
+
+def _hermes(db: Path, native_id: str) -> list[TypedTurn]:
+    """hermes's `messages`: a user message starts a turn, the assistant's last text ends it (usage unknown)."""
+    rows = _rows(db, ("messages",), "SELECT role, content FROM messages WHERE session_id = ? ORDER BY id",
+                 (native_id,))
+    turns: list[dict[str, str]] = []
+    for role, content in rows:
+        if not isinstance(content, str):
+            continue
+        if role == "user":
+            turns.append({"prompt": content, "text": ""})
+        elif role == "assistant" and turns and content.strip():
+            turns[-1]["text"] = content
+    return [TypedTurn(t["prompt"], t["text"], Usage()) for t in turns]
+
+
+def _opencode(db: Path, native_id: str) -> list[TypedTurn]:
+    """opencode's `message` and `part` rows: user text starts a turn; step-finish parts carry its tokens."""
+    rows = _rows(db, ("message", "part"),
+                 "SELECT m.data, p.data FROM part p JOIN message m ON m.id = p.message_id "
+                 "WHERE p.session_id = ? ORDER BY m.time_created, m.id, p.time_created, p.id", (native_id,))
+    turns: list[dict[str, Any]] = []
+    for message_data, part_data in rows:
+        try:
+            message, part = json.loads(message_data), json.loads(part_data)
+        except (TypeError, ValueError, RecursionError):
+            continue
+        if not isinstance(message, dict) or not isinstance(part, dict):
+            continue
+        if message.get("role") == "user" and part.get("type") == "text":
+            turns.append({"prompt": str(part.get("text") or ""), "text": "", "tokens": {}})
+        elif message.get("role") == "assistant" and turns:
+            if part.get("type") == "text":
+                turns[-1]["text"] = str(part.get("text") or "")
+            elif part.get("type") == "step-finish" and isinstance(part.get("tokens"), dict):
+                tokens, sums = part["tokens"], turns[-1]["tokens"]
+                cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
+                for key, value in (("input", tokens.get("input")), ("output", tokens.get("output")),
+                                   ("reasoning", tokens.get("reasoning")), ("cache_read", cache.get("read")),
+                                   ("cache_write", cache.get("write"))):
+                    number = optional_int(value)
+                    if number is not None:
+                        sums[key] = sums.get(key, 0) + number
+    return [TypedTurn(t["prompt"], t["text"], Usage(
+        input_tokens=t["tokens"].get("input"), cached_input_tokens=t["tokens"].get("cache_read"),
+        cache_write_tokens=t["tokens"].get("cache_write"), output_tokens=t["tokens"].get("output"),
+        reasoning_tokens=t["tokens"].get("reasoning"),
+    )) for t in turns]
