@@ -111,3 +111,18 @@ def test_doctor_profiles_tests_the_crew(make_profile, fake: FakeView, tmp_path: 
     assert checks[f"profile {bad}"]["status"] == "fail"
     assert "endpoint unreachable" in checks[f"profile {bad}"]["detail"]
     assert cli.code == 1
+
+
+@pytest.mark.parametrize("tool", ["claude", "opencode"])
+def test_unknown_model(tool: str, make_profile, fake: FakeView) -> None:
+    """The endpoint answers, but not for this model: one line says so, with the model named."""
+    name = make_profile(tool)
+    message = "model_not_found: the model `fake-nope` does not exist"
+    protocol = {"claude": "anthropic", "opencode": "chat"}[tool]
+    fake.enqueue({"error": {"status": 404, "message": message, "type": "not_found_error", "code": "model_not_found"},
+                  "match": {"protocol": protocol}, "times": -1})  # every request: claude retries
+    code, report, _, err = _profile_test(name)
+    assert code == 1, (report, err)
+    assert report["problem"] == "unknown_model", report
+    assert report["reachable"] is True
+    assert fake.model_requests(), "the CLI reached the endpoint"
