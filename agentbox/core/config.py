@@ -10,24 +10,20 @@ metadata); where they lead on disk is checked by `agentbox.core.project`.
 
 from __future__ import annotations
 
-import types
-from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentbox.core.errors import ConfigError
 from agentbox.core.secrets import reference_problem
+from agentbox.core.validation import NAME_PATTERN, problems, short
+from agentbox.core.validation import NAME_RULE as NAME_RULE
 from agentbox.core.yaml_io import load_yaml, plain, position
 
 Tool = Literal["claude", "codex", "opencode", "hermes", "scripted"]
 TOOLS: tuple[str, ...] = ("claude", "codex", "opencode", "hermes", "scripted")
 Mode = Literal["sequential", "hierarchical", "group_chat", "handoff", "graph"]
-MODES: tuple[str, ...] = ("sequential", "hierarchical", "group_chat", "handoff", "graph")
-
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-NAME_RULE = "use letters, digits, '.', '_' or '-' (at most 64, starting with a letter or digit)"
 
 RoleName = Annotated[str, Field(pattern=NAME_PATTERN)]
 
@@ -326,135 +322,6 @@ class Crew(Strict):
 M = TypeVar("M", bound=BaseModel)
 
 
-def _is_model(annotation: Any) -> bool:
-    """True when the annotation is one of the config models."""
-    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
-
-
-def _members(annotation: Any) -> tuple[Any, ...]:
-    """The alternatives of a union other than None; a single element when it is not a union."""
-    if get_origin(annotation) in (Union, types.UnionType):
-        return tuple(arg for arg in get_args(annotation) if arg is not type(None))
-    return (annotation,)
-
-
-def _is_tag_of(member: Any, part: object) -> bool:
-    """True when `part` is pydantic's name for the union member `member` in an error location."""
-    if get_origin(member) is Literal:
-        return isinstance(part, str) and part.startswith("literal[")
-    return getattr(member, "__name__", None) == part
-
-
-def _follow(
-    model: type[BaseModel], loc: tuple[str | int, ...]
-) -> tuple[tuple[str | int, ...], Any, int | None]:
-    """Follow a pydantic error location through the models.
-
-    Returns the location as keys and indexes of the document (pydantic's union-member tags
-    and `[key]` markers dropped), the annotation expected there, and the length of the
-    location at which a union member was chosen (None when no union was crossed).
-    """
-    field_loc: list[str | int] = []
-    annotation: Any = model
-    union_at: int | None = None
-    for part in loc:
-        if part == "[key]":  # the error is about a mapping's key itself
-            continue
-        members = _members(annotation)
-        if len(members) > 1:
-            union_at = len(field_loc)
-            annotation = next((m for m in members if _is_tag_of(m, part)), None)
-            continue
-        annotation = members[0]
-        field_loc.append(part)
-        if _is_model(annotation):
-            field = annotation.model_fields.get(part) if isinstance(part, str) else None
-            annotation = field.annotation if field else None
-        elif get_origin(annotation) is dict:
-            annotation = get_args(annotation)[1]
-        elif get_origin(annotation) is list:
-            annotation = get_args(annotation)[0]
-        else:
-            annotation = None
-    members = _members(annotation)
-    return tuple(field_loc), members[0] if len(members) == 1 else annotation, union_at
-
-
-def _short(value: Any) -> str:
-    """A value as quoted in an error message: short, and containers by their kind."""
-    if value is None:
-        return "an empty value"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _mapping_of(annotation: Any) -> str:
-    """What a mapping of this model looks like, for messages: `a mapping with keys a, b`."""
-    keys = f" with keys {', '.join(annotation.model_fields)}" if _is_model(annotation) else ""
-    return f"a mapping{keys}"
-
-
-def _describe(error: dict[str, Any], model: type[BaseModel]) -> str:
-    """One human sentence for one pydantic error, with the allowed values or keys."""
-    kind = error["type"]
-    ctx = error.get("ctx") or {}
-    loc = tuple(error["loc"])
-    got = _short(error.get("input"))
-    if kind == "extra_forbidden":
-        _, parent, _ = _follow(model, loc[:-1])
-        keys = f"; valid keys: {', '.join(parent.model_fields)}" if _is_model(parent) else ""
-        return f"unknown key{keys}"
-    if kind == "literal_error":
-        return f"invalid value {got}; allowed: {ctx.get('expected', '')}"
-    if kind == "missing":
-        return "required field is missing"
-    if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return f"expected {_mapping_of(_follow(model, loc)[1])}, got {got}"
-    if kind == "list_type":
-        return f"expected a list, got {got}"
-    if kind == "string_pattern_mismatch" and ctx.get("pattern") == NAME_PATTERN:
-        return f"invalid name {got}: {NAME_RULE}"
-    if kind == "value_error":
-        return str(ctx.get("error") or error["msg"])
-    return f"{error['msg']} (got {got})"
-
-
-def _problems(model: type[BaseModel], errors: list[Any]) -> list[tuple[tuple[str | int, ...], str]]:
-    """(document location, sentence) per pydantic error.
-
-    A value that matches no member of a union (`sandbox: sometimes`) becomes one sentence
-    listing what each member accepts; when the value got inside one member (a mapping),
-    only that member's errors are kept.
-    """
-    followed = [(error, *_follow(model, tuple(error["loc"]))) for error in errors]
-    went_inside = {loc[:at] for _, loc, _, at in followed if at is not None and len(loc) > at}
-    alternatives: dict[tuple[str | int, ...], list[str]] = {}
-    problems: list[tuple[tuple[str | int, ...], str | None, Any]] = []
-    for error, loc, expected, union_at in followed:
-        if union_at is not None and len(loc) == union_at:
-            if loc in went_inside:
-                continue
-            if loc not in alternatives:
-                alternatives[loc] = []
-                problems.append((loc, None, error.get("input")))
-            if error["type"] == "literal_error":
-                alternatives[loc].append(str((error.get("ctx") or {}).get("expected", "")))
-            elif _is_model(expected):
-                alternatives[loc].append(_mapping_of(expected))
-            else:
-                alternatives[loc].append(str(error["msg"]))
-            continue
-        problems.append((loc, _describe(error, model), None))
-    return [
-        (loc, message or f"invalid value {_short(value)}; allowed: {' or '.join(alternatives[loc])}")
-        for loc, message, value in problems
-    ]
-
-
 def validate_document(model: type[M], data: Any, file: Path, document: Any = None) -> M:
     """Validate parsed data against `model`; errors become one ConfigError naming file/line/field."""
     schema_hint = f"`agentbox schema {model.__name__.lower()}` prints the full schema"
@@ -462,7 +329,7 @@ def validate_document(model: type[M], data: Any, file: Path, document: Any = Non
         raise ConfigError("file is empty (no YAML content)", file=file, line=1, hint=schema_hint)
     if not isinstance(data, dict):
         raise ConfigError(
-            f"expected a mapping at the top level, got {_short(plain(data))}",
+            f"expected a mapping at the top level, got {short(plain(data))}",
             file=file,
             line=1,
             hint=schema_hint,
@@ -472,7 +339,7 @@ def validate_document(model: type[M], data: Any, file: Path, document: Any = Non
         loc, key, parent = odd_key
         line, column = parent.lc.key(key) if hasattr(parent, "lc") else (None, None)
         raise ConfigError(
-            f"a key must be a plain name, got {_short(key)}",
+            f"a key must be a plain name, got {short(key)}",
             file=file,
             line=line + 1 if line is not None else None,
             column=column + 1 if column is not None else None,
@@ -483,17 +350,18 @@ def validate_document(model: type[M], data: Any, file: Path, document: Any = Non
         return model.model_validate(plain(data))
     except ValidationError as exc:
         source = document if document is not None else data
-        problems = _problems(model, exc.errors())
-        field_loc, message = problems[0]
-        line, column = position(source, field_loc)
-        field = ".".join(str(p) for p in field_loc) or None
-        if len(problems) > 1:
+        found = problems(model, exc.errors())
+        first = found[0]
+        message = first.message
+        line, column = position(source, first.loc)
+        field = ".".join(str(p) for p in first.loc) or None
+        if len(found) > 1:
             others = []
-            for other_loc, other_message in problems[1:4]:
-                other_line = position(source, other_loc)[0]
+            for other in found[1:4]:
+                other_line = position(source, other.loc)[0]
                 where = f" (line {other_line})" if other_line else ""
-                others.append(f"{'.'.join(str(p) for p in other_loc)}{where}: {other_message}")
-            more = "; …" if len(problems) > 4 else ""
+                others.append(f"{'.'.join(str(p) for p in other.loc)}{where}: {other.message}")
+            more = "; …" if len(found) > 4 else ""
             message += f" (also: {'; '.join(others)}{more})"
         raise ConfigError(
             message, file=file, line=line, column=column, field=field, hint=schema_hint
@@ -515,7 +383,6 @@ def _non_string_key(node: Any, loc: tuple[str | int, ...] = ()) -> tuple[tuple[s
             if found is not None:
                 return found
     return None
-
 
 
 def load_model(model: type[M], path: Path) -> M:

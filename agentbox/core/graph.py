@@ -1,6 +1,6 @@
 """Work graphs: loading them, and the helpers the engine runs on.
 
-Validation (the five rules of seed 004, schema and reference checks) lives in
+Validation (schema, references and the five path rules) lives in
 `agentbox.core.graph_rules`; its public names are re-exported here, so
 `from agentbox.core.graph import check_graph_file` keeps working.
 """

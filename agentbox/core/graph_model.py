@@ -1,4 +1,4 @@
-"""Pydantic models of a work graph: `.agent-box/graphs/<name>.yaml` (seed 004).
+"""Pydantic models of a work graph: `.agent-box/graphs/<name>.yaml`.
 
 ```yaml
 name: build                       # optional
@@ -15,7 +15,7 @@ edges:
 
 These models check the *shape* of the file only (keys, types, allowed values). The
 graph rules — references, acyclic, single-entry, reachable, backward-labeled,
-fail-fallback-edge — live in `agentbox.core.graph`, which reports every violation.
+fail-fallback-edge — live in `agentbox.core.graph_rules`, which reports every violation.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from agentbox.core.config import NAME_PATTERN, Strict
+from agentbox.core.config import Strict
+from agentbox.core.validation import NAME_PATTERN
 
 Condition = Literal["success", "fail"]
 EdgeKind = Literal["forward", "backward"]
@@ -60,6 +61,13 @@ class Edge(Strict):
     """`backward` for an edge that goes back to an earlier node (a rework loop); every other
     edge is `forward`. Only forward edges count for order, entry and reachability."""
 
+    @field_validator("fail_reason", mode="before")
+    @classmethod
+    def _reason_not_empty(cls, value: object) -> object:
+        if value == "":
+            raise ValueError("must not be empty (leave fail_reason out for the fallback edge)")
+        return value
+
     @model_validator(mode="after")
     def _reason_needs_fail(self) -> Edge:
         if self.fail_reason is not None and self.condition != "fail":
@@ -92,6 +100,13 @@ class Graph(Strict):
     """The nodes; each calls one role of the crew."""
     edges: list[Edge] = Field(default_factory=list)
     """The edges: `{from, to, condition, fail_reason, kind}`; may be left empty."""
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _at_least_one_node(cls, value: object) -> object:
+        if value == []:
+            raise ValueError("a graph needs at least one node")
+        return value
 
     @field_validator("edges", mode="before")
     @classmethod

@@ -1,4 +1,4 @@
-"""Work graph validation: the five rules of seed 004, plus schema and reference checks.
+"""Work graph validation: five path rules, plus schema and reference checks.
 
 Validation reports *every* violation as `Violation(rule, detail, line)`:
 
@@ -39,7 +39,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agentbox.core.config import NAME_PATTERN
 from agentbox.core.errors import ConfigError, NotFoundError, Violation
 from agentbox.core.graph_model import Graph
 from agentbox.core.graph_schema import (
@@ -47,9 +46,10 @@ from agentbox.core.graph_schema import (
     _Node,
     _read_edges,
     _read_nodes,
-    _schema_violation,
     _type_name,
+    schema_violations,
 )
+from agentbox.core.validation import NAME_PATTERN
 from agentbox.core.yaml_io import parse_yaml, plain, read_yaml_text
 
 RULES: tuple[str, ...] = (
@@ -125,7 +125,7 @@ def _check(document: Any, roles: Collection[str] | None) -> tuple[Graph | None, 
     try:
         graph = Graph.model_validate(plain(document))
     except ValidationError as exc:
-        violations.extend(_schema_violation(error, document) for error in exc.errors())
+        violations.extend(schema_violations(exc.errors(), document))
 
     nodes, nodes_complete = _read_nodes(document)
     edges, edges_complete = _read_edges(document)

@@ -1,23 +1,24 @@
-"""Reading a graph document leniently, and wording its pydantic errors for people.
+"""Reading a graph document leniently, and its pydantic errors as `schema` violations.
 
 The graph rules must judge a document the schema rejects, so nodes and edges are read as
 far as they are readable (`_read_nodes`, `_read_edges`); each pydantic error becomes one
-`schema` violation that names the field path, its line and the valid keys or values.
+`schema` violation that names the field path, its line and the valid keys or values
+(worded by `agentbox.core.validation`, as for config files and replies).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentbox.core.config import NAME_RULE
 from agentbox.core.errors import Violation
+from agentbox.core.graph_model import Graph
+from agentbox.core.validation import problems
 from agentbox.core.yaml_io import position
 
-_TOP_KEYS = ("name", "description", "nodes", "edges")
-_NODE_KEYS = ("name", "role", "brief")
 _EDGE_KEYS = ("from", "to", "condition", "fail_reason", "kind")
-_SEED_KEYS = {
+_LIKELY_SLIPS = {
     "edgeKind": "kind",
     "edge_kind": "kind",
     "failReason": "fail_reason",
@@ -26,7 +27,7 @@ _SEED_KEYS = {
     "source": "from",
     "target": "to",
 }
-"""Key names of seed 004's JSON API (and other likely slips) → this file format's names."""
+"""Key names people carry over from JSON graph APIs (camelCase, source/target) → this format's names."""
 
 
 @dataclass(frozen=True)
@@ -123,56 +124,12 @@ def _read_edges(document: dict[str, Any]) -> tuple[list[_Edge], bool]:
     return edges, complete
 
 
-def _schema_violation(error: Any, document: Any) -> Violation:
-    """One pydantic error as a `schema` violation: `edges[2].kind: invalid value ...`."""
-    loc = tuple(
-        p
-        for p in error["loc"]
-        if not (isinstance(p, str) and ("[" in p or p.startswith("function-")))
-    )
-    line = position(document, loc)[0]
-    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-    return Violation("schema", f"{path or 'graph'}: {_describe(error, loc)}", line)
-
-
-def _describe(error: Any, loc: tuple[str | int, ...]) -> str:
-    """A human sentence for one pydantic error, naming the valid keys or values."""
-    kind = error["type"]
-    ctx = error.get("ctx") or {}
-    value = error.get("input")
-    if kind == "extra_forbidden":
-        key = str(loc[-1]) if loc else "?"
-        container = loc[0] if len(loc) > 1 else None
-        valid = (
-            _NODE_KEYS
-            if container == "nodes"
-            else _EDGE_KEYS
-            if container == "edges"
-            else _TOP_KEYS
-        )
-        hint = f" (did you mean {_SEED_KEYS[key]!r}?)" if key in _SEED_KEYS else ""
-        return f"unknown key {key!r}{hint}; valid keys: {', '.join(valid)}"
-    if kind == "missing":
-        return "required key is missing"
-    if kind == "literal_error":
-        return f"invalid value {value!r}; allowed: {ctx.get('expected', '')}"
-    if kind == "string_pattern_mismatch":
-        return f"invalid name {value!r}: {NAME_RULE}"
-    if kind == "string_too_short":
-        if loc and loc[-1] == "fail_reason":
-            return "must not be empty (leave fail_reason out for the fallback edge)"
-        return "must not be empty"
-    if kind == "too_short" and loc == ("nodes",):
-        return "a graph needs at least one node"
-    if kind in ("model_type", "dict_type", "model_attributes_type"):
-        return f"expected a mapping, got {_type_name(value)}"
-    if kind == "list_type":
-        return f"expected a list, got {_type_name(value)}"
-    if kind == "string_type":
-        return f"expected a string, got {_type_name(value)}"
-    if kind == "value_error":
-        return str(error["msg"]).removeprefix("Value error, ")
-    return str(error["msg"])
+def schema_violations(errors: Sequence[Mapping[str, Any]], document: Any) -> list[Violation]:
+    """pydantic's errors of a Graph as `schema` violations: `edges[2].kind: invalid value ...`."""
+    return [
+        Violation("schema", f"{problem.path or 'graph'}: {problem.message}", position(document, problem.loc)[0])
+        for problem in problems(Graph, errors, _LIKELY_SLIPS)
+    ]
 
 
 def _type_name(value: Any) -> str:

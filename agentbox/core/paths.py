@@ -55,11 +55,6 @@ def example_project_dir() -> Path:
     return (_DATA / "example-project").resolve()
 
 
-def package_dir() -> Path:
-    """The installed `agentbox` package directory."""
-    return Path(__file__).resolve().parent.parent
-
-
 @dataclass(frozen=True)
 class ProjectPaths:
     """Every path inside one project's `.agent-box/` directory."""
@@ -76,11 +71,6 @@ class ProjectPaths:
     def crew_file(self) -> Path:
         """`crew.yaml`: roles, mode and limits (human-owned)."""
         return self.box / CREW_FILE
-
-    @property
-    def roles_dir(self) -> Path:
-        """Role instruction files (`roles/<role>.md`)."""
-        return self.box / "roles"
 
     @property
     def knowledge_dir(self) -> Path:

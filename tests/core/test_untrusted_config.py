@@ -121,11 +121,11 @@ def test_instructions_that_are_not_a_regular_file_are_refused(project: Path, kin
 
 def test_oversized_instructions_name_the_cap(project: Path) -> None:
     proj = ProjectPaths(project)
-    (proj.roles_dir / "lead.md").write_text("x" * (project_mod.TEXT_MAX_BYTES + 1))
+    (proj.box / "roles" / "lead.md").write_text("x" * (project_mod.TEXT_MAX_BYTES + 1))
     crew = project_mod.load_crew(proj).crew
     with pytest.raises(ConfigError) as caught:
         project_mod.role_instructions(proj, crew.roles["lead"])
-    assert caught.value.file == proj.roles_dir / "lead.md"
+    assert caught.value.file == proj.box / "roles" / "lead.md"
     assert f"{project_mod.TEXT_MAX_BYTES:,} allowed" in caught.value.message
 
 
