@@ -1,7 +1,7 @@
 """Structured replies: the JSON objects agents put in their answers, validated with pydantic.
 
 An agent answers in free text that contains one JSON object (a plan, a submission, a
-verdict, a question, a handoff, a chat turn). `extract_json` finds it, `parse_reply`
+verdict, a handoff, a chat turn). `extract_json` finds it, `parse_reply`
 validates it, and `check_plan` / `check_verdict` (in `reply_rules`) apply
 the rules a schema cannot express (known roles, no dependency cycles, no always-pass
 reviews). Every problem is a short human-readable reason; `corrective_prompt` turns them
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import typing
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -25,6 +24,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from agentbox.core.validation import problems
 
 NonEmpty = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 """A string with something in it besides whitespace (which is stripped)."""
@@ -146,7 +147,7 @@ class ChecklistItem(_Reply):
 
 
 class Verdict(_Reply):
-    """A review of a submission (seed 002 §5.1)."""
+    """A review of a submission: a checklist of the acceptance criteria, and what blocks approval."""
 
     verdict: Literal["approve", "reject"]
     """approve accepts the task; reject sends it back for rework."""
@@ -156,15 +157,6 @@ class Verdict(_Reply):
     """One item per acceptance criterion at least; a review that skips one is invalid."""
     confidence: float = Field(ge=0, le=1)
     """How sure the reviewer is, from 0 to 1."""
-
-
-class Question(_Reply):
-    """An agent asking the human."""
-
-    question: NonEmpty
-    """The question, answerable on its own."""
-    options: list[str] = Field(default_factory=list)
-    """Suggested answers, if the choice is closed."""
 
 
 class Handoff(_Reply):
@@ -196,7 +188,7 @@ class ChatTurn(_Reply):
     """True when this member considers the discussion finished."""
 
 
-REPLY_MODELS: tuple[type[BaseModel], ...] = (Plan, Submission, Verdict, Question, Handoff, ChatTurn)
+REPLY_MODELS: tuple[type[BaseModel], ...] = (Plan, Submission, Verdict, Handoff, ChatTurn)
 """The top-level replies an agent can be asked for."""
 
 
@@ -248,62 +240,9 @@ def extract_json(text: str) -> dict[str, Any]:
     return found
 
 
-def _path(loc: Sequence[int | str]) -> str:
-    """A pydantic error location as `tasks[0].acceptance`."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(reply)"
-
-
-def _model_at(model_cls: type[BaseModel], loc: Sequence[int | str]) -> type[BaseModel] | None:
-    """The model class found by following `loc` (field names and list indexes) from `model_cls`."""
-    current: Any = model_cls
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return None
-        info = next((f for name, f in current.model_fields.items() if part in (name, f.alias)), None)
-        if info is None:
-            return None
-        current = _inner_model(info.annotation)
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
-
-
-def _inner_model(annotation: Any) -> Any:
-    """The BaseModel inside `list[X]`, `X | None` and the like, else the annotation itself."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in typing.get_args(annotation):
-        inner = _inner_model(arg)
-        if isinstance(inner, type) and issubclass(inner, BaseModel):
-            return inner
-    return annotation
-
-
-def _field_names(model_cls: type[BaseModel]) -> str:
-    """The JSON keys a model accepts."""
-    return ", ".join(f.alias or name for name, f in model_cls.model_fields.items())
-
-
 def validation_reasons(model_cls: type[BaseModel], error: ValidationError) -> list[str]:
-    """One line per pydantic error: the field path, then the problem (and the bad value)."""
-    reasons: list[str] = []
-    for item in error.errors():
-        where = _path(item["loc"])
-        kind = item["type"]
-        if kind == "extra_forbidden":
-            owner = _model_at(model_cls, item["loc"][:-1])
-            allowed = f"; allowed fields: {_field_names(owner)}" if owner else ""
-            reasons.append(f"{where}: unknown field{allowed}")
-        elif kind == "missing":
-            reasons.append(f"{where}: required field is missing")
-        else:
-            message = item["msg"].removeprefix("Value error, ")
-            got = "" if kind == "value_error" else f" (got {json.dumps(item.get('input'), default=str)[:80]})"
-            reasons.append(f"{where}: {message}{got}")
-    return reasons
+    """One line per pydantic error: the field path, then the problem (with the bad value)."""
+    return [f"{problem.path or '(reply)'}: {problem.message}" for problem in problems(model_cls, error.errors())]
 
 
 def parse_reply(model_cls: type[_ModelT], text: str) -> _ModelT:
@@ -338,7 +277,6 @@ _EXAMPLES: dict[str, dict[str, Any]] = {
                     {"item": "503 when the db is down", "acceptance_id": "A2", "pass": False,
                      "evidence": "no test found in tests/"},
                 ], "confidence": 0.8},
-    "Question": {"question": "Should /health check the database too?", "options": ["yes", "no"]},
     "Handoff": {"action": "handoff", "to": "reviewer", "message": "Please review src/app.py."},
     "ChatTurn": {"message": "I agree with the API shape.", "next_speaker": "lead", "done": False},
 }
@@ -354,8 +292,6 @@ _INSTRUCTIONS: dict[str, str] = {
                "acceptance id with `pass` and the evidence (what you ran or read), and blocking "
                "issues (blocker/major/minor) for what must change. Approve only when every item "
                "passes with evidence and no blocker or major issue remains.",
-    "Question": "To ask the human, reply with one JSON object in a ```json block: the question "
-                "and, if the choice is closed, the options.",
     "Handoff": "End your reply with one JSON object in a ```json block: `answer` with your "
                "message, or `handoff` with the role (`to`) that should take over and what it needs.",
     "ChatTurn": "End your reply with one JSON object in a ```json block: your message, who should "
@@ -391,7 +327,7 @@ def corrective_prompt(model_cls: type[BaseModel], reasons: Sequence[str]) -> str
 
 __all__ = [
     "FORMAT_HINTS", "REPLY_MODELS", "Acceptance", "BlockingIssue", "ChatTurn", "ChecklistItem",
-    "Handoff", "NonEmpty", "Plan", "PlannedTask", "Question", "ReplyError", "Submission",
+    "Handoff", "NonEmpty", "Plan", "PlannedTask", "ReplyError", "Submission",
     "TaskId", "Verdict", "corrective_prompt", "example_json",
     "extract_json", "parse_reply", "validation_reasons",
 ]
