@@ -17,12 +17,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from agentbox.core.errors import ConfigError
 from agentbox.core.secrets import reference_problem
+from agentbox.core.tools import Tool
 from agentbox.core.validation import NAME_PATTERN, problems, short
 from agentbox.core.validation import NAME_RULE as NAME_RULE
 from agentbox.core.yaml_io import load_yaml, plain, position
 
-Tool = Literal["claude", "codex", "opencode", "hermes", "scripted"]
-TOOLS: tuple[str, ...] = ("claude", "codex", "opencode", "hermes", "scripted")
 Mode = Literal["sequential", "hierarchical", "group_chat", "handoff", "graph"]
 
 RoleName = Annotated[str, Field(pattern=NAME_PATTERN)]

@@ -12,16 +12,9 @@ from pathlib import Path
 from typing import Literal
 
 from agentbox.core import paths
+from agentbox.core.tools import AGENT_CLIS, TOOL_TABLE
 
 Status = Literal["ok", "warn", "fail"]
-
-#: Agent CLIs and the argument that prints their version.
-AGENT_CLIS: dict[str, list[str]] = {
-    "claude": ["--version"],
-    "codex": ["--version"],
-    "opencode": ["--version"],
-    "hermes": ["--version"],
-}
 
 
 @dataclass(frozen=True)
@@ -120,7 +113,7 @@ def _tool_version(tool: str) -> Check:
         return Check(tool, "warn", "not on PATH", required=False,
                      hint="profiles using this tool cannot run; scripts/install-clis.sh installs pinned versions")
     try:
-        proc = subprocess.run([str(binary), *AGENT_CLIS[tool]], capture_output=True, text=True,
+        proc = subprocess.run([str(binary), *TOOL_TABLE[tool].version_args], capture_output=True, text=True,
                               timeout=30, stdin=subprocess.DEVNULL)
         version = (proc.stdout.strip() or proc.stderr.strip()).splitlines()[0] if proc.returncode == 0 else f"exit {proc.returncode}"
     except (OSError, subprocess.TimeoutExpired, IndexError) as exc:

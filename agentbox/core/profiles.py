@@ -21,12 +21,12 @@ from agentbox.core import paths
 from agentbox.core.config import (
     NAME_PATTERN,
     NAME_RULE,
-    TOOLS,
     Profile,
     Runtime,
     validate_document,
 )
 from agentbox.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
+from agentbox.core.tools import AGENT_CLIS
 from agentbox.core.yaml_io import load_yaml, new_map, position, write_yaml
 
 Source = Literal["user", "v1", "bundled"]
@@ -397,7 +397,7 @@ def adopt(name: str) -> Path:
     if profile is None:
         raise UsageError(
             f"cannot tell which tool the v1 profile {name!r} uses",
-            f"add an agent_type ({', '.join(TOOLS[:4])}) to {directory / 'meta.yaml'}",
+            f"add an agent_type ({', '.join(AGENT_CLIS)}) to {directory / 'meta.yaml'}",
         )
     document = new_map({"name": profile.name})
     if profile.display_name:

@@ -1,6 +1,6 @@
 """The four CLI adapters, pure: the argv/env/stdin of every kind of turn, and parsing of
-every output shape in /work/shared/agent-clis.md and tests/fakes/NOTES.md (literal
-samples from the real tools), error variants included. Unknown usage stays None, never 0.
+every output shape recorded in tests/fakes/NOTES.md (literal samples from the real tools),
+error variants included. Unknown usage stays None, never 0.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from agentbox.core.runtimes.codex import CodexAdapter
 from agentbox.core.runtimes.common import json_lines, with_instructions
 from agentbox.core.runtimes.hermes import LAUNCHER, USAGE_FILE, HermesAdapter, python_of
 from agentbox.core.runtimes.opencode import OpencodeAdapter
+from agentbox.core.tools import AGENT_CLIS, TOOL_TABLE, TOOLS
 
 SID = "0f49bb1b-4366-4aff-b25a-fad243ac5c83"
 CWD = Path("/work/proj")
@@ -59,9 +60,10 @@ def test_adapter_registry() -> None:
     assert isinstance(adapter_for("codex"), CodexAdapter)
     assert isinstance(adapter_for("opencode"), OpencodeAdapter)
     assert isinstance(adapter_for("hermes"), HermesAdapter)
-    for tool in ("claude", "codex", "opencode", "hermes"):
-        adapter = adapter_for(tool)
-        assert adapter.tool == tool and adapter.executable_name == tool
+    for tool in TOOLS:
+        assert adapter_for(tool).tool == tool
+    for tool in AGENT_CLIS:
+        assert adapter_for(tool).executable_name == TOOL_TABLE[tool].executable == tool
 
 
 def test_usage_unknown_is_none_not_zero() -> None:
@@ -779,7 +781,6 @@ class TestHermesParse:
 
 SECRET_PROMPT = "PROMPT-7f3a do not show this in ps"
 SECRET_INSTRUCTIONS = "INSTRUCTIONS-91c2 never on a command line"
-TOOLS = ("claude", "codex", "opencode", "hermes", "scripted")
 
 
 def _fake_executable(directory: Path, tool: str) -> Path:

@@ -1,4 +1,8 @@
-"""Runtime adapters: one per agent CLI plus the scripted runtime, looked up by tool name."""
+"""Runtime adapters: one per agent CLI plus the scripted runtime, looked up by tool name.
+
+Which tools exist, their adapter classes and executables are listed once, in
+`agentbox.core.tools`.
+"""
 
 from __future__ import annotations
 
@@ -7,31 +11,22 @@ import shutil
 from pathlib import Path
 
 from agentbox.core.runtimes.base import Adapter
-
-_ADAPTERS: dict[str, str] = {
-    "claude": "agentbox.core.runtimes.claude:ClaudeAdapter",
-    "codex": "agentbox.core.runtimes.codex:CodexAdapter",
-    "opencode": "agentbox.core.runtimes.opencode:OpencodeAdapter",
-    "hermes": "agentbox.core.runtimes.hermes:HermesAdapter",
-    "scripted": "agentbox.core.runtimes.scripted:ScriptedAdapter",
-}
-
-_EXECUTABLES = {"claude": "claude", "codex": "codex", "opencode": "opencode", "hermes": "hermes"}
+from agentbox.core.tools import TOOL_TABLE
 
 
 def adapter_for(tool: str) -> Adapter:
     """The adapter instance of `tool` (imported on first use)."""
-    module_name, _, class_name = _ADAPTERS[tool].partition(":")
+    module_name, _, class_name = TOOL_TABLE[tool].adapter.partition(":")
     return getattr(importlib.import_module(module_name), class_name)()
 
 
 def find_executable(tool: str, command: str | None = None) -> Path | None:
     """The absolute path of the tool's executable (`command` overrides the usual name)."""
-    if tool == "scripted" and command is None:
+    name = command or TOOL_TABLE[tool].executable
+    if name is None:  # the scripted runtime runs with agentbox's own Python
         import sys
 
         return Path(sys.executable)
-    name = command or _EXECUTABLES[tool]
     if "/" in name:
         path = Path(name).expanduser()
         return path.absolute() if path.exists() else None

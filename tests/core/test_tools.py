@@ -1,0 +1,51 @@
+"""The one table of tools: every list of tool names agrees with it."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentbox.core import doctor
+from agentbox.core.config import Profile
+from agentbox.core.runtimes import adapter_for, find_executable
+from agentbox.core.tools import AGENT_CLIS, TOOL_TABLE, TOOLS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_table_holds_every_tool_name_in_order() -> None:
+    assert tuple(TOOL_TABLE) == TOOLS
+    assert all(info.name == name for name, info in TOOL_TABLE.items())
+    assert set(AGENT_CLIS) == set(TOOLS) - {"scripted"}
+
+
+def test_every_tool_has_its_adapter() -> None:
+    for tool in TOOLS:
+        assert adapter_for(tool).tool == tool
+
+
+def test_the_profile_schema_lists_every_tool() -> None:
+    schema = Profile.model_json_schema()
+    assert schema["$defs"]["Runtime"]["properties"]["tool"]["enum"] == list(TOOLS)
+
+
+def test_the_scripted_runtime_runs_with_agentbox_python() -> None:
+    assert find_executable("scripted") == Path(sys.executable)
+
+
+def test_install_script_links_exactly_the_agent_clis() -> None:
+    script = (REPO / "scripts" / "install-clis.sh").read_text()
+    linked = re.findall(r"^link (\S+)", script, re.MULTILINE)
+    assert linked == list(AGENT_CLIS)
+
+
+def test_doctor_checks_every_agent_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    checked: list[str] = []
+    monkeypatch.setattr(doctor, "_tool_version", lambda tool: checked.append(tool) or doctor.Check(tool, "warn", "-"))
+    monkeypatch.setattr(doctor, "check_bwrap", lambda: doctor.Check("bwrap", "ok", "-"))
+    monkeypatch.setattr(doctor, "check_sandbox", lambda: doctor.Check("sandbox", "ok", "-"))
+    doctor.run_checks()
+    assert sorted(checked) == sorted(AGENT_CLIS)
