@@ -107,8 +107,11 @@ else
 fi
 
 # ---- .tools/bin -----------------------------------------------------------------------
+# One link per agent CLI of agentbox.core.tools (tests/core/test_tools.py keeps them equal).
+linked=()
 link() {  # $1 name, $2 target relative to $bin
   local target="$2" dest="$bin/$1"
+  linked+=("$1")
   [ -e "$bin/$target" ] || die "missing $bin/$target after install"
   if [ "$(readlink "$dest" 2>/dev/null || true)" != "$target" ]; then
     ln -sfn "$target" "$dest"
@@ -129,7 +132,7 @@ trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$scratch/.codex" "$scratch/.hermes" "$scratch/.claude"
 # hermes --version checks PyPI for updates unless its 6-hour cache says it is current.
 printf '{"ts": %s, "behind": 0, "rev": null, "ver": "%s"}\n' "$(date +%s)" "$HERMES_VERSION" > "$scratch/.hermes/.update_check"
-for t in claude codex opencode hermes; do
+for t in "${linked[@]}"; do
   if ! out="$(env HOME="$scratch" XDG_CONFIG_HOME="$scratch/.config" XDG_DATA_HOME="$scratch/.local/share" \
         XDG_STATE_HOME="$scratch/.local/state" XDG_CACHE_HOME="$scratch/.cache" \
         CODEX_HOME="$scratch/.codex" HERMES_HOME="$scratch/.hermes" CLAUDE_CONFIG_DIR="$scratch/.claude" \
