@@ -25,8 +25,8 @@ entry, in file order, meets on its way back); a backward edge `u -> v` is right 
 when `v` is `u` itself (a retry) or an ancestor of `u` — `v` comes before `u` in every
 topological order of the forward edges.
 
-Reading the document leniently and wording pydantic's errors live in
-`agentbox.core.graph_schema`.
+Reading the document leniently lives in `agentbox.core.graph_schema`; pydantic's errors
+are worded by `agentbox.core.validation`, as for config files and replies.
 """
 
 from __future__ import annotations
