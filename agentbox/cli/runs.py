@@ -107,7 +107,7 @@ class Person:
             except (AgentboxError, OSError, ValueError):
                 self._stop.wait(self.POLL_S)
                 continue
-            open_cps = {c.id: c for c in run.checkpoints.values() if c.status == "open"}
+            open_cps = {c.id: c for c in run.open_checkpoints()}
             for cp in open_cps.values():
                 if cp.id not in self.announced:
                     self.announced.add(cp.id)
@@ -184,7 +184,7 @@ def _interrupted(project: Any, run_id: str) -> None:
         run = runs_mod.load(project, run_id)
     except (AgentboxError, OSError):  # the message comes out whatever the state file says
         run = None
-    waiting = [c.id for c in run.checkpoints.values() if c.status == "open"] if run is not None else []
+    waiting = [c.id for c in run.open_checkpoints()] if run is not None else []
     state = f"saved as {run.status}" + (f", {', '.join(waiting)} still open" if waiting else "") if run else "on disk"
     print(f"\ninterrupted: the engine of run {run_id} stopped and so did its running turns; "
           f"nothing runs now (the run is {state}; it is not cancelled)", file=sys.stderr)
@@ -282,7 +282,7 @@ def status(args: argparse.Namespace) -> int:
                     [[t.id, t.state, t.assignee, ",".join(t.depends_on) or "-", str(t.attempts),
                       f"{t.tokens:,}" + ("+?" if t.unknown_usage_turns else ""),
                       t.verdicts[-1].verdict + f" ({t.verdicts[-1].by})" if t.verdicts else "-"] for t in run.tasks.values()])
-    open_cps = [c for c in run.checkpoints.values() if c.status == "open"]
+    open_cps = run.open_checkpoints()
     if open_cps:
         print("\nwaiting for you:")
         for cp in open_cps:

@@ -41,7 +41,7 @@ async def run_demo(project: ProjectPaths, on_event: Callable[[dict[str, Any]], N
         nonlocal retries
         while engine.run.status not in TERMINAL_RUN_STATES:
             await asyncio.sleep(0.2)
-            for cp in engine.open_checkpoints():
+            for cp in engine.run.open_checkpoints():
                 await asyncio.sleep(answer_after_s)
                 if cp.status == "open":
                     if cp.kind == "question":

@@ -171,7 +171,7 @@ def plan_checkpoint(project: ProjectPaths, run_id: str | None, checkpoint_id: st
     check_id("checkpoint", checkpoint_id)
     cp = run.checkpoints.get(checkpoint_id)
     if cp is None:
-        open_ids = ", ".join(c.id for c in run.checkpoints.values() if c.status == "open") or "(none open)"
+        open_ids = ", ".join(c.id for c in run.open_checkpoints()) or "(none open)"
         raise NotFoundError(f"no checkpoint {checkpoint_id!r} in run {run.id}", f"open checkpoints: {open_ids}")
     if cp.kind != "plan_approval":
         raise UsageError(f"{cp.id} is a {cp.kind.replace('_', ' ')} checkpoint, not a plan to approve",

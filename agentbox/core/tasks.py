@@ -13,7 +13,7 @@
     resume:       paused_for_budget → queued
     cancel:       every non-terminal state → cancelled
 
-Hard rules live here, not in prompts (seed 002): only a task in `reviewing` can be
+Hard rules live here, not in prompts: only a task in `reviewing` can be
 approved and approval carries evidence; a round closes only when every task is approved
 or cancelled; a member whose work is submitted but not yet approved keeps its slot.
 """

@@ -165,7 +165,7 @@ def open_checkpoints(run: Run | None) -> list[Checkpoint]:
     """Checkpoints waiting on the human, oldest first."""
     if run is None:
         return []
-    return sorted((c for c in run.checkpoints.values() if c.status == "open"), key=lambda c: (c.created, c.id))
+    return sorted(run.open_checkpoints(), key=lambda c: (c.created, c.id))
 
 
 def tasks_in(run: Run | None, *states: str) -> list[Task]:

@@ -81,8 +81,8 @@ def answer_when_open(kind: str, text: str) -> Human:
     """A person who answers the first open checkpoint of `kind` with `text`."""
 
     async def human(engine: Engine) -> None:
-        await until(engine, lambda e: any(c.kind == kind for c in e.open_checkpoints()))
-        cp = next(c for c in engine.open_checkpoints() if c.kind == kind)
+        await until(engine, lambda e: any(c.kind == kind for c in e.run.open_checkpoints()))
+        cp = next(c for c in engine.run.open_checkpoints() if c.kind == kind)
         ok, message = engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": text})
         assert ok, message
 

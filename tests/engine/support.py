@@ -211,7 +211,7 @@ async def until(engine: Engine, predicate: Callable[[Engine], bool], timeout: fl
 
 def open_checkpoint(engine: Engine, kind: str) -> Any:
     """The first open checkpoint of `kind`, or None."""
-    return next((c for c in engine.open_checkpoints() if c.kind == kind), None)
+    return next((c for c in engine.run.open_checkpoints() if c.kind == kind), None)
 
 
 def answering(*answers: tuple[str, str]) -> Human:

@@ -92,14 +92,14 @@ def test_task_pauses_over_120_percent_of_its_budget(project: Path, tokens: int, 
     engine = engine_for(project, per_task=100)
     task = add_task(engine, tokens=tokens, budget_extra=extra)
     assert BUDGET_PAUSE_RATIO == 1.2
-    assert engine.task_budget(task) == 100 + extra
+    assert engine.run.task_budget(task) == 100 + extra
     assert engine._over_budget(task) is over
 
 
 def test_no_task_budget_never_pauses(project: Path) -> None:
     engine = engine_for(project, per_task=None)
     task = add_task(engine, tokens=10**9)
-    assert engine.task_budget(task) is None and not engine._over_budget(task)
+    assert engine.run.task_budget(task) is None and not engine._over_budget(task)
 
 
 @pytest.mark.parametrize(("spent", "extra", "left"), [
@@ -109,13 +109,13 @@ def test_run_budget_left(project: Path, spent: int, extra: int, left: bool) -> N
     engine = engine_for(project, total=1000)
     engine.run.totals.tokens = spent
     engine.run.mode_state["budget_extra"] = extra
-    assert engine.run_budget_left() is left
+    assert engine.run.run_budget_left() is left
 
 
 def test_unlimited_run_budget(project: Path) -> None:
     engine = engine_for(project, total=None)
     engine.run.totals.tokens = 10**12
-    assert engine.run_budget_left()
+    assert engine.run.run_budget_left()
 
 
 def test_dispatch_pauses_an_over_budget_task_instead_of_starting_its_work(project: Path) -> None:
@@ -125,7 +125,7 @@ def test_dispatch_pauses_an_over_budget_task_instead_of_starting_its_work(projec
     engine._dispatch()
     assert task.state == "paused_for_budget"
     assert engine.pending() == [] and engine.in_flight() == []
-    (cp,) = engine.open_checkpoints()
+    (cp,) = engine.run.open_checkpoints()
     assert (cp.kind, cp.task) == ("budget", "t1")
     assert "130 tokens" in cp.question
 
@@ -147,14 +147,14 @@ def test_run_budget_spent_while_turns_run_keeps_running_then_breaks_the_circuit(
     engine.run.status = "running"
     engine.run.totals.tokens = 1200
     engine._update_status()
-    assert engine.run.status == "running" and engine.open_checkpoints() == []
+    assert engine.run.status == "running" and engine.run.open_checkpoints() == []
     del engine.run.jobs[job.id]
     engine._update_status()
     assert engine.run.status == "circuit_broken"
-    (cp,) = engine.open_checkpoints()
+    (cp,) = engine.run.open_checkpoints()
     assert cp.kind == "run_budget"
     engine._update_status()
-    assert len(engine.open_checkpoints()) == 1
+    assert len(engine.run.open_checkpoints()) == 1
 
 
 def test_answering_raise_lifts_the_circuit_breaker(project: Path) -> None:
@@ -162,12 +162,12 @@ def test_answering_raise_lifts_the_circuit_breaker(project: Path) -> None:
     engine.run.status = "running"
     engine.run.totals.tokens = 1000
     engine._update_status()
-    cp = engine.open_checkpoints()[0]
+    cp = engine.run.open_checkpoints()[0]
     ok, message = engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": "raise 500"})
     assert ok, message
-    assert engine.run_budget_left()
+    assert engine.run.run_budget_left()
     engine.run.totals.tokens = 1500
-    assert not engine.run_budget_left()
+    assert not engine.run.run_budget_left()
 
 
 @pytest.mark.parametrize(("answer", "budget_after"), [("continue", 230), ("continue 1000", 1100)])
@@ -178,11 +178,11 @@ def test_answering_continue_gives_the_task_room_for_another_budget(project: Path
     task = add_task(engine, state="rework", tokens=130)
     engine.enqueue("work", "builder", "again", task="t1")
     engine._dispatch()
-    cp = engine.open_checkpoints()[0]
+    cp = engine.run.open_checkpoints()[0]
     ok, message = engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": answer})
     assert ok, message
     assert task.state == "queued"
-    assert engine.task_budget(task) == budget_after
+    assert engine.run.task_budget(task) == budget_after
     assert not engine._over_budget(task)
 
 
@@ -196,7 +196,7 @@ def test_review_of_submitted_work_still_runs_when_the_task_is_over_budget(projec
     monkeypatch.setattr(engine, "_start", started.append)
     engine._dispatch()
     assert started == [review]
-    assert task.state == "submitted" and engine.open_checkpoints() == []
+    assert task.state == "submitted" and engine.run.open_checkpoints() == []
 
 
 # ----------------------------------------------------------------------------- with real agents

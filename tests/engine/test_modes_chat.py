@@ -130,7 +130,7 @@ def test_a_tiny_run_budget_breaks_the_circuit(project: Path) -> None:
     async def human(engine: Engine) -> None:
         await until(engine, lambda e: e.run.status == "circuit_broken")
         seen.append(engine.run.status)
-        cp = next(c for c in engine.open_checkpoints() if c.kind == "run_budget")
+        cp = next(c for c in engine.run.open_checkpoints() if c.kind == "run_budget")
         engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": "cancel"})
 
     run = drive(paths, run_id, human)

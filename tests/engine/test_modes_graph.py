@@ -209,10 +209,10 @@ def test_a_failure_with_no_edge_blocks_the_node_until_the_human_decides(project:
     seen: dict[str, Any] = {}
 
     async def human(engine: Engine) -> None:
-        await until(engine, lambda e: bool(e.open_checkpoints()))
+        await until(engine, lambda e: bool(e.run.open_checkpoints()))
         seen["task"] = engine.run.tasks["deploy"].state
         seen["status"] = engine.run.status
-        (cp,) = engine.open_checkpoints()
+        (cp,) = engine.run.open_checkpoints()
         engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": "retry space freed"})
 
     run = drive(paths, run_id, human)

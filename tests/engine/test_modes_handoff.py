@@ -119,8 +119,8 @@ def test_unknown_target_gets_one_correction_then_counts_as_a_contract_defect(pro
     run_id = create(paths, "route it", "handoff")
 
     async def human(engine: Engine) -> None:
-        await until(engine, lambda e: any(c.kind == "retry_escalation" for c in e.open_checkpoints()))
-        cp = next(c for c in engine.open_checkpoints() if c.kind == "retry_escalation")
+        await until(engine, lambda e: any(c.kind == "retry_escalation" for c in e.run.open_checkpoints()))
+        cp = next(c for c in engine.run.open_checkpoints() if c.kind == "retry_escalation")
         engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": "cancel"})
 
     run = drive(paths, run_id, human)
@@ -142,7 +142,7 @@ def test_a_tiny_run_budget_breaks_the_circuit(project: Path) -> None:
     async def human(engine: Engine) -> None:
         await until(engine, lambda e: e.run.status == "circuit_broken")
         statuses.append(engine.run.status)
-        cp = next(c for c in engine.open_checkpoints() if c.kind == "run_budget")
+        cp = next(c for c in engine.run.open_checkpoints() if c.kind == "run_budget")
         engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": "raise 100000"})
 
     run = drive(paths, run_id, human)

@@ -2,7 +2,7 @@
 
 A task far over its token budget is paused for a human before its next work turn, or before
 the review of the work that took it there; a run whose budget is spent starts nothing new.
-These functions are bound as `Engine` methods (`engine.task_budget`, `engine.run_budget_left`,
+These functions are bound as `Engine` methods (`engine._account`, `engine._over_budget`,
 ...), so modes and commands call them there.
 """
 
@@ -40,21 +40,9 @@ def account(engine: Engine, job: Job, result: InvokeResult) -> None:
             task.cost_usd = (task.cost_usd or 0.0) + usage.cost_usd
 
 
-def task_budget(engine: Engine, task: Task) -> int | None:
-    """The task's token budget (plus what a human added), None when unlimited."""
-    per_task = (engine.limits.get("budget") or {}).get("tokens_per_task")
-    return None if per_task is None else int(per_task) + task.budget_extra
-
-
-def run_budget_left(engine: Engine) -> bool:
-    """False once the run's token budget (with what a person added) is spent."""
-    budget = engine.run.token_budget
-    return budget is None or engine.run.totals.tokens < budget
-
-
 def over_budget(engine: Engine, task: Task) -> bool:
     """Whether `task` used more than `BUDGET_PAUSE_RATIO` of its token budget."""
-    budget = engine.task_budget(task)
+    budget = engine.run.task_budget(task)
     return budget is not None and task.tokens > BUDGET_PAUSE_RATIO * budget
 
 
@@ -64,13 +52,13 @@ def pause_if_over_budget(engine: Engine, job: Job) -> bool:
     Only work turns are held back: a review of work already submitted still runs.
     """
     task = engine.run.tasks.get(job.task or "")
-    if task is None or job.kind not in ("work", "node") or not engine._over_budget(task) \
+    if task is None or not job.works_on_task or not engine._over_budget(task) \
             or task.state == TaskState.PAUSED_FOR_BUDGET:
         return False
     engine.drop_jobs(task.id)
     engine.transition(task, TaskEvent.PAUSE_BUDGET, f"{task.tokens} tokens > {BUDGET_PAUSE_RATIO:.0%} of its budget")
     engine.checkpoint("budget", f"Task {task.id} used {task.tokens} tokens, over {BUDGET_PAUSE_RATIO:.0%} of its budget "
-                      f"({engine.task_budget(task)}). Answer 'continue' to add one more budget, or 'cancel'.",
+                      f"({engine.run.task_budget(task)}). Answer 'continue' to add one more budget, or 'cancel'.",
                       options=["continue", "cancel"], task=task.id, role=task.assignee)
     return True
 
@@ -90,7 +78,7 @@ def pause_before_review(engine: Engine, task: Task) -> bool:
     engine.transition(task, TaskEvent.PAUSE_BUDGET, f"{task.tokens} tokens > {BUDGET_PAUSE_RATIO:.0%} of its budget: "
                       "paused before review")
     engine.checkpoint("budget", f"Task {task.id} used {task.tokens} tokens, over {BUDGET_PAUSE_RATIO:.0%} of its budget "
-                      f"({engine.task_budget(task)}), and its work is submitted. Answer 'continue' to add one more "
+                      f"({engine.run.task_budget(task)}), and its work is submitted. Answer 'continue' to add one more "
                       "budget and send the work to review, or 'cancel'.",
                       options=["continue", "cancel"], task=task.id, role=task.assignee)
     return True
@@ -98,6 +86,6 @@ def pause_before_review(engine: Engine, task: Task) -> bool:
 
 def ask_for_run_budget(engine: Engine) -> None:
     """Open the run-budget checkpoint, unless one already waits for the human."""
-    if not any(c.kind == "run_budget" for c in engine.open_checkpoints()):
+    if not any(c.kind == "run_budget" for c in engine.run.open_checkpoints()):
         engine.checkpoint("run_budget", "The run's token budget is spent. Answer 'raise N' to add N tokens, or 'cancel'.",
                           options=["raise 1000000", "cancel"])

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Verdict
 from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
-from agentbox.core.tasks import TaskEvent, TaskState, is_terminal
+from agentbox.core.tasks import TaskEvent, TaskState
 
 if TYPE_CHECKING:
     from agentbox.core.engine.engine import Engine
@@ -72,7 +72,7 @@ def _rework(engine: Engine, command: dict[str, Any]) -> str:
 
 
 def _close_task_checkpoints(engine: Engine, task_id: str, why: str) -> None:
-    for cp in engine.open_checkpoints():
+    for cp in engine.run.open_checkpoints():
         if cp.task == task_id and cp.kind in ("retry_escalation",):
             cp.status, cp.answer, cp.answered_at = "answered", why, engine.clock()
 
@@ -82,7 +82,7 @@ def _cancel_task(engine: Engine, command: dict[str, Any]) -> str:
     engine.transition(task, TaskEvent.CANCEL, "cancelled by the human", human=True)
     engine.drop_jobs(task.id)
     engine.abort_turns(task.id, "task cancelled by the human")
-    for cp in engine.open_checkpoints():
+    for cp in engine.run.open_checkpoints():
         if cp.task == task.id:
             cp.status, cp.answer, cp.answered_at = "answered", "task cancelled", engine.clock()
     engine.mode.on_task_cancelled(task)
@@ -91,10 +91,10 @@ def _cancel_task(engine: Engine, command: dict[str, Any]) -> str:
 
 def _cancel_run(engine: Engine, command: dict[str, Any]) -> str:
     for task in engine.run.tasks.values():
-        if not is_terminal(TaskState(task.state)):
+        if not task.is_terminal:
             engine.transition(task, TaskEvent.CANCEL, "run cancelled", human=True)
     engine.run.jobs = {k: j for k, j in engine.run.jobs.items() if j.started}
-    for cp in engine.open_checkpoints():
+    for cp in engine.run.open_checkpoints():
         cp.status, cp.answer, cp.answered_at = "answered", "run cancelled", engine.clock()
     engine.finish("cancelled", str(command.get("note") or "cancelled by the human"))
     return f"run {engine.run.id} cancelled"
@@ -114,7 +114,7 @@ def _answer(engine: Engine, command: dict[str, Any]) -> str:
     cp_id = str(command.get("checkpoint") or "")
     cp = engine.run.checkpoints.get(cp_id)
     if cp is None:
-        open_ids = ", ".join(c.id for c in engine.open_checkpoints()) or "(none open)"
+        open_ids = ", ".join(c.id for c in engine.run.open_checkpoints()) or "(none open)"
         raise NotFoundError(f"no checkpoint {cp_id!r} in run {engine.run.id}", f"open checkpoints: {open_ids}")
     if cp.status != "open":
         raise IllegalTransitionError(f"checkpoint {cp.id} was already answered: {cp.answer!r}")
@@ -127,7 +127,7 @@ def _answer(engine: Engine, command: dict[str, Any]) -> str:
         cp.status, cp.answer, cp.answered_at = "answered", text, engine.clock()
         engine.event("checkpoint.answered", f"{cp.id} ({cp.kind}) answered", text[:300], task=cp.task, role=cp.role,
                      checkpoint=cp.id)
-        if task is not None and not is_terminal(TaskState(task.state)):
+        if task is not None and not task.is_terminal:
             engine.transition(task, TaskEvent.CANCEL, f"cancelled by the human at {cp.id}", human=True)
             engine.drop_jobs(task.id)
             engine.mode.on_task_cancelled(task)
@@ -186,7 +186,7 @@ def _rejected_for(task: Any, fp: str | None) -> bool:
 
 def _one_more_budget(engine: Engine, task: Any) -> int:
     """Tokens to add so the task may spend one more budget from where it is now (never less than one budget)."""
-    budget = engine.task_budget(task) or 0
+    budget = engine.run.task_budget(task) or 0
     base = budget - task.budget_extra
     return max(budget, task.tokens + base - budget)
 

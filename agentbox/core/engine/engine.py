@@ -122,7 +122,7 @@ class Engine:
     def transition(self, task: Task, event: TaskEvent, why: str, *, evidence: Any = None, human: bool = False) -> None:
         """Apply a task state change through the transition table (illegal ones raise)."""
         before = task.state
-        task.state = transition(TaskState(task.state), event, evidence=evidence).value
+        task.state = transition(task.state, event, evidence=evidence)
         task.updated = self.clock()
         self.event(f"task.{event.value}", f"{task.id}: {before} → {task.state}", why, task=task.id,
                    role=task.assignee, human_required=human)
@@ -140,11 +140,11 @@ class Engine:
 
     def pending(self) -> list[Job]:
         """Turns waiting to start, oldest first."""
-        return [j for j in self.run.jobs.values() if not j.started]
+        return self.run.pending_jobs()
 
     def in_flight(self) -> list[Job]:
         """Turns running now."""
-        return [j for j in self.run.jobs.values() if j.started]
+        return self.run.running_jobs()
 
     def drop_jobs(self, task_id: str) -> None:
         """Forget the pending turns of a task (cancelled, paused, decided by a human)."""
@@ -188,7 +188,7 @@ class Engine:
         """
         task = self.run.tasks.get(job.task or "")
         if task is not None:
-            if job.kind in ("work", "node") and task.state in (TaskState.QUEUED, TaskState.REWORK):
+            if job.works_on_task and task.state in (TaskState.QUEUED, TaskState.REWORK):
                 self.transition(task, TaskEvent.DISPATCH, f"{job.role} starts {task.id}")
                 task.attempts += 1
             elif job.kind == "review" and task.state == TaskState.SUBMITTED:
@@ -228,13 +228,7 @@ class Engine:
                    human_required=True, checkpoint=cp.id)
         return cp
 
-    def open_checkpoints(self) -> list[Checkpoint]:
-        """Checkpoints still waiting."""
-        return [c for c in self.run.checkpoints.values() if c.status == "open"]
-
     # ------------------------------------------------------------------ budgets
-    task_budget = budgets.task_budget
-    run_budget_left = budgets.run_budget_left
     _over_budget = budgets.over_budget
 
     # ------------------------------------------------------------------ commands
@@ -285,12 +279,12 @@ class Engine:
             return
         if run.paused:
             new, why = "paused", "paused by the human"
-        elif not self.run_budget_left():
+        elif not self.run.run_budget_left():
             new, why = ("circuit_broken", "run token budget exhausted") if not self.in_flight() else ("running", "budget spent: finishing running turns")
         elif self.in_flight() or self._dispatchable():
             new, why = (run.mode_state.get("phase") == "planning" and "planning") or "running", None
-        elif self.open_checkpoints():
-            new, why = "waiting_user", f"{len(self.open_checkpoints())} checkpoint(s) wait for the human"
+        elif self.run.open_checkpoints():
+            new, why = "waiting_user", f"{len(self.run.open_checkpoints())} checkpoint(s) wait for the human"
         elif self.pending():
             new, why = "running", "waiting for a back-off timer"
         else:
@@ -303,7 +297,7 @@ class Engine:
                 budgets.ask_for_run_budget(self)
 
     def _dispatchable(self) -> bool:
-        if self.run.paused or not self.run_budget_left():
+        if self.run.paused or not self.run.run_budget_left():
             return False
         return bool(scheduler.pick(self.pending(), self.in_flight(), self.run, self._max_workers(), float("inf")))
 
@@ -312,7 +306,7 @@ class Engine:
 
     # ------------------------------------------------------------------ the loop
     def _dispatch(self) -> None:
-        if self.run.paused or not self.run_budget_left() or self.run.status in TERMINAL_RUN_STATES:
+        if self.run.paused or not self.run.run_budget_left() or self.run.status in TERMINAL_RUN_STATES:
             return
         for job in scheduler.pick(self.pending(), self.in_flight(), self.run, self._max_workers(), self.clock()):
             if not budgets.pause_if_over_budget(self, job):

@@ -1,6 +1,6 @@
 """Typed failures, their fingerprints, the environment backoff and the retry ledger.
 
-Every failure gets a kind (seeds 000 and 002), and the kind decides its route:
+Every failure gets a kind, and the kind decides its route:
 
     environment_failure    spawn error, timeout, killed, tool unreachable → retried with
                            backoff 1 s / 4 s / 16 s plus jitter, at most 5 minutes;
@@ -61,7 +61,7 @@ ROUTES: Mapping[FailureKind, FailureRoute] = {
     FailureKind.CONTRACT_DEFECT: FailureRoute.REPLAN,
     FailureKind.DOMAIN_GAP: FailureRoute.ASK_HUMAN,
 }
-"""The route of each failure kind (seed 000's failure routing table)."""
+"""The route of each failure kind."""
 
 _INVOKE_ERROR_KINDS: Mapping[str, FailureKind] = {
     "spawn_failed": FailureKind.ENVIRONMENT_FAILURE,
@@ -228,13 +228,13 @@ def fingerprint(kind: FailureKind | str, message: str, files: Iterable[str] = ()
 # ----------------------------------------------------------------------------- backoff
 
 BACKOFF_BASES_S: tuple[float, ...] = (1.0, 4.0, 16.0)
-"""Base delays of the environment retries (seed 002: 1 s / 4 s / 16 s)."""
+"""Base delays of the environment retries (1 s, 4 s, 16 s)."""
 
 BACKOFF_JITTER = 0.2
 """Each delay is scaled by a random factor in [1 - jitter, 1 + jitter] so retries spread out."""
 
 ENVIRONMENT_RETRY_BUDGET_S = 300.0
-"""At most five minutes of waiting per task for environment retries (seed 002)."""
+"""At most five minutes of waiting per task for environment retries."""
 
 
 def backoff_delays(

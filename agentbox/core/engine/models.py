@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
 from agentbox.core.errors import UsageError
-from agentbox.core.tasks import TaskState
+from agentbox.core.tasks import TaskState, is_terminal
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 """Run, task, job, checkpoint and session ids: one safe path component (no `/`, no `..`, no glob)."""
@@ -50,6 +50,8 @@ RunStatus = Literal["planning", "running", "waiting_user", "paused", "blocked", 
 TERMINAL_RUN_STATES: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
 JobKind = Literal["plan", "work", "review", "synthesis", "speech", "handoff", "node"]
+TASK_WORK_KINDS: frozenset[str] = frozenset({"work", "node"})
+"""Job kinds that do a task's work (see `Job.works_on_task`)."""
 
 
 class Model(BaseModel):
@@ -120,8 +122,8 @@ class Task(Model):
     acceptance: list[Acceptance] = Field(default_factory=list)
     writes: list[str] = Field(default_factory=list)
     depends_on: list[TaskId] = Field(default_factory=list)
-    state: str = "queued"
-    """A TaskState value."""
+    state: TaskState = TaskState.QUEUED
+    """Where the task is in its life (the transition table in `tasks` moves it)."""
     attempts: int = 0
     """Work turns dispatched for this task."""
     session_id: SessionId | None = None
@@ -145,12 +147,17 @@ class Task(Model):
     created: float = 0.0
     updated: float = 0.0
 
-    @field_validator("state")
+    @field_validator("state", mode="before")
     @classmethod
-    def _known_state(cls, value: str) -> str:
-        if value not in TaskState.__members__.values():
+    def _known_state(cls, value: object) -> object:
+        if isinstance(value, str) and value not in TaskState.__members__.values():
             raise ValueError(f"unknown task state {value[:40]!r} (one of {', '.join(TaskState)})")
         return value
+
+    @property
+    def is_terminal(self) -> bool:
+        """Approved or cancelled: nothing more happens to it."""
+        return is_terminal(self.state)
 
 
 class Checkpoint(Model):
@@ -186,6 +193,11 @@ class Job(Model):
     corrective: bool = False
     """This turn is the one corrective re-prompt after an invalid structured reply."""
     data: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def works_on_task(self) -> bool:
+        """A work or graph node turn: it dispatches its task, holds the worker's slot and writes its scope."""
+        return self.kind in TASK_WORK_KINDS
 
 
 class Totals(Model):
@@ -242,6 +254,28 @@ class Run(Model):
         """The run's token budget now: crew.yaml's `tokens_total` plus what a person added; None is unlimited."""
         total = (self.contract.limits.get("budget") or {}).get("tokens_total")
         return None if total is None else int(total) + int(self.mode_state.get("budget_extra", 0))
+
+    def run_budget_left(self) -> bool:
+        """False once the run's token budget (with what a person added) is spent."""
+        budget = self.token_budget
+        return budget is None or self.totals.tokens < budget
+
+    def task_budget(self, task: Task) -> int | None:
+        """The task's token budget (crew.yaml's `tokens_per_task` plus what a person added), None when unlimited."""
+        per_task = (self.contract.limits.get("budget") or {}).get("tokens_per_task")
+        return None if per_task is None else int(per_task) + task.budget_extra
+
+    def open_checkpoints(self) -> list[Checkpoint]:
+        """Checkpoints still waiting on the human, in the order they were opened."""
+        return [c for c in self.checkpoints.values() if c.status == "open"]
+
+    def pending_jobs(self) -> list[Job]:
+        """Turns waiting to start, oldest first."""
+        return [j for j in self.jobs.values() if not j.started]
+
+    def running_jobs(self) -> list[Job]:
+        """Turns running now."""
+        return [j for j in self.jobs.values() if j.started]
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

@@ -32,7 +32,7 @@ def recover(engine: Engine) -> None:
         job.pid = job.pid_create_time = None
         job.prompt = interrupted_prompt(job.data.get("original_prompt", job.prompt))
         task = engine.run.tasks.get(job.task or "")
-        if task is not None and task.state == TaskState.EXECUTING and job.kind in ("work", "node"):
+        if task is not None and task.state == TaskState.EXECUTING and job.works_on_task:
             engine.transition(task, TaskEvent.REQUEUE, "interrupted turn re-queued")
     engine.event("engine.started", f"engine pid {os.getpid()} took the run", None)
 

@@ -17,7 +17,7 @@ from agentbox.core.engine.failures import FailureKind, counts_against_task, fing
 from agentbox.core.engine.models import Failure, Job
 from agentbox.core.engine.replies import ReplyError, corrective_prompt, parse_reply
 from agentbox.core.invoke import InvokeResult
-from agentbox.core.tasks import TaskEvent, TaskState, is_terminal
+from agentbox.core.tasks import TaskEvent, TaskState
 
 if TYPE_CHECKING:
     from agentbox.core.engine.engine import Engine
@@ -89,7 +89,7 @@ def fail(engine: Engine, job: Job, kind: FailureKind, message: str, files: tuple
 def escalate(engine: Engine, job: Job, fp: str, question: str, original: str, data: dict[str, Any]) -> None:
     """Stop retrying and ask the human (a retry-escalation checkpoint)."""
     task = engine.run.tasks.get(job.task or "")
-    if task is not None and job.kind != "review" and not is_terminal(TaskState(task.state)) and task.state != TaskState.BLOCKED:
+    if task is not None and job.kind != "review" and not task.is_terminal and task.state != TaskState.BLOCKED:
         engine.transition(task, TaskEvent.BLOCK, "retries exhausted: waiting for a human")
     engine.checkpoint("retry_escalation", question + "\nAnswer 'retry' (optionally with a note), or 'cancel'.",
                       options=["retry", "cancel"], task=job.task, role=job.role,

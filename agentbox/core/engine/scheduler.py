@@ -62,7 +62,7 @@ def _deps_state(task: Task, tasks: dict[str, Task], seen: set[str]) -> str:
 
 def job_writes(job: Job, run: Run) -> list[str]:
     """The write scope a job needs (work turns only; reviews, plans and chats are read-only)."""
-    if job.kind in ("work", "node") and job.task and job.task in run.tasks:
+    if job.works_on_task and job.task and job.task in run.tasks:
         return run.tasks[job.task].writes
     return list(job.data.get("writes", []))
 
@@ -76,14 +76,14 @@ def _slot_holders(run: Run) -> dict[str, set[str]]:
     """Role → the tasks holding its slot (executing, submitted, reviewing, rework)."""
     holders: dict[str, set[str]] = {}
     for task in run.tasks.values():
-        if holds_slot(TaskState(task.state)):
+        if holds_slot(task.state):
             holders.setdefault(task.assignee, set()).add(task.id)
     return holders
 
 
 def is_worker_turn(job: Job, run: Run) -> bool:
     """What `max_workers` counts: work on a task (work, graph node) or any turn that may write."""
-    return job.kind in ("work", "node") or bool(job_writes(job, run))
+    return job.works_on_task or bool(job_writes(job, run))
 
 
 def pick(pending: Sequence[Job], in_flight: Sequence[Job], run: Run, max_workers: int, now: float) -> list[Job]:
@@ -92,13 +92,13 @@ def pick(pending: Sequence[Job], in_flight: Sequence[Job], run: Run, max_workers
     active = list(in_flight)
     workers = sum(1 for job in active if is_worker_turn(job, run))
     holders = _slot_holders(run)
-    working_roles = {o.role for o in active if o.kind in ("work", "node")}
+    working_roles = {o.role for o in active if o.works_on_task}
     for job in pending:
         if float(job.data.get("not_before", 0)) > now:
             continue
         if is_worker_turn(job, run) and workers >= max_workers:
             continue
-        is_work = job.kind in ("work", "node")
+        is_work = job.works_on_task
         if is_work and (job.role in working_roles or holders.get(job.role, set()) - {job.task}):
             continue
         writes = job_writes(job, run)

@@ -16,7 +16,7 @@ from agentbox.core.engine.models import Job
 from agentbox.core.engine.recovery import _session_exists
 from agentbox.core.errors import AgentboxError
 from agentbox.core.invoke import InvokeResult, invoke
-from agentbox.core.tasks import TaskState, is_terminal
+from agentbox.core.tasks import TaskState
 
 if TYPE_CHECKING:
     from agentbox.core.engine.engine import Engine
@@ -27,7 +27,7 @@ def agent_for(engine: Engine, job: Job) -> Any:
     task = engine.run.tasks.get(job.task or "")
     extra_rw: tuple[Path, ...] = ()
     writes: tuple[str, ...] = ()
-    if job.kind in ("work", "node") and task is not None:
+    if job.works_on_task and task is not None:
         handoff = engine.store.artifacts_dir(engine.run.id) / task.id
         handoff.mkdir(parents=True, exist_ok=True)
         extra_rw = (handoff,)
@@ -76,7 +76,7 @@ def complete(engine: Engine, job: Job, result: InvokeResult) -> None:
                  session=result.session_id, tokens=result.usage.total_tokens, job=job.id,
                  duration_s=round(result.duration_s, 2), turn=result.turn)
     task = engine.run.tasks.get(job.task or "")
-    if task is not None and is_terminal(TaskState(task.state)):
+    if task is not None and task.is_terminal:
         return  # decided meanwhile (cancelled, approved by a human): the late answer is ignored
     if job.kind == "review" and task is not None and task.state != TaskState.REVIEWING:
         return

@@ -214,7 +214,7 @@ class ModeDriver:
             self.engine.transition(task, TaskEvent.REJECT, "rework in the same session with the verdict")
             self.requeue(task)
             return
-        if task is not None and job.kind in ("work", "node"):
+        if task is not None and job.works_on_task:
             if task.state == TaskState.EXECUTING:
                 self.engine.transition(task, TaskEvent.REQUEUE, "invalid reply: do the task again")
             task.note = f"Your previous reply could not be used: {message[:500]}"

@@ -45,7 +45,7 @@ from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import NonEmpty
 from agentbox.core.graph_model import Edge, Graph
 from agentbox.core.invoke import InvokeResult
-from agentbox.core.tasks import TaskEvent, TaskState, is_terminal, round_can_close
+from agentbox.core.tasks import TaskEvent, TaskState, round_can_close
 
 
 class NodeResult(BaseModel):
@@ -117,7 +117,7 @@ class GraphMode(ModeDriver):
 
     def _live(self, node: str) -> bool:
         task = self.latest(node)
-        return bool(self.state["pending"].get(node)) or (task is not None and not is_terminal(TaskState(task.state)))
+        return bool(self.state["pending"].get(node)) or (task is not None and not task.is_terminal)
 
     def _waiting(self, node: str) -> bool:
         """True while a forward ancestor of `node` may still deliver to it."""
@@ -148,7 +148,7 @@ class GraphMode(ModeDriver):
     def _deliver(self, node: str, delivery: dict[str, Any]) -> None:
         """Hand a delivery to a node's waiting run, or start a new run, or hold it until the current ends."""
         task = self.latest(node)
-        if task is None or is_terminal(TaskState(task.state)):
+        if task is None or task.is_terminal:
             self._activate(node, [delivery])
         elif task.state == TaskState.QUEUED and task.attempts == 0 and not self._has_job(task):
             self.state["inputs"].setdefault(task.id, []).append(delivery)
@@ -192,7 +192,7 @@ class GraphMode(ModeDriver):
         for node in self.order:
             task = self.latest(node)
             held = self.state["pending"].get(node)
-            if held and (task is None or is_terminal(TaskState(task.state))):
+            if held and (task is None or task.is_terminal):
                 del self.state["pending"][node]
                 self._activate(node, held)
         for node in self.order:

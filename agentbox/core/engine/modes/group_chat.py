@@ -218,5 +218,5 @@ class GroupChatMode(ModeDriver):
         if phase != "chatting":
             return
         self._flush()
-        if not self.run.jobs and not self.engine.open_checkpoints():
+        if not self.run.jobs and not self.run.open_checkpoints():
             self.engine.finish("failed", "the chat cannot go on: the next speech was cancelled")

@@ -195,5 +195,5 @@ class HandoffMode(ModeDriver):
         phase = self.state.get("phase")
         if phase == "ended" and self.run.status not in TERMINAL_RUN_STATES:
             self._finalize()
-        elif phase == "active" and not self.run.jobs and not self.engine.open_checkpoints():
+        elif phase == "active" and not self.run.jobs and not self.run.open_checkpoints():
             self.engine.finish("failed", "the handoff cannot go on: the next turn was cancelled")

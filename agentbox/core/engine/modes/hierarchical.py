@@ -113,7 +113,7 @@ class HierarchicalMode(ModeDriver):
         run: the run fails.
         """
         phase = self.state.get("phase")
-        if phase in ("planning", "synthesis") and not self.run.jobs and not self.engine.open_checkpoints():
+        if phase in ("planning", "synthesis") and not self.run.jobs and not self.run.open_checkpoints():
             self.engine.finish("failed", f"the lead's {'plan' if phase == 'planning' else 'synthesis'} turn "
                                          "was cancelled: the run cannot go on")
             return
