@@ -24,8 +24,7 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
         raise UsageError("the goal is empty", 'say what the crew should do: agentbox run "..."')
     crew = project_mod.load_checked_crew(project)
     mode = mode or crew.mode
-    settings: dict[str, Any] = getattr(crew, mode).model_dump()
-    graph_data = None
+    graph_data = graph_file = None
     if mode == "graph":
         from agentbox.core.graph import load_graph, resolve_graph
 
@@ -34,13 +33,14 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
             raise UsageError("graph mode needs a work graph", "pass --graph NAME or set graph.file in crew.yaml")
         path = resolve_graph(name, project).absolute()
         graph_data = load_graph(path, list(crew.roles)).model_dump(by_alias=True)
-        settings["file"] = str(path)
+        graph_file = str(path)
     now = time.time()
     run = Run(
         id=new_run_id(now),
         contract=Contract(goal=goal.strip(), mode=mode, success_criteria=success_criteria or [],
-                          limits=crew.limits.model_dump(), settings=settings,
-                          roles={name: role.profile for name, role in crew.roles.items()}, graph=graph_data),
+                          limits=crew.limits, settings=getattr(crew, mode),
+                          roles={name: role.profile for name, role in crew.roles.items()}, graph=graph_data,
+                          graph_file=graph_file),
         status="planning",
         created=now,
     )

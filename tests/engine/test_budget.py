@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentbox.core import runs
+from agentbox.core.config import Budget, Limits
 from agentbox.core.engine.engine import BUDGET_PAUSE_RATIO, Engine
 from agentbox.core.engine.models import Job, Task
 from agentbox.core.engine.run_store import RunStore
@@ -36,7 +37,7 @@ def engine_for(project: Path, *, per_task: int | None = 100, total: int | None =
     """An engine over a fresh run of the example crew with these budgets (never executed)."""
     paths = ProjectPaths(project)
     run = runs.create_run(paths, "count tokens")
-    run.contract.limits["budget"] = {"tokens_per_task": per_task, "tokens_total": total}
+    run.contract.limits = Limits(budget=Budget(tokens_per_task=per_task, tokens_total=total))
     return Engine(paths, run)
 
 

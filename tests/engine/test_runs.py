@@ -404,7 +404,7 @@ def test_the_run_state_is_valid_json_for_readers(project: Path) -> None:
     paths = setup_crew(project)
     run_id = create(paths)
     state = RunStore(paths).load(run_id)
-    assert state.status == "planning" and state.contract.limits["max_workers"] == 2
+    assert state.status == "planning" and state.contract.limits.max_workers == 2
     assert ProjectPaths(project).run_dir(run_id).is_dir()
 
 

@@ -165,7 +165,7 @@ def _answer(engine: Engine, command: dict[str, Any]) -> str:
             engine.mode.requeue(task)
         return f"{cp.id}: task budget raised"
     if cp.kind == "run_budget":
-        extra = _number(text) or int((engine.limits.get("budget") or {}).get("tokens_total") or 0)
+        extra = _number(text) or engine.limits.budget.tokens_total or 0
         engine.run.mode_state["budget_extra"] = int(engine.run.mode_state.get("budget_extra", 0)) + int(extra)
         return f"{cp.id}: run budget raised by {extra}"
     if cp.kind == "question" and task is not None:

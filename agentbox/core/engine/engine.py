@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentbox.core import project as project_mod
+from agentbox.core.config import Limits
 from agentbox.core.engine import budgets, recovery, routing, scheduler, turns
 from agentbox.core.engine.budgets import BUDGET_PAUSE_RATIO as BUDGET_PAUSE_RATIO
 from agentbox.core.engine.failures import backoff_delays
@@ -67,14 +68,9 @@ class Engine:
         return cls(project, RunStore(project).load(run_id), **kw)
 
     @property
-    def limits(self) -> dict[str, Any]:
-        """The limits snapshot of the run contract."""
+    def limits(self) -> Limits:
+        """The limits of the run contract."""
         return self.run.contract.limits
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        """The mode's settings snapshot."""
-        return self.run.contract.settings
 
     # ------------------------------------------------------------------ recording
     def event(self, type_: str, what: str, why: str | None = None, *, task: str | None = None,
@@ -215,7 +211,7 @@ class Engine:
 
         `backoff_delays` is looked up in this module when called, so a test can shorten the waits.
         """
-        return backoff_delays(float(self.limits.get("retry_max_s", 300)))
+        return backoff_delays(self.limits.retry_max_s)
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self, kind: str, question: str, *, options: list[str] | None = None, task: str | None = None,
@@ -302,7 +298,7 @@ class Engine:
         return bool(scheduler.pick(self.pending(), self.in_flight(), self.run, self._max_workers(), float("inf")))
 
     def _max_workers(self) -> int:
-        return int(self.limits.get("max_workers", 2))
+        return self.limits.max_workers
 
     # ------------------------------------------------------------------ the loop
     def _dispatch(self) -> None:

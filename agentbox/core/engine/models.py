@@ -9,10 +9,19 @@ checked where ids come from the command line (`check_id`).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
+from agentbox.core.config import (
+    GraphSettings,
+    GroupChatSettings,
+    HandoffSettings,
+    HierarchicalSettings,
+    Limits,
+    Mode,
+    SequentialSettings,
+)
 from agentbox.core.errors import UsageError
 from agentbox.core.tasks import TaskState, is_terminal
 
@@ -60,25 +69,63 @@ class Model(BaseModel):
     model_config = ConfigDict(use_attribute_docstrings=True, extra="ignore", validate_assignment=False)
 
 
+ModeSettings = SequentialSettings | HierarchicalSettings | GroupChatSettings | HandoffSettings | GraphSettings
+"""The settings of one orchestration mode (crew.yaml's section of that name)."""
+SETTINGS_BY_MODE: dict[str, type[ModeSettings]] = {
+    "sequential": SequentialSettings, "hierarchical": HierarchicalSettings, "group_chat": GroupChatSettings,
+    "handoff": HandoffSettings, "graph": GraphSettings,
+}
+S = TypeVar("S", bound=ModeSettings)
+
+
 class Contract(Model):
     """What the run is for and the rules it runs under (fixed at creation)."""
 
     goal: str
     """The goal given by the person."""
-    mode: str
+    mode: Mode
     """Orchestration mode."""
     scope: list[str] = Field(default_factory=list)
     """Paths the run is about (informational)."""
     success_criteria: list[str] = Field(default_factory=list)
     """How the person will judge the outcome."""
-    limits: dict[str, Any] = Field(default_factory=dict)
-    """Snapshot of crew.yaml's limits at creation."""
-    settings: dict[str, Any] = Field(default_factory=dict)
-    """Snapshot of the mode's settings at creation."""
+    limits: Limits = Field(default_factory=Limits)
+    """crew.yaml's limits at creation."""
+    settings: ModeSettings = Field(default_factory=HierarchicalSettings)
+    """The mode's settings at creation (the model of `mode`'s crew.yaml section)."""
     roles: dict[str, str] = Field(default_factory=dict)
     """Role → profile at creation."""
     graph: dict[str, Any] | None = None
     """Graph mode: the validated work graph (nodes and edges)."""
+    graph_file: str | None = None
+    """Graph mode: the path the work graph was read from."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _settings_of_mode(cls, data: Any) -> Any:
+        """Read `settings` as the model of the run's mode.
+
+        A run.json written before the settings were typed kept the graph's resolved path
+        in `settings.file`: it moves to `graph_file`.
+        """
+        if not isinstance(data, dict):
+            return data
+        model = SETTINGS_BY_MODE.get(data.get("mode"))  # type: ignore[arg-type]
+        settings = data.get("settings")
+        if model is None or isinstance(settings, model):
+            return data
+        fields = dict(settings) if isinstance(settings, dict) else {}
+        data = dict(data)
+        if model is GraphSettings and isinstance(fields.get("file"), str) and fields["file"].startswith("/"):
+            data.setdefault("graph_file", fields.pop("file"))
+        data["settings"] = model.model_validate(fields)
+        return data
+
+    def settings_as(self, kind: type[S]) -> S:
+        """The settings as the model `kind` of the run's mode."""
+        if not isinstance(self.settings, kind):
+            raise TypeError(f"a {self.mode} run has no {kind.__name__}")
+        return self.settings
 
 
 class Acceptance(Model):
@@ -252,7 +299,7 @@ class Run(Model):
     @property
     def token_budget(self) -> int | None:
         """The run's token budget now: crew.yaml's `tokens_total` plus what a person added; None is unlimited."""
-        total = (self.contract.limits.get("budget") or {}).get("tokens_total")
+        total = self.contract.limits.budget.tokens_total
         return None if total is None else int(total) + int(self.mode_state.get("budget_extra", 0))
 
     def run_budget_left(self) -> bool:
@@ -262,8 +309,8 @@ class Run(Model):
 
     def task_budget(self, task: Task) -> int | None:
         """The task's token budget (crew.yaml's `tokens_per_task` plus what a person added), None when unlimited."""
-        per_task = (self.contract.limits.get("budget") or {}).get("tokens_per_task")
-        return None if per_task is None else int(per_task) + task.budget_extra
+        per_task = self.contract.limits.budget.tokens_per_task
+        return None if per_task is None else per_task + task.budget_extra
 
     def open_checkpoints(self) -> list[Checkpoint]:
         """Checkpoints still waiting on the human, in the order they were opened."""

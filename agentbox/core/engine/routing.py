@@ -76,7 +76,7 @@ def fail(engine: Engine, job: Job, kind: FailureKind, message: str, files: tuple
         engine.escalate(job, fp, f"{job.kind} turn of {job.role} kept failing ({message[:300]})", original, data)
         return
     count = engine.run.retries.get(fp, 0)
-    max_retries = int(engine.limits.get("max_auto_retries", 2))
+    max_retries = engine.limits.max_auto_retries
     if count >= max_retries:
         engine.escalate(job, fp, f"the same failure happened {count + 1} times: {message[:300]}", original, data)
         return

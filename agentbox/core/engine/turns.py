@@ -55,7 +55,7 @@ async def run_turn(engine: Engine, job: Job) -> tuple[Job, InvokeResult]:
         job.pid_create_time = (record.running or {}).get("create_time")
         engine._dirty = True
 
-    timeout = float(engine.limits.get("task_timeout_s", 900))
+    timeout = engine.limits.task_timeout_s
     try:
         result = await invoke(agent, job.prompt, session if exists else None, timeout_s=timeout,
                               on_spawn=spawned, new_session_id=None if exists else session,

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbox.core import store
+from agentbox.core.config import GroupChatSettings
 from agentbox.core.engine import mode_prompts
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, Task
 from agentbox.core.engine.modes.base import ModeDriver
@@ -82,14 +83,14 @@ class GroupChatMode(ModeDriver):
     # ------------------------------------------------------------------ settings
     def _resolve(self) -> list[str]:
         """Fill the mode state from the settings snapshot; the problems that stop the chat."""
-        settings = self.engine.settings
+        settings = self.run.contract.settings_as(GroupChatSettings)
         roles = list(self.engine.crew.roles)
-        speakers = list(settings.get("speakers") or roles)
-        selection = str(settings.get("selection") or "round_robin")
-        lead = settings.get("lead")
+        speakers = list(settings.speakers or roles)
+        selection = settings.selection
+        lead = settings.lead
         if selection == "lead_selects" and not lead:
             lead = speakers[0]
-        done_role = settings.get("done_role") or (lead if selection == "lead_selects" else None)
+        done_role = settings.done_role or (lead if selection == "lead_selects" else None)
         problems = [f"unknown speaker {s!r} (roles: {', '.join(roles)})" for s in speakers if s not in roles]
         if selection == "lead_selects":
             if lead not in speakers:
@@ -97,7 +98,7 @@ class GroupChatMode(ModeDriver):
             if len(speakers) < 2:
                 problems.append("lead_selects needs at least one speaker besides the lead")
         self.state.update(speakers=speakers, selection=selection, lead=lead, done_role=done_role,
-                          max_rounds=int(settings.get("max_rounds") or 6), count=0, round=0, seen={},
+                          max_rounds=settings.max_rounds, count=0, round=0, seen={},
                           chat_outbox=[])
         return problems
 

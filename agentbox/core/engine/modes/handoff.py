@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentbox.core.config import HandoffSettings
 from agentbox.core.engine import mode_prompts
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Job, Task
 from agentbox.core.engine.modes.base import ModeDriver
@@ -41,14 +42,19 @@ class HandoffMode(ModeDriver):
     name = "handoff"
 
     @property
+    def settings(self) -> HandoffSettings:
+        """The run's handoff settings."""
+        return self.run.contract.settings_as(HandoffSettings)
+
+    @property
     def max_handoffs(self) -> int:
         """Most handoffs routed in this run."""
-        return int(self.engine.settings.get("max_handoffs") or 8)
+        return self.settings.max_handoffs
 
     @property
     def max_ping_pong(self) -> int:
         """Most consecutive handoffs between the same two roles before asking the human."""
-        return int(self.engine.settings.get("max_ping_pong") or 3)
+        return self.settings.max_ping_pong
 
     def reviewer_for(self, task: Task) -> str:
         """Handoffs have no tasks to review."""
@@ -61,7 +67,7 @@ class HandoffMode(ModeDriver):
     def start(self) -> None:
         """Give the goal to the start role."""
         roles = list(self.engine.crew.roles)
-        first = self.engine.settings.get("start") or roles[0]
+        first = self.settings.start or roles[0]
         if first not in roles:
             self.engine.finish("failed", f"handoff cannot start: unknown start role {first!r}")
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agentbox.core.config import HierarchicalSettings
 from agentbox.core.engine import prompts
 from agentbox.core.engine.models import Acceptance, Checkpoint, Job, Task
 from agentbox.core.engine.modes.base import ModeDriver
@@ -19,13 +20,18 @@ class HierarchicalMode(ModeDriver):
     name = "hierarchical"
 
     @property
+    def settings(self) -> HierarchicalSettings:
+        """The run's hierarchical settings."""
+        return self.run.contract.settings_as(HierarchicalSettings)
+
+    @property
     def lead(self) -> str:
         """The planning role."""
-        return str(self.engine.settings.get("lead") or "lead")
+        return self.settings.lead
 
     def reviewer_for(self, task: Task) -> str:
         """The reviewer role, else the lead."""
-        return str(self.engine.settings.get("reviewer") or self.lead)
+        return self.settings.reviewer or self.lead
 
     def _roles_for_planner(self) -> dict[str, str]:
         described = {}
@@ -77,7 +83,7 @@ class HierarchicalMode(ModeDriver):
             return
         self.engine.event("plan", f"plan of {len(plan.tasks)} task(s) accepted", plan.notes, role=job.role,
                           session=result.session_id, tokens=result.usage.total_tokens)
-        if self.engine.settings.get("plan_approval"):
+        if self.settings.plan_approval:
             self.state["phase"] = "plan_approval"
             self.state["proposed_plan"] = plan.model_dump()
             listing = "\n".join(f"- {t.id} → {t.assignee}: {t.brief}" for t in plan.tasks)

@@ -1,7 +1,7 @@
 """Sequential mode: a pipeline of roles, each given the goal and the results of the steps before it.
 
 Each step is a task of its role that depends on the step before. When the crew names a
-reviewer (`sequential.reviewer`, else the crew's `hierarchical.reviewer`), every step goes
+reviewer (`hierarchical.reviewer`), every step goes
 through the review gate like any task: a rejected step is reworked in its session before
 the next step starts. Without a reviewer the engine accepts a valid submission itself.
 A step is given the summaries and artifacts of the steps before it, never their prompts.
@@ -10,6 +10,7 @@ A step is given the summaries and artifacts of the steps before it, never their 
 from __future__ import annotations
 
 from agentbox.core import store
+from agentbox.core.config import SequentialSettings
 from agentbox.core.engine.models import Acceptance, Task, Verdict
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.tasks import TaskEvent, TaskState
@@ -27,8 +28,8 @@ class SequentialMode(ModeDriver):
     def start(self) -> None:
         """Create the pipeline's tasks, choose its reviewer once for the run, and start the first step."""
         crew = self.engine.crew
-        steps = list(self.engine.settings.get("steps") or crew.roles)
-        named = self.engine.settings.get("reviewer") or crew.hierarchical.reviewer
+        steps = list(self.run.contract.settings_as(SequentialSettings).steps or crew.roles)
+        named = crew.hierarchical.reviewer
         self.state["reviewer"] = named if named in crew.roles else None
         previous: str | None = None
         for index, role_name in enumerate(steps, start=1):
