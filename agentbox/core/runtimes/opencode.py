@@ -26,6 +26,21 @@ HEADLESS_CONFIG: dict[str, Any] = {"agent": {"title": {"disable": True}}}
 READ_ONLY_CONFIG = {"permission": {"edit": "deny", "bash": {"*": "allow"}}}
 
 
+def step_tokens(tokens: Any) -> dict[str, int]:
+    """The counters a step's `tokens` reports (input, output, reasoning, cache_read, cache_write)."""
+    if not isinstance(tokens, dict):
+        return {}
+    cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
+    found = {}
+    for key, value in (("input", tokens.get("input")), ("output", tokens.get("output")),
+                       ("reasoning", tokens.get("reasoning")), ("cache_read", cache.get("read")),
+                       ("cache_write", cache.get("write"))):
+        number = optional_int(value)
+        if number is not None:
+            found[key] = number
+    return found
+
+
 class OpencodeAdapter:
     """opencode. The profile's `dot-opencode/` is ~/.config/opencode; data, state and cache live in it too."""
 
@@ -97,15 +112,9 @@ class OpencodeAdapter:
             elif kind == "text":
                 step_texts.append(str(part.get("text") or ""))
             elif kind == "step_finish":
-                tokens = part.get("tokens") or {}
-                cache = tokens.get("cache") or {}
-                for key, value in (("input", tokens.get("input")), ("output", tokens.get("output")),
-                                   ("reasoning", tokens.get("reasoning")), ("cache_read", cache.get("read")),
-                                   ("cache_write", cache.get("write"))):
-                    number = optional_int(value)
-                    if number is not None:
-                        sums[key] = sums.get(key, 0) + number
-                        known.add(key)
+                for key, number in step_tokens(part.get("tokens")).items():
+                    sums[key] = sums.get(key, 0) + number
+                    known.add(key)
                 if isinstance(part.get("cost"), int | float):
                     cost += float(part["cost"])
                 if part.get("reason") != "tool-calls":

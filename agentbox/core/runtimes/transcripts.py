@@ -23,6 +23,7 @@ from typing import Any
 
 from agentbox.core import safe_io
 from agentbox.core.runtimes.base import Usage, optional_int
+from agentbox.core.runtimes.opencode import step_tokens
 
 MAX_TRANSCRIPT_BYTES = 32 << 20
 """Largest session file read back; a bigger one gives no turns."""
@@ -258,15 +259,10 @@ def _opencode(db: Path, native_id: str) -> list[TypedTurn]:
         elif message.get("role") == "assistant" and turns:
             if part.get("type") == "text":
                 turns[-1]["text"] = str(part.get("text") or "")
-            elif part.get("type") == "step-finish" and isinstance(part.get("tokens"), dict):
-                tokens, sums = part["tokens"], turns[-1]["tokens"]
-                cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
-                for key, value in (("input", tokens.get("input")), ("output", tokens.get("output")),
-                                   ("reasoning", tokens.get("reasoning")), ("cache_read", cache.get("read")),
-                                   ("cache_write", cache.get("write"))):
-                    number = optional_int(value)
-                    if number is not None:
-                        sums[key] = sums.get(key, 0) + number
+            elif part.get("type") == "step-finish":
+                sums = turns[-1]["tokens"]
+                for key, number in step_tokens(part.get("tokens")).items():
+                    sums[key] = sums.get(key, 0) + number
     return [TypedTurn(t["prompt"], t["text"], Usage(
         input_tokens=t["tokens"].get("input"), cached_input_tokens=t["tokens"].get("cache_read"),
         cache_write_tokens=t["tokens"].get("cache_write"), output_tokens=t["tokens"].get("output"),
