@@ -69,9 +69,15 @@ def detach(project: ProjectPaths, run_id: str) -> int:
 
 
 def send_command(project: ProjectPaths, run_id: str, command: dict[str, Any]) -> tuple[bool, str]:
-    """Apply a human command: through the running engine's inbox, or directly when none runs."""
+    """Apply a human command: through the running engine's inbox, or directly when none runs.
+
+    The command is checked against the engine's command models first: a malformed one is
+    a UsageError and never reaches the inbox.
+    """
+    from agentbox.core.engine import commands
     from agentbox.core.engine.engine import Engine
 
+    commands.parse(command)
     store = RunStore(project)
     run_id = store.resolve_id(run_id)
     with store.engine_lock(run_id) as mine:

@@ -1,13 +1,18 @@
 """Human commands applied to a run: answer, approve, rework, cancel, pause, resume.
 
-The same code applies a command whether it arrives through the running engine's inbox
-or is applied directly by the CLI when no engine holds the run (see run_store).
+A command is one of the typed models below (picked by its `action`), applied by the
+handler the `HANDLERS` table gives its type. The same code applies a command whether it
+arrives through the running engine's inbox or is applied directly by the CLI when no
+engine holds the run (see run_store).
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Verdict
@@ -17,23 +22,96 @@ from agentbox.core.tasks import TaskEvent, TaskState
 if TYPE_CHECKING:
     from agentbox.core.engine.engine import Engine
 
+
+class _Command(BaseModel):
+    """What every command carries: its inbox id, when it was posted, a note."""
+
+    model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
+
+    id: str | None = None
+    """Inbox id (a command is applied once per id)."""
+    at: float | None = None
+    """When it was posted."""
+    note: str | None = None
+    """The person's note."""
+
+
+class Answer(_Command):
+    """Answer an open checkpoint."""
+
+    action: Literal["answer"]
+    checkpoint: str | None = None
+    text: str | None = None
+
+
+class Approve(_Command):
+    """Approve a task (with the note as evidence)."""
+
+    action: Literal["approve"]
+    task: str | None = None
+
+
+class Rework(_Command):
+    """Send a task back to its worker with the note."""
+
+    action: Literal["rework"]
+    task: str | None = None
+
+
+class CancelTask(_Command):
+    """Cancel one task."""
+
+    action: Literal["cancel_task"]
+    task: str | None = None
+
+
+class CancelRun(_Command):
+    """Cancel the whole run."""
+
+    action: Literal["cancel_run"]
+
+
+class Pause(_Command):
+    """Start nothing new; running turns finish."""
+
+    action: Literal["pause"]
+
+
+class Resume(_Command):
+    """Undo a pause."""
+
+    action: Literal["resume"]
+
+
+Command = Annotated[Answer | Approve | Rework | CancelTask | CancelRun | Pause | Resume, Field(discriminator="action")]
+"""A human command, picked by its `action`."""
+_COMMAND: TypeAdapter[Command] = TypeAdapter(Command)
 ACTIONS = ("answer", "approve", "rework", "cancel_task", "cancel_run", "pause", "resume")
 
 
-def apply(engine: Engine, command: dict[str, Any]) -> str:
-    """Apply `command`; returns what happened or raises a UsageError subclass."""
+def parse(raw: dict[str, Any]) -> Command:
+    """`raw` (an inbox line, a face's request) as a typed command, or a UsageError saying what is wrong."""
     from agentbox.core.engine.run_store import command_problem
 
-    problem = command_problem(command)
+    problem = command_problem(raw)
     if problem:
         raise UsageError(f"malformed command: {problem}")
-    action = command.get("action")
-    if action not in ACTIONS:
-        raise UsageError(f"unknown command {action!r}")
+    if raw.get("action") not in ACTIONS:
+        raise UsageError(f"unknown command {raw.get('action')!r}")
+    try:
+        return _COMMAND.validate_python(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"][1:]) or "command"
+        raise UsageError(f"malformed command: {where}: {first['msg']}") from None
+
+
+def apply(engine: Engine, command: Command) -> str:
+    """Apply `command`; returns what happened or raises a UsageError subclass."""
     run = engine.run
-    if run.status in TERMINAL_RUN_STATES and action != "answer":
+    if run.status in TERMINAL_RUN_STATES and not isinstance(command, Answer):
         raise IllegalTransitionError(f"run {run.id} is {run.status}")
-    return globals()[f"_{action}"](engine, command)
+    return HANDLERS[type(command)](engine, command)
 
 
 def _task(engine: Engine, task_id: str | None) -> Any:
@@ -44,9 +122,9 @@ def _task(engine: Engine, task_id: str | None) -> Any:
     return task
 
 
-def _approve(engine: Engine, command: dict[str, Any]) -> str:
-    task = _task(engine, command.get("task"))
-    note = str(command.get("note") or "").strip()
+def _approve(engine: Engine, command: Approve) -> str:
+    task = _task(engine, command.task)
+    note = (command.note or "").strip()
     engine.transition(task, TaskEvent.APPROVE, f"approved by the human: {note}", evidence=note, human=True)
     task.verdicts.append(Verdict(verdict="approve", by="human", at=engine.clock(), evidence=[note], note=note))
     engine.drop_jobs(task.id)
@@ -56,9 +134,9 @@ def _approve(engine: Engine, command: dict[str, Any]) -> str:
     return f"task {task.id} approved"
 
 
-def _rework(engine: Engine, command: dict[str, Any]) -> str:
-    task = _task(engine, command.get("task"))
-    note = str(command.get("note") or "").strip()
+def _rework(engine: Engine, command: Rework) -> str:
+    task = _task(engine, command.task)
+    note = (command.note or "").strip()
     if not note:
         raise UsageError("rework needs a note saying what to fix")
     engine.transition(task, TaskEvent.REJECT, f"sent back by the human: {note}", human=True)
@@ -77,8 +155,8 @@ def _close_task_checkpoints(engine: Engine, task_id: str, why: str) -> None:
             cp.status, cp.answer, cp.answered_at = "answered", why, engine.clock()
 
 
-def _cancel_task(engine: Engine, command: dict[str, Any]) -> str:
-    task = _task(engine, command.get("task"))
+def _cancel_task(engine: Engine, command: CancelTask) -> str:
+    task = _task(engine, command.task)
     engine.transition(task, TaskEvent.CANCEL, "cancelled by the human", human=True)
     engine.drop_jobs(task.id)
     engine.abort_turns(task.id, "task cancelled by the human")
@@ -89,36 +167,36 @@ def _cancel_task(engine: Engine, command: dict[str, Any]) -> str:
     return f"task {task.id} cancelled"
 
 
-def _cancel_run(engine: Engine, command: dict[str, Any]) -> str:
+def _cancel_run(engine: Engine, command: CancelRun) -> str:
     for task in engine.run.tasks.values():
         if not task.is_terminal:
             engine.transition(task, TaskEvent.CANCEL, "run cancelled", human=True)
     engine.run.jobs = {k: j for k, j in engine.run.jobs.items() if j.started}
     for cp in engine.run.open_checkpoints():
         cp.status, cp.answer, cp.answered_at = "answered", "run cancelled", engine.clock()
-    engine.finish("cancelled", str(command.get("note") or "cancelled by the human"))
+    engine.finish("cancelled", command.note or "cancelled by the human")
     return f"run {engine.run.id} cancelled"
 
 
-def _pause(engine: Engine, command: dict[str, Any]) -> str:
+def _pause(engine: Engine, command: Pause) -> str:
     engine.run.paused = True
     return "run paused: running turns finish, nothing new starts"
 
 
-def _resume(engine: Engine, command: dict[str, Any]) -> str:
+def _resume(engine: Engine, command: Resume) -> str:
     engine.run.paused = False
     return "run resumed"
 
 
-def _answer(engine: Engine, command: dict[str, Any]) -> str:
-    cp_id = str(command.get("checkpoint") or "")
+def _answer(engine: Engine, command: Answer) -> str:
+    cp_id = command.checkpoint or ""
     cp = engine.run.checkpoints.get(cp_id)
     if cp is None:
         open_ids = ", ".join(c.id for c in engine.run.open_checkpoints()) or "(none open)"
         raise NotFoundError(f"no checkpoint {cp_id!r} in run {engine.run.id}", f"open checkpoints: {open_ids}")
     if cp.status != "open":
         raise IllegalTransitionError(f"checkpoint {cp.id} was already answered: {cp.answer!r}")
-    text = str(command.get("text") or "").strip()
+    text = (command.text or "").strip()
     if not text:
         raise UsageError("the answer is empty")
     word = text.split()[0].lower()
@@ -134,7 +212,7 @@ def _answer(engine: Engine, command: dict[str, Any]) -> str:
         return f"{cp.id}: cancelled"
     if cp.kind == "run_budget" and word in ("cancel", "stop"):
         cp.status, cp.answer, cp.answered_at = "answered", text, engine.clock()
-        return _cancel_run(engine, {"note": f"run budget spent; cancelled at {cp.id}"})
+        return _cancel_run(engine, CancelRun(action="cancel_run", note=f"run budget spent; cancelled at {cp.id}"))
     cp.status, cp.answer, cp.answered_at = "answered", text, engine.clock()
     engine.event("checkpoint.answered", f"{cp.id} ({cp.kind}) answered", text[:300], task=cp.task, role=cp.role, checkpoint=cp.id)
     if cp.kind == "retry_escalation":
@@ -196,4 +274,8 @@ def _number(text: str) -> int | None:
     return int(match.group(1).replace(",", "").replace("_", "")) if match else None
 
 
-__all__ = ["ACTIONS", "FailureKind", "apply"]
+HANDLERS: dict[type[BaseModel], Callable[[Engine, Any], str]] = {
+    Answer: _answer, Approve: _approve, Rework: _rework, CancelTask: _cancel_task, CancelRun: _cancel_run,
+    Pause: _pause, Resume: _resume,
+}
+"""The handler of each command type."""

@@ -229,18 +229,19 @@ class Engine:
 
     # ------------------------------------------------------------------ commands
     def apply_command(self, command: dict[str, Any]) -> tuple[bool, str]:
-        """Apply one human command (from the inbox or directly); refuses illegal ones."""
+        """Apply one human command (from the inbox or directly); refuses illegal or malformed ones."""
         from agentbox.core.engine import commands
 
         if command.get("id") in self.run.applied_commands:
             return True, "already applied"
         try:
-            message = commands.apply(self, command)
+            message = commands.apply(self, commands.parse(command))
             ok = True
         except (IllegalTransitionError, NotFoundError, UsageError) as exc:
             ok, message = False, exc.message
         if command.get("id"):
             self.run.applied_commands.append(str(command["id"]))
+
         def text(key: str) -> str | None:
             value = command.get(key)
             return value if isinstance(value, str) else None
