@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -170,12 +170,15 @@ def create(project: ProjectPaths, goal: str = "build the thing", mode: str | Non
     return runs.create_run(project, goal, mode, graph).id
 
 
-async def drive(project: ProjectPaths, run_id: str, human: Human | None = None, timeout: float = 60) -> Run:
+async def drive(project: ProjectPaths, run_id: str, human: Human | None = None, timeout: float = 60,
+                backoff: Sequence[float] | None = None) -> Run:
     """Run the engine in this event loop until the run ends; `human` plays the person meanwhile.
 
     A failing `human` (an assertion about the run) stops the engine and is raised at once.
+    `backoff`: the waits before the environment retries (default: the engine's own).
     """
-    engine = Engine.open(project, run_id)
+    options: dict[str, Any] = {} if backoff is None else {"backoff": lambda _cap: list(backoff)}
+    engine = Engine.open(project, run_id, **options)
     flight = asyncio.ensure_future(engine.execute())
     helper = asyncio.ensure_future(human(engine)) if human is not None else None
     try:

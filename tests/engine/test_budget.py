@@ -10,6 +10,7 @@ import pytest
 
 from agentbox.core import runs
 from agentbox.core.config import Budget, Limits
+from agentbox.core.engine import budgets
 from agentbox.core.engine.engine import BUDGET_PAUSE_RATIO, Engine
 from agentbox.core.engine.models import Job, Task
 from agentbox.core.engine.run_store import RunStore
@@ -41,6 +42,11 @@ def engine_for(project: Path, *, per_task: int | None = 100, total: int | None =
     return Engine(paths, run)
 
 
+def account(engine: Engine, job: Job, finished: InvokeResult) -> None:
+    """Record what a finished turn of `job` cost, as the engine does when a turn ends."""
+    engine.ledger.account(engine.run.tasks.get(job.task or ""), finished.usage)
+
+
 def result(usage: Usage, ok: bool = True) -> InvokeResult:
     return InvokeResult(status="ok" if ok else "error", session_id="s", usage=usage,
                         error_kind=None if ok else "timeout")
@@ -56,8 +62,8 @@ def test_usage_is_added_to_the_task_and_the_run(project: Path) -> None:
     engine = engine_for(project)
     task = add_task(engine)
     job = Job(id="j", kind="work", role="builder", task="t1")
-    engine._account(job, result(Usage(input_tokens=100, cached_input_tokens=30, output_tokens=20, cost_usd=0.5)))
-    engine._account(job, result(Usage(input_tokens=10, output_tokens=5, cost_usd=0.25)))
+    account(engine, job, result(Usage(input_tokens=100, cached_input_tokens=30, output_tokens=20, cost_usd=0.5)))
+    account(engine, job, result(Usage(input_tokens=10, output_tokens=5, cost_usd=0.25)))
     totals = engine.run.totals
     assert (totals.tokens, totals.input_tokens, totals.cached_input_tokens, totals.output_tokens) == (165, 110, 30, 25)
     assert totals.cost_usd == pytest.approx(0.75)
@@ -69,19 +75,19 @@ def test_unknown_usage_is_counted_as_unknown_not_zero(project: Path) -> None:
     engine = engine_for(project)
     task = add_task(engine)
     job = Job(id="j", kind="work", role="builder", task="t1")
-    engine._account(job, result(Usage()))
-    engine._account(job, result(Usage(), ok=False))
+    account(engine, job, result(Usage()))
+    account(engine, job, result(Usage(), ok=False))
     totals = engine.run.totals
     assert (totals.tokens, totals.turns, totals.unknown_usage_turns) == (0, 2, 2)
     assert totals.cost_usd is None
     assert (task.tokens, task.unknown_usage_turns, task.cost_usd) == (0, 2, None)
-    engine._account(job, result(Usage(output_tokens=7)))
+    account(engine, job, result(Usage(output_tokens=7)))
     assert (totals.tokens, totals.unknown_usage_turns, task.tokens, task.unknown_usage_turns) == (7, 2, 7, 2)
 
 
 def test_turns_without_a_task_count_for_the_run_only(project: Path) -> None:
     engine = engine_for(project)
-    engine._account(Job(id="p", kind="plan", role="lead"), result(Usage(input_tokens=50, output_tokens=50)))
+    account(engine, Job(id="p", kind="plan", role="lead"), result(Usage(input_tokens=50, output_tokens=50)))
     assert engine.run.totals.tokens == 100 and engine.run.tasks == {}
 
 
@@ -94,13 +100,13 @@ def test_task_pauses_over_120_percent_of_its_budget(project: Path, tokens: int, 
     task = add_task(engine, tokens=tokens, budget_extra=extra)
     assert BUDGET_PAUSE_RATIO == 1.2
     assert engine.run.task_budget(task) == 100 + extra
-    assert engine._over_budget(task) is over
+    assert budgets.over_budget(engine.run, task) is over
 
 
 def test_no_task_budget_never_pauses(project: Path) -> None:
     engine = engine_for(project, per_task=None)
     task = add_task(engine, tokens=10**9)
-    assert engine.run.task_budget(task) is None and not engine._over_budget(task)
+    assert engine.run.task_budget(task) is None and not budgets.over_budget(engine.run, task)
 
 
 @pytest.mark.parametrize(("spent", "extra", "left"), [
@@ -122,7 +128,7 @@ def test_unlimited_run_budget(project: Path) -> None:
 def test_dispatch_pauses_an_over_budget_task_instead_of_starting_its_work(project: Path) -> None:
     engine = engine_for(project, per_task=100)
     task = add_task(engine, state="rework", tokens=130)
-    engine.enqueue("work", "builder", "do it again", task="t1")
+    engine.ledger.enqueue("work", "builder", "do it again", task="t1")
     engine._dispatch()
     assert task.state == "paused_for_budget"
     assert engine.pending() == [] and engine.in_flight() == []
@@ -134,7 +140,7 @@ def test_dispatch_pauses_an_over_budget_task_instead_of_starting_its_work(projec
 def test_dispatch_stops_when_the_run_budget_is_spent(project: Path) -> None:
     engine = engine_for(project, total=1000)
     add_task(engine)
-    job = engine.enqueue("work", "builder", "go", task="t1")
+    job = engine.ledger.enqueue("work", "builder", "go", task="t1")
     engine.run.totals.tokens = 1000
     engine._dispatch()
     assert not job.started and engine.run.tasks["t1"].state == "queued"
@@ -143,7 +149,7 @@ def test_dispatch_stops_when_the_run_budget_is_spent(project: Path) -> None:
 def test_run_budget_spent_while_turns_run_keeps_running_then_breaks_the_circuit(project: Path) -> None:
     engine = engine_for(project, total=1000)
     add_task(engine, state="executing")
-    job = engine.enqueue("work", "builder", "go", task="t1")
+    job = engine.ledger.enqueue("work", "builder", "go", task="t1")
     job.started = 1.0
     engine.run.status = "running"
     engine.run.totals.tokens = 1200
@@ -177,14 +183,14 @@ def test_answering_continue_gives_the_task_room_for_another_budget(project: Path
     """'continue' lets the task spend one more budget from what it used, so it is not paused again at once."""
     engine = engine_for(project, per_task=100)
     task = add_task(engine, state="rework", tokens=130)
-    engine.enqueue("work", "builder", "again", task="t1")
+    engine.ledger.enqueue("work", "builder", "again", task="t1")
     engine._dispatch()
     cp = engine.run.open_checkpoints()[0]
     ok, message = engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": answer})
     assert ok, message
     assert task.state == "queued"
     assert engine.run.task_budget(task) == budget_after
-    assert not engine._over_budget(task)
+    assert not budgets.over_budget(engine.run, task)
 
 
 def test_review_of_submitted_work_still_runs_when_the_task_is_over_budget(project: Path,
@@ -192,7 +198,7 @@ def test_review_of_submitted_work_still_runs_when_the_task_is_over_budget(projec
     """The tokens are spent already: pausing before the review would only make the worker redo it."""
     engine = engine_for(project, per_task=100)
     task = add_task(engine, state="submitted", tokens=500)
-    review = engine.enqueue("review", "reviewer", "review it", task="t1")
+    review = engine.ledger.enqueue("review", "reviewer", "review it", task="t1")
     started: list[Job] = []
     monkeypatch.setattr(engine, "_start", started.append)
     engine._dispatch()

@@ -43,7 +43,7 @@ def test_run_ids_sort_by_time_and_read_well() -> None:
 def test_save_moves_the_outbox_into_the_log(paths: ProjectPaths) -> None:
     engine = fresh_engine(paths)
     for n in range(3):
-        engine.event("note", f"event {n}")
+        engine.ledger.event("note", f"event {n}")
     assert len(engine.run.outbox) == 3
     engine.save()
     assert engine.run.outbox == []
@@ -53,7 +53,7 @@ def test_save_moves_the_outbox_into_the_log(paths: ProjectPaths) -> None:
 def test_flush_is_idempotent_by_seq(paths: ProjectPaths) -> None:
     engine = fresh_engine(paths)
     rs = RunStore(paths)
-    records = [engine.event("note", f"event {n}") for n in range(4)]
+    records = [engine.ledger.event("note", f"event {n}") for n in range(4)]
     engine.save()
     engine.run.outbox = list(records)
     rs.flush_outbox(engine.run)
@@ -65,9 +65,9 @@ def test_a_crash_between_the_state_write_and_the_append_loses_nothing(paths: Pro
     """run.json holds the outbox; only part of it reached the log; resume appends the rest once."""
     engine = fresh_engine(paths)
     rs = RunStore(paths)
-    engine.event("note", "before")
+    engine.ledger.event("note", "before")
     engine.save()
-    pending = [engine.event("note", f"pending {n}") for n in range(3)]
+    pending = [engine.ledger.event("note", f"pending {n}") for n in range(3)]
     state_path = rs.dir(engine.run.id) / RUN_FILE
     store.atomic_write_bytes(state_path, engine.run.model_dump_json().encode())
     store.append_jsonl(rs.events_path(engine.run.id), pending[0])
@@ -83,11 +83,11 @@ def test_a_crash_between_the_state_write_and_the_append_loses_nothing(paths: Pro
 def test_a_crash_before_the_state_write_rolls_the_events_back_too(paths: ProjectPaths) -> None:
     """Events of a state never saved never reach the log, and their seqs are reused: no gap."""
     engine = fresh_engine(paths)
-    engine.event("note", "saved")
+    engine.ledger.event("note", "saved")
     engine.save()
-    engine.event("note", "lost with its state")
+    engine.ledger.event("note", "lost with its state")
     resumed = Engine.open(paths, engine.run.id)
-    resumed.event("note", "after the restart")
+    resumed.ledger.event("note", "after the restart")
     resumed.save()
     log = RunStore(paths).events(engine.run.id)[0]
     assert [(e["seq"], e["what"]) for e in log] == [(1, "saved"), (2, "after the restart")]
@@ -95,11 +95,11 @@ def test_a_crash_before_the_state_write_rolls_the_events_back_too(paths: Project
 
 def test_a_torn_last_line_is_terminated_before_appending(paths: ProjectPaths) -> None:
     engine = fresh_engine(paths)
-    engine.event("note", "one")
+    engine.ledger.event("note", "one")
     engine.save()
     with RunStore(paths).events_path(engine.run.id).open("ab") as handle:
         handle.write(b'{"seq": 2, "type": "no')
-    engine.event("note", "two")
+    engine.ledger.event("note", "two")
     engine.save()
     log = RunStore(paths).events(engine.run.id)[0]
     assert [(e["seq"], e["what"]) for e in log] == [(1, "one"), (2, "two")]

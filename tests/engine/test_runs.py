@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from agentbox.core import runs
-from agentbox.core.engine import engine as engine_mod
 from agentbox.core.engine.engine import Engine
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.paths import ProjectPaths
@@ -41,11 +40,9 @@ pytestmark = pytest.mark.bwrap
 
 
 @pytest.fixture
-def short_backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Environment retries wait 0.2 s, 0.4 s, 0.8 s instead of 1 s, 4 s, 16 s."""
-    delays = [0.2, 0.4, 0.8]
-    monkeypatch.setattr(engine_mod, "backoff_delays", lambda *a, **k: list(delays))
-    return delays
+def short_backoff() -> list[float]:
+    """Environment retries wait 0.2 s, 0.4 s, 0.8 s instead of 1 s, 4 s, 16 s (pass them to `drive`)."""
+    return [0.2, 0.4, 0.8]
 
 
 def approvals(log: list[dict], task_id: str) -> int:
@@ -146,7 +143,7 @@ async def test_retry_then_escalation_after_max_auto_retries(project: Path) -> No
 async def test_environment_failure_is_retried_with_backoff(project: Path, short_backoff: list[float]) -> None:
     paths = setup_crew(project, worker=[work_rule(task_id="t1", times=1, fail="crash", rule_id="crash-once")])
     run_id = create(paths)
-    run = await drive(paths, run_id)
+    run = await drive(paths, run_id, backoff=short_backoff)
     assert run.status == "done"
     log = assert_log_consistent(paths, run_id)
     (failure,) = of_type(log, "failure", "t1")
@@ -165,7 +162,7 @@ async def test_environment_failure_is_retried_with_backoff(project: Path, short_
 async def test_environment_failure_escalates_when_retries_run_out(project: Path, short_backoff: list[float]) -> None:
     paths = setup_crew(project, worker=[work_rule(task_id="t1", fail="crash", rule_id="always-crash")])
     run_id = create(paths)
-    run = await drive(paths, run_id, answering(("retry_escalation", "cancel")))
+    run = await drive(paths, run_id, answering(("retry_escalation", "cancel")), backoff=short_backoff)
     assert run.status == "done"
     log = assert_log_consistent(paths, run_id)
     assert len(of_type(log, "failure", "t1")) == 4
@@ -180,7 +177,7 @@ async def test_hung_agent_is_killed_at_the_task_timeout(project: Path, short_bac
                        limits={"task_timeout_s": 1.5})
     run_id = create(paths)
     started = time.monotonic()
-    run = await drive(paths, run_id)
+    run = await drive(paths, run_id, backoff=short_backoff)
     assert run.status == "done"
     assert time.monotonic() - started < 15
     log = assert_log_consistent(paths, run_id)
@@ -419,7 +416,7 @@ async def test_a_sandbox_that_cannot_be_built_is_an_environment_failure_not_a_cr
     monkeypatch.setattr(sandbox, "require_bwrap", missing)
     paths = setup_crew(project)
     run_id = create(paths)
-    run = await drive(paths, run_id, answering(("retry_escalation", "cancel")))
+    run = await drive(paths, run_id, answering(("retry_escalation", "cancel")), backoff=short_backoff)
     assert run.status == "failed"
     log = assert_log_consistent(paths, run_id)
     failures = of_type(log, "failure")

@@ -19,7 +19,6 @@ import pytest
 
 from agentbox.core import project as project_mod
 from agentbox.core.demo import DEMO_GOAL
-from agentbox.core.engine import engine as engine_module
 from agentbox.core.engine.engine import Engine
 from agentbox.core.engine.models import Contract, Job, Run
 from agentbox.core.engine.run_store import RunStore
@@ -103,7 +102,7 @@ class RunBuilder:
         self.project = project
         self.clock = Clock()
         ids = (uuid.UUID(f"{n:02x}{n:02x}{n:02x}{n:02x}-a6e1-4b0c-8000-{n:012x}") for n in range(1, 256))
-        monkeypatch.setattr(engine_module.uuid, "uuid4", lambda: next(ids))
+        monkeypatch.setattr(uuid, "uuid4", lambda: next(ids))
         monkeypatch.setattr("agentbox.core.sessions.now", self.clock)
         self.sessions = SessionStore(project.sessions_dir)
         crew = project_mod.load_checked_crew(project)
@@ -191,7 +190,7 @@ def build_run(project: ProjectPaths, stage: str) -> Run:
 
 
 def _build(b: RunBuilder, stage: str) -> Run:
-    b.engine.event("engine.started", "engine pid 4242 took the run", None)
+    b.engine.ledger.event("engine.started", "engine pid 4242 took the run", None)
     b.run.mode_state["started"] = True
     b.engine.mode.start()
     b.settle()

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from agentbox.core.engine.failures import FailureKind
-from agentbox.core.engine.models import TERMINAL_RUN_STATES, Verdict
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Run, Task, Verdict
 from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
 from agentbox.core.tasks import TaskEvent, TaskState
 
@@ -125,9 +126,9 @@ def _task(engine: Engine, task_id: str | None) -> Any:
 def _approve(engine: Engine, command: Approve) -> str:
     task = _task(engine, command.task)
     note = (command.note or "").strip()
-    engine.transition(task, TaskEvent.APPROVE, f"approved by the human: {note}", evidence=note, human=True)
-    task.verdicts.append(Verdict(verdict="approve", by="human", at=engine.clock(), evidence=[note], note=note))
-    engine.drop_jobs(task.id)
+    engine.ledger.transition(task, TaskEvent.APPROVE, f"approved by the human: {note}", evidence=note, human=True)
+    engine.ledger.add_verdict(task, Verdict(verdict="approve", by="human", at=engine.clock(), evidence=[note], note=note))
+    engine.ledger.drop_jobs(task.id)
     engine.abort_turns(task.id, "approved by the human")
     _close_task_checkpoints(engine, task.id, "approved by the human")
     engine.mode.on_task_approved(task)
@@ -139,10 +140,10 @@ def _rework(engine: Engine, command: Rework) -> str:
     note = (command.note or "").strip()
     if not note:
         raise UsageError("rework needs a note saying what to fix")
-    engine.transition(task, TaskEvent.REJECT, f"sent back by the human: {note}", human=True)
-    task.verdicts.append(Verdict(verdict="reject", by="human", at=engine.clock(), note=note,
+    engine.ledger.transition(task, TaskEvent.REJECT, f"sent back by the human: {note}", human=True)
+    engine.ledger.add_verdict(task, Verdict(verdict="reject", by="human", at=engine.clock(), note=note,
                                  blocking_issues=[{"id": "human", "acceptance_id": None, "severity": "blocker", "detail": note}]))
-    engine.drop_jobs(task.id)
+    engine.ledger.drop_jobs(task.id)
     engine.abort_turns(task.id, "sent back by the human")
     _close_task_checkpoints(engine, task.id, "sent back by the human")
     engine.mode.requeue(task)
@@ -152,17 +153,17 @@ def _rework(engine: Engine, command: Rework) -> str:
 def _close_task_checkpoints(engine: Engine, task_id: str, why: str) -> None:
     for cp in engine.run.open_checkpoints():
         if cp.task == task_id and cp.kind in ("retry_escalation",):
-            cp.status, cp.answer, cp.answered_at = "answered", why, engine.clock()
+            engine.ledger.close_checkpoint(cp, why)
 
 
 def _cancel_task(engine: Engine, command: CancelTask) -> str:
     task = _task(engine, command.task)
-    engine.transition(task, TaskEvent.CANCEL, "cancelled by the human", human=True)
-    engine.drop_jobs(task.id)
+    engine.ledger.transition(task, TaskEvent.CANCEL, "cancelled by the human", human=True)
+    engine.ledger.drop_jobs(task.id)
     engine.abort_turns(task.id, "task cancelled by the human")
     for cp in engine.run.open_checkpoints():
         if cp.task == task.id:
-            cp.status, cp.answer, cp.answered_at = "answered", "task cancelled", engine.clock()
+            engine.ledger.close_checkpoint(cp, "task cancelled")
     engine.mode.on_task_cancelled(task)
     return f"task {task.id} cancelled"
 
@@ -170,22 +171,101 @@ def _cancel_task(engine: Engine, command: CancelTask) -> str:
 def _cancel_run(engine: Engine, command: CancelRun) -> str:
     for task in engine.run.tasks.values():
         if not task.is_terminal:
-            engine.transition(task, TaskEvent.CANCEL, "run cancelled", human=True)
-    engine.run.jobs = {k: j for k, j in engine.run.jobs.items() if j.started}
+            engine.ledger.transition(task, TaskEvent.CANCEL, "run cancelled", human=True)
+    engine.ledger.drop_pending()
     for cp in engine.run.open_checkpoints():
-        cp.status, cp.answer, cp.answered_at = "answered", "run cancelled", engine.clock()
-    engine.finish("cancelled", command.note or "cancelled by the human")
+        engine.ledger.close_checkpoint(cp, "run cancelled")
+    engine.ledger.finish("cancelled", command.note or "cancelled by the human")
     return f"run {engine.run.id} cancelled"
 
 
 def _pause(engine: Engine, command: Pause) -> str:
-    engine.run.paused = True
+    engine.ledger.set_paused(True)
     return "run paused: running turns finish, nothing new starts"
 
 
 def _resume(engine: Engine, command: Resume) -> str:
-    engine.run.paused = False
+    engine.ledger.set_paused(False)
     return "run resumed"
+
+
+@dataclass(frozen=True)
+class CancelTaskAt:
+    """Decision: the human cancelled the checkpoint's task."""
+
+
+@dataclass(frozen=True)
+class CancelRunAt:
+    """Decision: the human ended the run at its budget checkpoint."""
+
+
+@dataclass(frozen=True)
+class RetryEscalated:
+    """Decision: retry what was escalated; `how` says what the task's state allows."""
+
+    fingerprint: str | None
+    note: str | None
+    how: Literal["unblock", "rework", "rerun", "none"]
+
+
+@dataclass(frozen=True)
+class RaiseTaskBudget:
+    """Decision: add `tokens` to the paused task's budget and resume it (0 tokens: nothing to resume)."""
+
+    tokens: int
+
+
+@dataclass(frozen=True)
+class RaiseRunBudget:
+    """Decision: add `tokens` to the run's budget."""
+
+    tokens: int
+
+
+@dataclass(frozen=True)
+class PassAnswer:
+    """Decision: give the human's answer to the task's worker (unblocking the task first if needed)."""
+
+    note: str
+    unblock: bool
+
+
+@dataclass(frozen=True)
+class ModeAnswer:
+    """Decision: the mode's own checkpoint (plan approval, ping-pong): the mode reads the answer."""
+
+
+AnswerDecision = CancelTaskAt | CancelRunAt | RetryEscalated | RaiseTaskBudget | RaiseRunBudget | PassAnswer | ModeAnswer
+
+
+def decide_answer(run: Run, cp: Checkpoint, text: str) -> AnswerDecision:
+    """What the human's non-empty answer `text` to the open checkpoint `cp` decides."""
+    word = text.split()[0].lower()
+    task = run.tasks.get(cp.task or "")
+    if cp.kind in ("retry_escalation", "budget") and word == "cancel":
+        return CancelTaskAt()
+    if cp.kind == "run_budget" and word in ("cancel", "stop"):
+        return CancelRunAt()
+    if cp.kind == "retry_escalation":
+        fp = cp.data.get("fingerprint")
+        note = None if word == "retry" and len(text.split()) == 1 else text
+        how: Literal["unblock", "rework", "rerun", "none"] = "none"
+        if task is not None and task.state == TaskState.BLOCKED:
+            how = "unblock"
+        elif task is not None and task.state == TaskState.REVIEWING and _rejected_for(task, fp):
+            how = "rework"
+        elif task is None or task.state == TaskState.REVIEWING:
+            how = "rerun"
+        return RetryEscalated(fp, note, how)
+    if cp.kind == "budget":
+        if task is not None and task.state == TaskState.PAUSED_FOR_BUDGET:
+            return RaiseTaskBudget(_number(text) or _one_more_budget(run, task))
+        return RaiseTaskBudget(0)
+    if cp.kind == "run_budget":
+        return RaiseRunBudget(_number(text) or run.contract.limits.budget.tokens_total or 0)
+    if cp.kind == "question" and task is not None:
+        return PassAnswer(f"You asked: {cp.question}\nThe human answered: {text}", task.state == TaskState.BLOCKED)
+    return ModeAnswer()
 
 
 def _answer(engine: Engine, command: Answer) -> str:
@@ -199,72 +279,65 @@ def _answer(engine: Engine, command: Answer) -> str:
     text = (command.text or "").strip()
     if not text:
         raise UsageError("the answer is empty")
-    word = text.split()[0].lower()
+    decision = decide_answer(engine.run, cp, text)
+    ledger = engine.ledger
     task = engine.run.tasks.get(cp.task or "")
-    if cp.kind in ("retry_escalation", "budget") and word == "cancel":
-        cp.status, cp.answer, cp.answered_at = "answered", text, engine.clock()
-        engine.event("checkpoint.answered", f"{cp.id} ({cp.kind}) answered", text[:300], task=cp.task, role=cp.role,
-                     checkpoint=cp.id)
+    ledger.close_checkpoint(cp, text)
+    if isinstance(decision, CancelRunAt):
+        return _cancel_run(engine, CancelRun(action="cancel_run", note=f"run budget spent; cancelled at {cp.id}"))
+    ledger.event("checkpoint.answered", f"{cp.id} ({cp.kind}) answered", text[:300], task=cp.task, role=cp.role,
+                 checkpoint=cp.id)
+    if isinstance(decision, CancelTaskAt):
         if task is not None and not task.is_terminal:
-            engine.transition(task, TaskEvent.CANCEL, f"cancelled by the human at {cp.id}", human=True)
-            engine.drop_jobs(task.id)
+            ledger.transition(task, TaskEvent.CANCEL, f"cancelled by the human at {cp.id}", human=True)
+            ledger.drop_jobs(task.id)
             engine.mode.on_task_cancelled(task)
         return f"{cp.id}: cancelled"
-    if cp.kind == "run_budget" and word in ("cancel", "stop"):
-        cp.status, cp.answer, cp.answered_at = "answered", text, engine.clock()
-        return _cancel_run(engine, CancelRun(action="cancel_run", note=f"run budget spent; cancelled at {cp.id}"))
-    cp.status, cp.answer, cp.answered_at = "answered", text, engine.clock()
-    engine.event("checkpoint.answered", f"{cp.id} ({cp.kind}) answered", text[:300], task=cp.task, role=cp.role, checkpoint=cp.id)
-    if cp.kind == "retry_escalation":
-        fp = cp.data.get("fingerprint")
-        if fp:
-            engine.run.retries[fp] = 0
-        spec = cp.data.get("job") or {}
-        note = None if word == "retry" and len(text.split()) == 1 else text
-        if task is not None and task.state == TaskState.BLOCKED:
-            engine.transition(task, TaskEvent.UNBLOCK, f"human said retry at {cp.id}", human=True)
-            task.note = note
+    if isinstance(decision, RetryEscalated):
+        if decision.fingerprint:
+            ledger.reset_retries(decision.fingerprint)
+        if task is not None and decision.how in ("unblock", "rework"):
+            if decision.how == "unblock":
+                ledger.transition(task, TaskEvent.UNBLOCK, f"human said retry at {cp.id}", human=True)
+            else:
+                ledger.transition(task, TaskEvent.REJECT, f"human said retry at {cp.id}: rework with the verdict",
+                                  human=True)
+            ledger.leave_note(task, decision.note)
             engine.mode.requeue(task)
-        elif task is not None and task.state == TaskState.REVIEWING and _rejected_for(task, fp):
-            engine.transition(task, TaskEvent.REJECT, f"human said retry at {cp.id}: rework with the verdict",
-                              human=True)
-            task.note = note
-            engine.mode.requeue(task)
-        elif task is None or task.state == TaskState.REVIEWING:
-            prompt = spec.get("prompt", "") + (f"\n\nNote from the human: {note}" if note else "")
-            engine.enqueue(spec.get("kind", "work"), spec.get("role", ""), prompt, task=spec.get("task"),
+        elif decision.how == "rerun":
+            spec = cp.data.get("job") or {}
+            prompt = spec.get("prompt", "") + (f"\n\nNote from the human: {decision.note}" if decision.note else "")
+            ledger.enqueue(spec.get("kind", "work"), spec.get("role", ""), prompt, task=spec.get("task"),
                            session_id=spec.get("session_id"), **(spec.get("data") or {}))
         return f"{cp.id}: retrying"
-    if cp.kind == "budget":
-        if task is not None and task.state == TaskState.PAUSED_FOR_BUDGET:
-            extra = _number(text) or _one_more_budget(engine, task)
-            task.budget_extra += int(extra)
-            engine.transition(task, TaskEvent.RESUME, f"budget raised by {extra} at {cp.id}", human=True)
+    if isinstance(decision, RaiseTaskBudget):
+        if task is not None and decision.tokens:
+            ledger.raise_task_budget(task, decision.tokens)
+            ledger.transition(task, TaskEvent.RESUME, f"budget raised by {decision.tokens} at {cp.id}", human=True)
             engine.mode.requeue(task)
         return f"{cp.id}: task budget raised"
-    if cp.kind == "run_budget":
-        extra = _number(text) or engine.limits.budget.tokens_total or 0
-        engine.run.mode_state["budget_extra"] = int(engine.run.mode_state.get("budget_extra", 0)) + int(extra)
-        return f"{cp.id}: run budget raised by {extra}"
-    if cp.kind == "question" and task is not None:
-        if task.state == TaskState.BLOCKED:
-            engine.transition(task, TaskEvent.UNBLOCK, f"the human answered {cp.id}", human=True)
-        task.note = f"You asked: {cp.question}\nThe human answered: {text}"
+    if isinstance(decision, RaiseRunBudget):
+        ledger.raise_run_budget(decision.tokens)
+        return f"{cp.id}: run budget raised by {decision.tokens}"
+    if isinstance(decision, PassAnswer) and task is not None:
+        if decision.unblock:
+            ledger.transition(task, TaskEvent.UNBLOCK, f"the human answered {cp.id}", human=True)
+        ledger.leave_note(task, decision.note)
         engine.mode.requeue(task)
         return f"{cp.id}: answer passed to {task.assignee}"
     engine.mode.on_answer(cp, text)
     return f"{cp.id}: answered"
 
 
-def _rejected_for(task: Any, fp: str | None) -> bool:
+def _rejected_for(task: Task, fp: str | None) -> bool:
     """True when the task's latest failure is the review rejection escalated as `fp` (the worker must fix it)."""
     last = task.failures[-1] if task.failures else None
     return last is not None and last.fingerprint == fp and last.kind == FailureKind.IMPLEMENTATION_DEFECT
 
 
-def _one_more_budget(engine: Engine, task: Any) -> int:
+def _one_more_budget(run: Run, task: Task) -> int:
     """Tokens to add so the task may spend one more budget from where it is now (never less than one budget)."""
-    budget = engine.run.task_budget(task) or 0
+    budget = run.task_budget(task) or 0
     base = budget - task.budget_extra
     return max(budget, task.tokens + base - budget)
 

@@ -109,11 +109,6 @@ def synthesis_prompt(run: Run) -> str:
     ])
 
 
-def answer_prompt(question: str, answer: str) -> str:
-    """Hand a human's answer back to the agent that asked."""
-    return f"[agentbox:answer]\n\nYou asked: {question}\n\nThe human answered: {answer}\n\nContinue the task."
-
-
 def interrupted_prompt(original: str) -> str:
     """Re-send a turn that was interrupted by an engine crash."""
     return f"[agentbox:resume]\n\nYour previous turn was interrupted before it finished. Here is the request again.\n\n{original}"

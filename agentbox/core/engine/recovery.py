@@ -2,39 +2,58 @@
 
 The saved state names every running turn's session before its process starts, so a new
 engine can kill what is left of those turns and resume each one in its own session.
-`recover` is bound as `Engine.recover`.
+`interrupted_turns` decides, `recover` carries the decisions out on the ledger.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from agentbox.core.engine.models import Job
+from agentbox.core.engine.ledger import RunLedger
+from agentbox.core.engine.models import Job, Run
 from agentbox.core.engine.prompts import interrupted_prompt
+from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import NotFoundError
 from agentbox.core.sessions import SessionStore
 from agentbox.core.tasks import TaskEvent, TaskState
 
-if TYPE_CHECKING:
-    from agentbox.core.engine.engine import Engine
+
+@dataclass(frozen=True)
+class ResumeTurn:
+    """Decision: a turn the crash interrupted is resumed in its session with `prompt`."""
+
+    job_id: str
+    prompt: str
+    requeue_task: bool
+    """Its task was executing: it goes back to the queue until the turn starts again."""
 
 
-def recover(engine: Engine) -> None:
+def interrupted_turns(run: Run) -> list[ResumeTurn]:
+    """What to do with each turn that was running when the previous engine died."""
+    decisions = []
+    for job in run.running_jobs():
+        task = run.tasks.get(job.task or "")
+        decisions.append(ResumeTurn(job.id, interrupted_prompt(job.data.get("original_prompt", job.prompt)),
+                                    task is not None and task.state == TaskState.EXECUTING and job.works_on_task))
+    return decisions
+
+
+def recover(store: RunStore, ledger: RunLedger) -> None:
     """After a crash: flush the outbox, kill orphaned agents, re-queue interrupted turns."""
-    engine.store.flush_outbox(engine.run)
-    for job in engine.in_flight():
+    store.flush_outbox(ledger.run)
+    for decision in interrupted_turns(ledger.run):
+        job = ledger.run.jobs[decision.job_id]
         _kill_orphan(job)
-        engine.event("recover", f"{job.kind} turn of {job.role} was interrupted; resuming it in its session",
+        ledger.event("recover", f"{job.kind} turn of {job.role} was interrupted; resuming it in its session",
                      "engine restarted", task=job.task, role=job.role, session=job.session_id)
-        job.started = 0.0
-        job.pid = job.pid_create_time = None
-        job.prompt = interrupted_prompt(job.data.get("original_prompt", job.prompt))
-        task = engine.run.tasks.get(job.task or "")
-        if task is not None and task.state == TaskState.EXECUTING and job.works_on_task:
-            engine.transition(task, TaskEvent.REQUEUE, "interrupted turn re-queued")
-    engine.event("engine.started", f"engine pid {os.getpid()} took the run", None)
+        ledger.requeue_interrupted(job, decision.prompt)
+        task = ledger.run.tasks.get(job.task or "")
+        if decision.requeue_task and task is not None:
+            ledger.transition(task, TaskEvent.REQUEUE, "interrupted turn re-queued")
+    ledger.event("engine.started", f"engine pid {os.getpid()} took the run", None)
 
 
 def _session_exists(sessions: SessionStore, session_id: str) -> bool:

@@ -51,9 +51,7 @@ async def run_turn(engine: Engine, job: Job) -> tuple[Job, InvokeResult]:
     exists = _session_exists(agent.sessions, session)
 
     def spawned(record: Any, pid: int) -> None:
-        job.pid = pid
-        job.pid_create_time = (record.running or {}).get("create_time")
-        engine._dirty = True
+        engine.ledger.learned_pid(job, pid, (record.running or {}).get("create_time"))
 
     timeout = engine.limits.task_timeout_s
     try:
@@ -68,9 +66,9 @@ async def run_turn(engine: Engine, job: Job) -> tuple[Job, InvokeResult]:
 
 def complete(engine: Engine, job: Job, result: InvokeResult) -> None:
     """Account for a finished turn, log it, and route its failure or hand its result to the mode."""
-    engine.run.jobs.pop(job.id, None)
-    engine._account(job, result)
-    engine.event("turn", f"{job.kind} turn of {job.role} ended: {result.status}"
+    engine.ledger.forget_job(job.id)
+    engine.ledger.account(engine.run.tasks.get(job.task or ""), result.usage)
+    engine.ledger.event("turn", f"{job.kind} turn of {job.role} ended: {result.status}"
                  + (f" ({result.error_kind})" if result.error_kind else ""),
                  result.error if not result.ok else None, task=job.task, role=job.role,
                  session=result.session_id, tokens=result.usage.total_tokens, job=job.id,

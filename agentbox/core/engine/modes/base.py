@@ -51,7 +51,7 @@ class ModeDriver:
 
     def after_submit(self, task: Task) -> None:
         """What happens to a submitted task (default: review by the reviewer role)."""
-        self.engine.enqueue("review", self.reviewer_for(task), prompts.review_prompt(self.run, task), task=task.id)
+        self.engine.ledger.enqueue("review", self.reviewer_for(task), prompts.review_prompt(self.run, task), task=task.id)
 
     def reviewer_for(self, task: Task) -> str:
         """The role reviewing `task`."""
@@ -88,10 +88,10 @@ class ModeDriver:
         if task.id in queued:
             return
         queued.add(task.id)
-        note, task.note = task.note, None
+        note = self.engine.ledger.take_note(task)
         upstream = prompts.upstream(self.upstream_of(task), self.artifacts_root())
         prompt = prompts.work_prompt(self.run, task, self.artifacts_root(), upstream, note)
-        self.engine.enqueue("work", task.assignee, prompt, task=task.id, session_id=task.session_id,
+        self.engine.ledger.enqueue("work", task.assignee, prompt, task=task.id, session_id=task.session_id,
                             original_prompt=prompt)
 
     def upstream_of(self, task: Task) -> list[Task]:
@@ -100,11 +100,11 @@ class ModeDriver:
 
     def resume_review(self, task: Task) -> None:
         """A person raised the budget of work paused before its review: the same submission goes to review."""
-        task.review_pending = False
+        self.engine.ledger.hold_review(task, False)
         why = "budget raised: the submitted work goes to review"
-        self.engine.transition(task, TaskEvent.DISPATCH, why)
-        self.engine.transition(task, TaskEvent.SUBMIT, why)
-        if not budgets.pause_before_review(self.engine, task):
+        self.engine.ledger.transition(task, TaskEvent.DISPATCH, why)
+        self.engine.ledger.transition(task, TaskEvent.SUBMIT, why)
+        if not budgets.pause_before_review(self.engine.ledger, task):
             self.after_submit(task)
 
     def _tasks_with_work(self) -> set[str]:
@@ -120,20 +120,20 @@ class ModeDriver:
             if status == "ready":
                 self.requeue(task, queued)
             elif status == "failed":
-                self.engine.drop_jobs(task.id)
-                self.engine.transition(task, TaskEvent.BLOCK, "a dependency was cancelled: it can never run")
+                self.engine.ledger.drop_jobs(task.id)
+                self.engine.ledger.transition(task, TaskEvent.BLOCK, "a dependency was cancelled: it can never run")
 
     def write_artifact(self, name: str, text: str, *, role: str, what: str, session: str | None = None) -> Path:
         """Write one of the run's own artifacts (synthesis, transcript, final answer) and log it."""
         path = self.engine.store.write_artifact(self.run.id, name, text, role=role, session=session)
-        self.engine.event("artifact", what, None, role=role, session=session)
+        self.engine.ledger.event("artifact", what, None, role=role, session=session)
         return path
 
     def ask_human(self, task: Task, role: str, question: str, why: str) -> None:
         """The agent needs a human decision (a domain gap): block the task and open a question."""
-        self.engine.transition(task, TaskEvent.BLOCK, "the agent needs a human decision (domain gap)")
-        self.engine.event("failure", f"domain_gap in {task.id}", why[:300], task=task.id, role=role)
-        self.engine.checkpoint("question", question, task=task.id, role=role)
+        self.engine.ledger.transition(task, TaskEvent.BLOCK, "the agent needs a human decision (domain gap)")
+        self.engine.ledger.event("failure", f"domain_gap in {task.id}", why[:300], task=task.id, role=role)
+        self.engine.ledger.checkpoint("question", question, task=task.id, role=role)
 
     def artifacts_root(self) -> str:
         """The run's artifact dir as agents see it (same path inside the sandbox)."""
@@ -148,12 +148,12 @@ class ModeDriver:
         if reply.question:
             self.ask_human(task, job.role, reply.question, f"domain_gap: {reply.question}")
             return
-        task.submission = reply.model_dump()
+        self.engine.ledger.record_submission(task, reply.model_dump())
         self.record_artifacts(task, reply.artifacts, job, result)
-        self.engine.transition(task, TaskEvent.SUBMIT, reply.summary[:200])
-        self.engine.event("submission", f"{task.id} submitted by {job.role}", reply.summary[:300], task=task.id,
+        self.engine.ledger.transition(task, TaskEvent.SUBMIT, reply.summary[:200])
+        self.engine.ledger.event("submission", f"{task.id} submitted by {job.role}", reply.summary[:300], task=task.id,
                           role=job.role, session=result.session_id, tokens=task.tokens)
-        if not budgets.pause_before_review(self.engine, task):
+        if not budgets.pause_before_review(self.engine.ledger, task):
             self.after_submit(task)
 
     def record_artifacts(self, task: Task, listed: list[str], job: Job, result: InvokeResult) -> None:
@@ -176,7 +176,7 @@ class ModeDriver:
             entry = self.engine.store.record_artifact(self.run.id, resolved, role=job.role,
                                                       session=result.session_id, task=task.id)
             if entry is not None:
-                self.engine.event("artifact", f"{resolved.relative_to(project_root.resolve())} by {job.role}",
+                self.engine.ledger.event("artifact", f"{resolved.relative_to(project_root.resolve())} by {job.role}",
                                   None, task=task.id, role=job.role, session=result.session_id, sha256=entry["sha256"])
 
     def handle_verdict(self, job: Job, result: InvokeResult) -> None:
@@ -191,12 +191,12 @@ class ModeDriver:
                           evidence=[c.evidence for c in reply.checklist if c.pass_ and c.evidence],
                           blocking_issues=[b.model_dump() for b in reply.blocking_issues], checklist=checklist,
                           confidence=reply.confidence)
-        task.verdicts.append(verdict)
-        self.engine.event("verdict", f"{task.id}: {reply.verdict} by {job.role}",
+        self.engine.ledger.add_verdict(task, verdict)
+        self.engine.ledger.event("verdict", f"{task.id}: {reply.verdict} by {job.role}",
                           "; ".join(b.detail for b in reply.blocking_issues)[:300] or None, task=task.id,
                           role=job.role, session=result.session_id)
         if reply.verdict == "approve":
-            self.engine.transition(task, TaskEvent.APPROVE, f"review by {job.role} passed every criterion",
+            self.engine.ledger.transition(task, TaskEvent.APPROVE, f"review by {job.role} passed every criterion",
                                    evidence=verdict.evidence)
             self.on_task_approved(task)
             return
@@ -211,17 +211,17 @@ class ModeDriver:
         """Automatic retry of a counted failure (the fingerprint ledger allowed it)."""
         task = self.run.tasks.get(job.task or "")
         if kind == FailureKind.IMPLEMENTATION_DEFECT and task is not None:
-            self.engine.transition(task, TaskEvent.REJECT, "rework in the same session with the verdict")
+            self.engine.ledger.transition(task, TaskEvent.REJECT, "rework in the same session with the verdict")
             self.requeue(task)
             return
         if task is not None and job.works_on_task:
             if task.state == TaskState.EXECUTING:
-                self.engine.transition(task, TaskEvent.REQUEUE, "invalid reply: do the task again")
-            task.note = f"Your previous reply could not be used: {message[:500]}"
+                self.engine.ledger.transition(task, TaskEvent.REQUEUE, "invalid reply: do the task again")
+            self.engine.ledger.leave_note(task, f"Your previous reply could not be used: {message[:500]}")
             self.requeue(task)
             return
         prompt = f"{original}\n\nYour previous reply could not be used: {message[:500]}"
-        self.engine.enqueue(job.kind, job.role, prompt, task=job.task, session_id=job.session_id,
+        self.engine.ledger.enqueue(job.kind, job.role, prompt, task=job.task, session_id=job.session_id,
                             original_prompt=original, **data)
 
     def all_closed(self) -> bool:

@@ -107,7 +107,7 @@ class GroupChatMode(ModeDriver):
         """Open the chat with the first speaker (the lead under lead_selects)."""
         problems = self._resolve()
         if problems:
-            self.engine.finish("failed", "group chat cannot start: " + "; ".join(problems))
+            self.engine.ledger.finish("failed", "group chat cannot start: " + "; ".join(problems))
             return
         self.state["phase"] = "chatting"
         first = self.state["lead"] if self.state["selection"] == "lead_selects" else self.state["speakers"][0]
@@ -126,7 +126,7 @@ class GroupChatMode(ModeDriver):
             self.run, role, n=n, round_no=int(self.state["round"]), max_rounds=int(self.state["max_rounds"]),
             speakers=self.state["speakers"], selection=self.state["selection"], lead=self.state["lead"],
             done_role=self.state["done_role"], unseen=unseen, first_turn=role not in self.state["seen"])
-        self.engine.enqueue("speech", role, prompt, session_key=f"chat:{role}", original_prompt=prompt,
+        self.engine.ledger.enqueue("speech", role, prompt, session_key=f"chat:{role}", original_prompt=prompt,
                             n=n, round=int(self.state["round"]))
 
     def _check(self, role: str) -> Any:
@@ -148,7 +148,7 @@ class GroupChatMode(ModeDriver):
         if job.kind != "speech" or self.state.get("phase") != "chatting":
             return
         if int(job.data.get("n", -1)) != int(self.state["count"]):
-            self.engine.event("speech.stale", f"late speech of {job.role} ignored", None, role=job.role)
+            self.engine.ledger.event("speech.stale", f"late speech of {job.role} ignored", None, role=job.role)
             return
         turn = self.engine.structured(job, result, ChatTurn, self._check(job.role))
         if turn is None:
@@ -162,7 +162,7 @@ class GroupChatMode(ModeDriver):
         self.state["count"] = n + 1
         self.state["seen"][job.role] = n + 1
         ignored = " (done signal ignored: only the done role ends the chat)" if turn.done and not done else ""
-        self.engine.event("speech", f"[{n}] {job.role} (round {message['round']}){ignored}", turn.message[:300],
+        self.engine.ledger.event("speech", f"[{n}] {job.role} (round {message['round']}){ignored}", turn.message[:300],
                           role=job.role, session=result.session_id, tokens=result.usage.total_tokens, n=n,
                           round=message["round"], done=done)
         if done:
@@ -190,7 +190,7 @@ class GroupChatMode(ModeDriver):
         self.state["round"] = min(int(self.state["round"]), int(self.state["max_rounds"]))
         self.state["phase"] = "ended"
         self.state["ended"] = {"terminated_by": terminated_by, "why": why, "final": final}
-        self.engine.event("chat.ended", f"chat ended: {terminated_by}", why, role=final["role"])
+        self.engine.ledger.event("chat.ended", f"chat ended: {terminated_by}", why, role=final["role"])
         self._finalize()
 
     def _finalize(self) -> None:
@@ -205,7 +205,7 @@ class GroupChatMode(ModeDriver):
         messages = self.messages()
         transcript_path = self.write_artifact("transcript.md", mode_prompts.chat_transcript(self.run, messages, ended["why"]),
                                               role="engine", what="transcript.md of the group chat")
-        self.engine.finish("done", ended["why"], {
+        self.engine.ledger.finish("done", ended["why"], {
             "summary": str(final["message"]).strip()[:4000], "artifact": str(final_path),
             "transcript": str(transcript_path), "terminated_by": ended["terminated_by"],
             "rounds": int(self.state["round"]), "messages": len(messages), "final_by": final["role"]})
@@ -220,4 +220,4 @@ class GroupChatMode(ModeDriver):
             return
         self._flush()
         if not self.run.jobs and not self.run.open_checkpoints():
-            self.engine.finish("failed", "the chat cannot go on: the next speech was cancelled")
+            self.engine.ledger.finish("failed", "the chat cannot go on: the next speech was cancelled")

@@ -69,7 +69,7 @@ class HandoffMode(ModeDriver):
         roles = list(self.engine.crew.roles)
         first = self.settings.start or roles[0]
         if first not in roles:
-            self.engine.finish("failed", f"handoff cannot start: unknown start role {first!r}")
+            self.engine.ledger.finish("failed", f"handoff cannot start: unknown start role {first!r}")
             return
         self.state.update(phase="active", hop=0, active=first, trail=[], ping_pong=0)
         self._ask(first, None, None)
@@ -81,7 +81,7 @@ class HandoffMode(ModeDriver):
                                              handoffs_left=self.max_handoffs - hop)
         writes = self.engine.crew.roles[role].writes
         self.state["active"] = role
-        self.engine.enqueue("handoff", role, prompt, session_key=f"handoff:{role}", original_prompt=prompt,
+        self.engine.ledger.enqueue("handoff", role, prompt, session_key=f"handoff:{role}", original_prompt=prompt,
                             hop=hop, writes=["**"] if writes is None else list(writes))
 
     def _check(self, role: str) -> Any:
@@ -99,20 +99,20 @@ class HandoffMode(ModeDriver):
         if job.kind != "handoff" or self.state.get("phase") != "active":
             return
         if int(job.data.get("hop", -1)) != int(self.state["hop"]):
-            self.engine.event("handoff.stale", f"late turn of {job.role} ignored", None, role=job.role)
+            self.engine.ledger.event("handoff.stale", f"late turn of {job.role} ignored", None, role=job.role)
             return
         reply = self.engine.structured(job, result, Handoff, self._check(job.role))
         if reply is None:
             return
         if reply.action == "answer":
-            self.engine.event("answer", f"{job.role} answered after {self.state['hop']} handoff(s)",
+            self.engine.ledger.event("answer", f"{job.role} answered after {self.state['hop']} handoff(s)",
                               reply.message[:300], role=job.role, session=result.session_id)
             self._end("done", "answer", f"{job.role} answered", {"role": job.role, "message": reply.message})
             return
         target = str(reply.to)
         hop = {"from": job.role, "to": target, "message": reply.message, "hop": int(self.state["hop"]) + 1}
         if int(self.state["hop"]) >= self.max_handoffs:
-            self.engine.event("handoff.refused", f"{job.role} → {target} refused: {self.max_handoffs} handoff(s) "
+            self.engine.ledger.event("handoff.refused", f"{job.role} → {target} refused: {self.max_handoffs} handoff(s) "
                               "used", reply.message[:300], role=job.role, human_required=False)
             self._end("failed", "max_handoffs", f"max_handoffs ({self.max_handoffs}) reached without an answer",
                       None, last=hop)
@@ -120,7 +120,7 @@ class HandoffMode(ModeDriver):
         streak = self._streak(job.role, target)
         if streak > self.max_ping_pong:
             self.state["held"] = hop
-            self.engine.checkpoint(
+            self.engine.ledger.checkpoint(
                 "ping_pong",
                 f"{job.role} and {target} have handed the conversation back and forth {streak - 1} times "
                 f"(limit {self.max_ping_pong}). {job.role} now hands off to {target}: {reply.message[:300]}\n"
@@ -143,7 +143,7 @@ class HandoffMode(ModeDriver):
         self.state["trail"].append(hop)
         self.state["hop"] = int(hop["hop"])
         self.state["ping_pong"] = streak
-        self.engine.event("handoff", f"{hop['from']} → {hop['to']} (handoff {hop['hop']}/{self.max_handoffs})",
+        self.engine.ledger.event("handoff", f"{hop['from']} → {hop['to']} (handoff {hop['hop']}/{self.max_handoffs})",
                           str(hop["message"])[:300], role=hop["from"], to=hop["to"], hop=hop["hop"])
         self._ask(hop["to"], str(hop["message"]), note)
 
@@ -194,7 +194,7 @@ class HandoffMode(ModeDriver):
                           answered_by=final["role"])
         else:
             result.update(summary=str((last or {}).get("message", "")).strip()[:4000], artifact=str(transcript))
-        self.engine.finish(ended["status"], ended["why"], result)
+        self.engine.ledger.finish(ended["status"], ended["why"], result)
 
     def tick(self) -> None:
         """Finish an ended run; fail one whose next turn was cancelled."""
@@ -202,4 +202,4 @@ class HandoffMode(ModeDriver):
         if phase == "ended" and self.run.status not in TERMINAL_RUN_STATES:
             self._finalize()
         elif phase == "active" and not self.run.jobs and not self.run.open_checkpoints():
-            self.engine.finish("failed", "the handoff cannot go on: the next turn was cancelled")
+            self.engine.ledger.finish("failed", "the handoff cannot go on: the next turn was cancelled")

@@ -43,7 +43,7 @@ class SequentialMode(ModeDriver):
             task = Task(id=f"step{index}-{role_name}", assignee=role_name, brief=brief,
                         acceptance=[Acceptance(id="a1", criterion=STEP_CRITERION)],
                         writes=writes, depends_on=[previous] if previous else [])
-            self.engine.add_task(task, f"pipeline step {index} of {len(steps)}")
+            self.engine.ledger.add_task(task, f"pipeline step {index} of {len(steps)}")
             previous = task.id
         self.state["phase"] = "executing"
         self.release_dependents()
@@ -74,9 +74,10 @@ class SequentialMode(ModeDriver):
             return
         sub = task.submission or {}
         evidence = list(sub.get("evidence") or []) or [f"submission: {sub.get('summary', '')}"]
-        self.engine.transition(task, TaskEvent.START_REVIEW, "pipeline step without a reviewer: the engine checks it")
-        self.engine.transition(task, TaskEvent.APPROVE, "pipeline step accepted: valid submission", evidence=evidence)
-        task.verdicts.append(Verdict(verdict="approve", by="pipeline", at=self.engine.clock(), evidence=evidence))
+        self.engine.ledger.transition(task, TaskEvent.START_REVIEW, "pipeline step without a reviewer: the engine checks it")
+        self.engine.ledger.transition(task, TaskEvent.APPROVE, "pipeline step accepted: valid submission", evidence=evidence)
+        self.engine.ledger.add_verdict(task, Verdict(verdict="approve", by="pipeline", at=self.engine.clock(),
+                                                     evidence=evidence))
         self.on_task_approved(task)
 
     def tick(self) -> None:
@@ -86,7 +87,7 @@ class SequentialMode(ModeDriver):
         steps = list(self.run.tasks.values())
         last = steps[-1]
         if last.state != TaskState.APPROVED:
-            self.engine.finish("failed", f"step {last.id} was cancelled")
+            self.engine.ledger.finish("failed", f"step {last.id} was cancelled")
             return
         summary = str((last.submission or {}).get("summary", "")).strip()
         lines = [f"# {self.run.contract.goal}", ""]
@@ -97,4 +98,4 @@ class SequentialMode(ModeDriver):
         path = self.engine.store.artifacts_dir(self.run.id) / "result.md"
         store.atomic_write_text(path, "\n".join(lines) + "\n")
         self.state["phase"] = "done"
-        self.engine.finish("done", "every step completed", {"summary": summary, "artifact": str(path)})
+        self.engine.ledger.finish("done", "every step completed", {"summary": summary, "artifact": str(path)})

@@ -1,0 +1,255 @@
+"""The run ledger: the one owner of a run's typed state and the only code that changes it.
+
+Everything above it (the engine's loop, the policies, the modes) reads the `Run` and asks
+the ledger to record a decision: an event, a task transition, a turn enqueued, a
+checkpoint opened or answered, the run's status. Each change that matters to a reader is
+an event in the run's outbox, saved with the state; the few that log nothing (a turn
+enqueued, a pid learned) mark the ledger `dirty`, so the loop knows to save.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from agentbox.core.engine.models import Checkpoint, Failure, Job, Run, RunStatus, Task, Verdict
+from agentbox.core.runtimes.base import Usage, add_usage
+from agentbox.core.tasks import TaskEvent, transition
+
+
+class RunLedger:
+    """Records and changes one run; `wake` is called when new work may start (the loop's wake-up)."""
+
+    def __init__(self, run: Run, *, clock: Callable[[], float],
+                 on_event: Callable[[dict[str, Any]], None] | None = None,
+                 wake: Callable[[], None] = lambda: None) -> None:
+        self.run = run
+        self.clock = clock
+        self.on_event = on_event
+        self.wake = wake
+        self.dirty = False
+        """Something changed that no event records (saved with the next state write)."""
+
+    def reload(self, run: Run) -> None:
+        """Take over `run` as read from disk (the engine validated it under its lock)."""
+        self.run = run
+
+    # ------------------------------------------------------------------ the log
+    def event(self, type_: str, what: str, why: str | None = None, *, task: str | None = None,
+              role: str | None = None, session: str | None = None, fingerprint: str | None = None,
+              tokens: int | None = None, human_required: bool = False, **extra: Any) -> dict[str, Any]:
+        """Add one line to the decision log (saved with the next state write)."""
+        self.run.seq += 1
+        record = {"seq": self.run.seq, "at": self.clock(), "run": self.run.id, "type": type_, "what": what,
+                  "why": why, "task": task, "role": role, "session": session, "fingerprint": fingerprint,
+                  "tokens": tokens, "human_required": human_required, **extra}
+        self.run.outbox.append(record)
+        if self.on_event is not None:
+            self.on_event(record)
+        return record
+
+    def mark_dirty(self) -> None:
+        """A change that logs nothing happened (a pid learned, the inbox read)."""
+        self.dirty = True
+
+    def next_id(self, prefix: str) -> str:
+        """A short id unique in this run (`cp-3`, `job-17`)."""
+        n = self.run.next_ids.get(prefix, 0) + 1
+        self.run.next_ids[prefix] = n
+        return f"{prefix}-{n}"
+
+    # ------------------------------------------------------------------ tasks
+    def add_task(self, task: Task, why: str) -> Task:
+        """Register a new task (queued)."""
+        task.created = task.updated = self.clock()
+        self.run.tasks[task.id] = task
+        self.event("task.created", f"{task.id} → {task.assignee}: {task.brief[:120]}", why, task=task.id, role=task.assignee)
+        return task
+
+    def transition(self, task: Task, event: TaskEvent, why: str, *, evidence: Any = None, human: bool = False) -> None:
+        """Apply a task state change through the transition table (illegal ones raise)."""
+        before = task.state
+        task.state = transition(task.state, event, evidence=evidence)
+        task.updated = self.clock()
+        self.event(f"task.{event.value}", f"{task.id}: {before} → {task.state}", why, task=task.id,
+                   role=task.assignee, human_required=human)
+
+    # ------------------------------------------------------------------ jobs
+    def enqueue(self, kind: str, role: str, prompt: str, *, task: str | None = None,
+                session_id: str | None = None, not_before: float = 0.0, attempt: int = 1,
+                corrective: bool = False, **data: Any) -> Job:
+        """Add a pending turn; the scheduler starts it when the rules allow."""
+        job = Job(id=self.next_id("job"), kind=kind, role=role, task=task, session_id=session_id,  # type: ignore[arg-type]
+                  prompt=prompt, attempt=attempt, corrective=corrective, data={"not_before": not_before, **data})
+        self.run.jobs[job.id] = job
+        self.dirty = True
+        self.wake()
+        return job
+
+    def drop_jobs(self, task_id: str) -> None:
+        """Forget the pending turns of a task (cancelled, paused, decided by a human)."""
+        for job in [j for j in self.run.pending_jobs() if j.task == task_id]:
+            del self.run.jobs[job.id]
+
+    def forget_job(self, job_id: str) -> None:
+        """A turn ended or was stopped: it is no longer pending or running."""
+        self.run.jobs.pop(job_id, None)
+
+    def drop_pending(self) -> None:
+        """Forget every pending turn (the run is cancelled; running ones are stopped by the loop)."""
+        self.run.jobs = {k: j for k, j in self.run.jobs.items() if j.started}
+
+    def forget_all_jobs(self) -> None:
+        """The run ended: no turn is pending or running any more."""
+        self.run.jobs = {}
+
+    def start_job(self, job: Job, dispatched: Task | None) -> str:
+        """Mark `job` started (one more attempt of the task it `dispatched`, if any); returns its session."""
+        if dispatched is not None:
+            dispatched.attempts += 1
+        session = self.session_for(job)
+        job.started = self.clock()
+        return session
+
+    def learned_pid(self, job: Job, pid: int, create_time: float | None) -> None:
+        """The turn's process started (recorded so a new engine can find it after a crash)."""
+        job.pid, job.pid_create_time = pid, create_time
+        self.dirty = True
+
+    def requeue_interrupted(self, job: Job, prompt: str) -> None:
+        """A turn a crash interrupted waits to be resumed with `prompt`."""
+        job.started = 0.0
+        job.pid = job.pid_create_time = None
+        job.prompt = prompt
+
+    def session_for(self, job: Job) -> str:
+        """The agentbox session a job runs in (chosen and recorded before it starts)."""
+        if job.session_id:
+            return job.session_id
+        task = self.run.tasks.get(job.task or "")
+        new = str(uuid.uuid4())
+        if job.kind == "work" and task is not None:
+            task.session_id = task.session_id or new
+            job.session_id = task.session_id
+        elif job.kind == "review" and task is not None:
+            task.review_session_id = task.review_session_id or new
+            job.session_id = task.review_session_id
+        else:
+            key = job.data.get("session_key") or job.role
+            job.session_id = self.run.sessions.setdefault(key, new)
+        return job.session_id
+
+    # ------------------------------------------------------------------ checkpoints and counters
+    def checkpoint(self, kind: str, question: str, *, options: list[str] | None = None, task: str | None = None,
+                   role: str | None = None, data: dict[str, Any] | None = None) -> Checkpoint:
+        """Open a question for the human; the run waits on it (other work continues)."""
+        cp = Checkpoint(id=self.next_id("cp"), kind=kind, question=question, options=options or [],  # type: ignore[arg-type]
+                        task=task, role=role, created=self.clock(), data=data or {})
+        self.run.checkpoints[cp.id] = cp
+        self.event("checkpoint", f"{cp.id} ({kind}) waits for the human", question[:300], task=task, role=role,
+                   human_required=True, checkpoint=cp.id)
+        return cp
+
+    def close_checkpoint(self, cp: Checkpoint, answer: str) -> None:
+        """Mark `cp` answered with `answer` (no event: the caller says why)."""
+        cp.status, cp.answer, cp.answered_at = "answered", answer, self.clock()
+
+    def record_failure(self, task: Task, failure: Failure) -> None:
+        """A typed failure of `task` (its history; the routing is decided elsewhere)."""
+        task.failures.append(failure)
+
+    def add_verdict(self, task: Task, verdict: Verdict) -> None:
+        """A review outcome of `task` (a reviewer's, the human's, the engine's)."""
+        task.verdicts.append(verdict)
+
+    def leave_note(self, task: Task, note: str | None) -> None:
+        """A note passed to the task's worker on its next work turn."""
+        task.note = note
+
+    def record_submission(self, task: Task, submission: dict[str, Any]) -> None:
+        """The worker's submission of `task`."""
+        task.submission = submission
+
+    def bind_session(self, task: Task, session_id: str) -> None:
+        """`task`'s work goes on in the agentbox session `session_id` (a rework resumes it)."""
+        task.session_id = session_id
+
+    def take_note(self, task: Task) -> str | None:
+        """The note waiting for the task's next work turn, which consumes it."""
+        note, task.note = task.note, None
+        return note
+
+    def command_applied(self, command_id: str) -> None:
+        """The inbox command `command_id` was applied (never again)."""
+        self.run.applied_commands.append(command_id)
+
+    def raise_task_budget(self, task: Task, tokens: int) -> None:
+        """Add `tokens` to the task's token budget."""
+        task.budget_extra += tokens
+
+    def hold_review(self, task: Task, held: bool) -> None:
+        """The task's submitted work waits for a budget decision before its review (or no longer does)."""
+        task.review_pending = held
+
+    def account(self, task: Task | None, usage: Usage) -> None:
+        """Add a finished turn's usage to the run's totals and to its task."""
+        totals = self.run.totals
+        totals.turns += 1
+        tokens = usage.total_tokens
+        add_usage(totals, usage)
+        totals.tokens += tokens or 0
+        if task is not None:
+            if tokens is None:
+                task.unknown_usage_turns += 1
+            else:
+                task.tokens += tokens
+            if usage.cost_usd is not None:
+                task.cost_usd = (task.cost_usd or 0.0) + usage.cost_usd
+
+    def count_retry(self, fingerprint: str) -> None:
+        """One more automatic retry of the failure `fingerprint`."""
+        self.run.retries[fingerprint] = self.run.retries.get(fingerprint, 0) + 1
+
+    def reset_retries(self, fingerprint: str) -> None:
+        """A human said retry: the failure `fingerprint` may be retried automatically again."""
+        self.run.retries[fingerprint] = 0
+
+    def raise_run_budget(self, tokens: int) -> None:
+        """Add `tokens` to the run's token budget."""
+        self.run.mode_state["budget_extra"] = int(self.run.mode_state.get("budget_extra", 0)) + tokens
+
+    # ------------------------------------------------------------------ the run
+    def set_paused(self, paused: bool) -> None:
+        """Pause (nothing new starts) or resume the run."""
+        self.run.paused = paused
+        self.wake()
+
+    def set_status(self, status: RunStatus, why: str | None) -> None:
+        """The run's status changed (no event: the caller logs it)."""
+        self.run.status = status
+        self.run.status_reason = why
+
+    def finish(self, status: RunStatus, why: str, result: dict[str, Any] | None = None) -> None:
+        """End the run (done, failed, cancelled)."""
+        self.set_status(status, why)
+        self.run.finished = self.clock()
+        if result is not None:
+            self.run.result = result
+        self.event("run.finished", f"run {status}", why)
+
+    def read_inbox_to(self, offset: int) -> None:
+        """The inbox was applied up to byte `offset`."""
+        self.run.inbox_offset = offset
+        self.dirty = True
+
+    def held_by(self, pid: int | None) -> None:
+        """The engine process `pid` runs the run (None: no engine holds it)."""
+        self.run.engine = None if pid is None else {"pid": pid, "started": self.clock()}
+
+    def mode_started(self) -> bool:
+        """Mark the mode started; False when it already was (a resumed run)."""
+        if self.run.mode_state.get("started"):
+            return False
+        self.run.mode_state["started"] = True
+        return True
