@@ -26,6 +26,7 @@ from agentbox.core.engine import budgets, recovery, routing, scheduler, turns
 from agentbox.core.engine.budgets import BUDGET_PAUSE_RATIO as BUDGET_PAUSE_RATIO
 from agentbox.core.engine.failures import backoff_delays
 from agentbox.core.engine.ledger import RunLedger
+from agentbox.core.engine.mode_context import ModeContext
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, Run
 from agentbox.core.engine.recovery import _kill_orphan
 from agentbox.core.engine.routing import ENV_RETRIES as ENV_RETRIES
@@ -57,7 +58,9 @@ class Engine:
         """The waits before each environment retry of a turn, given the most they may add up to."""
         self.ledger = RunLedger(run, clock=clock, on_event=on_event, wake=self._poke)
         self.crew = project_mod.load_crew(project).crew
-        self.mode = driver_for(run.contract.mode)(self)
+        self.mode = driver_for(run.contract.mode)(ModeContext(
+            ledger=self.ledger, crew=self.crew, store=self.store, project_root=project.root,
+            structured=self.structured, fail=self.fail, escalate=self.escalate, save=self.save))
         self._flights: dict[str, asyncio.Task[tuple[Job, InvokeResult]]] = {}
         self._role_agents: dict[str, Any] = {}
         self._wake: asyncio.Event | None = None

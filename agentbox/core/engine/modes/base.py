@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentbox.core.engine import budgets, prompts
 from agentbox.core.engine.failures import FailureKind
-from agentbox.core.engine.models import Checkpoint, Job, Task, Verdict
+from agentbox.core.engine.mode_context import ModeContext
+from agentbox.core.engine.models import Checkpoint, Job, Run, Task, Verdict
 from agentbox.core.engine.replies import Submission
 from agentbox.core.engine.replies import Verdict as VerdictReply
 from agentbox.core.engine.reply_rules import check_verdict
@@ -15,27 +16,25 @@ from agentbox.core.engine.scheduler import deps_state
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState, round_can_close
 
-if TYPE_CHECKING:
-    from agentbox.core.engine.engine import Engine
-
 
 class ModeDriver:
     """Base driver: the task lifecycle (work → submission → review → approval) and its hooks."""
 
     name = "base"
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, ctx: ModeContext) -> None:
+        self.ctx = ctx
+        """What the mode may read and decide (not the engine)."""
 
     @property
-    def run(self) -> Any:
+    def run(self) -> Run:
         """The run state."""
-        return self.engine.run
+        return self.ctx.run
 
     @property
     def state(self) -> dict[str, Any]:
         """This mode's persisted progress."""
-        return self.engine.run.mode_state
+        return self.ctx.run.mode_state
 
     # ------------------------------------------------------------------ hooks (override)
     def start(self) -> None:
@@ -51,7 +50,7 @@ class ModeDriver:
 
     def after_submit(self, task: Task) -> None:
         """What happens to a submitted task (default: review by the reviewer role)."""
-        self.engine.ledger.enqueue("review", self.reviewer_for(task), prompts.review_prompt(self.run, task), task=task.id)
+        self.ctx.ledger.enqueue("review", self.reviewer_for(task), prompts.review_prompt(self.run, task), task=task.id)
 
     def reviewer_for(self, task: Task) -> str:
         """The role reviewing `task`."""
@@ -88,10 +87,10 @@ class ModeDriver:
         if task.id in queued:
             return
         queued.add(task.id)
-        note = self.engine.ledger.take_note(task)
+        note = self.ctx.ledger.take_note(task)
         upstream = prompts.upstream(self.upstream_of(task), self.artifacts_root())
         prompt = prompts.work_prompt(self.run, task, self.artifacts_root(), upstream, note)
-        self.engine.ledger.enqueue("work", task.assignee, prompt, task=task.id, session_id=task.session_id,
+        self.ctx.ledger.enqueue("work", task.assignee, prompt, task=task.id, session_id=task.session_id,
                             original_prompt=prompt)
 
     def upstream_of(self, task: Task) -> list[Task]:
@@ -100,15 +99,15 @@ class ModeDriver:
 
     def resume_review(self, task: Task) -> None:
         """A person raised the budget of work paused before its review: the same submission goes to review."""
-        self.engine.ledger.hold_review(task, False)
+        self.ctx.ledger.hold_review(task, False)
         why = "budget raised: the submitted work goes to review"
-        self.engine.ledger.transition(task, TaskEvent.DISPATCH, why)
-        self.engine.ledger.transition(task, TaskEvent.SUBMIT, why)
-        if not budgets.pause_before_review(self.engine.ledger, task):
+        self.ctx.ledger.transition(task, TaskEvent.DISPATCH, why)
+        self.ctx.ledger.transition(task, TaskEvent.SUBMIT, why)
+        if not budgets.pause_before_review(self.ctx.ledger, task):
             self.after_submit(task)
 
     def _tasks_with_work(self) -> set[str]:
-        return {j.task for j in self.engine.run.jobs.values() if j.kind == "work" and j.task}
+        return {j.task for j in self.ctx.run.jobs.values() if j.kind == "work" and j.task}
 
     def release_dependents(self) -> None:
         """Queue every task whose dependencies are now approved; block those that can never run."""
@@ -120,46 +119,46 @@ class ModeDriver:
             if status == "ready":
                 self.requeue(task, queued)
             elif status == "failed":
-                self.engine.ledger.drop_jobs(task.id)
-                self.engine.ledger.transition(task, TaskEvent.BLOCK, "a dependency was cancelled: it can never run")
+                self.ctx.ledger.drop_jobs(task.id)
+                self.ctx.ledger.transition(task, TaskEvent.BLOCK, "a dependency was cancelled: it can never run")
 
     def write_artifact(self, name: str, text: str, *, role: str, what: str, session: str | None = None) -> Path:
         """Write one of the run's own artifacts (synthesis, transcript, final answer) and log it."""
-        path = self.engine.store.write_artifact(self.run.id, name, text, role=role, session=session)
-        self.engine.ledger.event("artifact", what, None, role=role, session=session)
+        path = self.ctx.store.write_artifact(self.run.id, name, text, role=role, session=session)
+        self.ctx.ledger.event("artifact", what, None, role=role, session=session)
         return path
 
     def ask_human(self, task: Task, role: str, question: str, why: str) -> None:
         """The agent needs a human decision (a domain gap): block the task and open a question."""
-        self.engine.ledger.transition(task, TaskEvent.BLOCK, "the agent needs a human decision (domain gap)")
-        self.engine.ledger.event("failure", f"domain_gap in {task.id}", why[:300], task=task.id, role=role)
-        self.engine.ledger.checkpoint("question", question, task=task.id, role=role)
+        self.ctx.ledger.transition(task, TaskEvent.BLOCK, "the agent needs a human decision (domain gap)")
+        self.ctx.ledger.event("failure", f"domain_gap in {task.id}", why[:300], task=task.id, role=role)
+        self.ctx.ledger.checkpoint("question", question, task=task.id, role=role)
 
     def artifacts_root(self) -> str:
         """The run's artifact dir as agents see it (same path inside the sandbox)."""
-        return str(self.engine.store.artifacts_dir(self.run.id))
+        return str(self.ctx.store.artifacts_dir(self.run.id))
 
     def handle_submission(self, job: Job, result: InvokeResult) -> None:
         """Validate a worker's submission; a question becomes a checkpoint."""
         task = self.run.tasks[job.task]
-        reply = self.engine.structured(job, result, Submission)
+        reply = self.ctx.structured(job, result, Submission)
         if reply is None:
             return
         if reply.question:
             self.ask_human(task, job.role, reply.question, f"domain_gap: {reply.question}")
             return
-        self.engine.ledger.record_submission(task, reply.model_dump())
+        self.ctx.ledger.record_submission(task, reply.model_dump())
         self.record_artifacts(task, reply.artifacts, job, result)
-        self.engine.ledger.transition(task, TaskEvent.SUBMIT, reply.summary[:200])
-        self.engine.ledger.event("submission", f"{task.id} submitted by {job.role}", reply.summary[:300], task=task.id,
+        self.ctx.ledger.transition(task, TaskEvent.SUBMIT, reply.summary[:200])
+        self.ctx.ledger.event("submission", f"{task.id} submitted by {job.role}", reply.summary[:300], task=task.id,
                           role=job.role, session=result.session_id, tokens=task.tokens)
-        if not budgets.pause_before_review(self.engine.ledger, task):
+        if not budgets.pause_before_review(self.ctx.ledger, task):
             self.after_submit(task)
 
     def record_artifacts(self, task: Task, listed: list[str], job: Job, result: InvokeResult) -> None:
         """Add the files a submission names (and its hand-on dir) to the run's manifest."""
-        project_root = self.engine.project.root
-        handoff = self.engine.store.artifacts_dir(self.run.id) / task.id
+        project_root = self.ctx.project_root
+        handoff = self.ctx.store.artifacts_dir(self.run.id) / task.id
         paths: list[Path] = []
         for item in listed:
             path = Path(item)
@@ -173,30 +172,30 @@ class ModeDriver:
             if resolved in seen or not resolved.is_relative_to(project_root.resolve()):
                 continue
             seen.add(resolved)
-            entry = self.engine.store.record_artifact(self.run.id, resolved, role=job.role,
+            entry = self.ctx.store.record_artifact(self.run.id, resolved, role=job.role,
                                                       session=result.session_id, task=task.id)
             if entry is not None:
-                self.engine.ledger.event("artifact", f"{resolved.relative_to(project_root.resolve())} by {job.role}",
+                self.ctx.ledger.event("artifact", f"{resolved.relative_to(project_root.resolve())} by {job.role}",
                                   None, task=task.id, role=job.role, session=result.session_id, sha256=entry["sha256"])
 
     def handle_verdict(self, job: Job, result: InvokeResult) -> None:
         """Validate a review; approve with evidence or send back for rework."""
         task = self.run.tasks[job.task]
         ids = [a.id for a in task.acceptance]
-        reply = self.engine.structured(job, result, VerdictReply, lambda v: check_verdict(v, ids))
+        reply = self.ctx.structured(job, result, VerdictReply, lambda v: check_verdict(v, ids))
         if reply is None:
             return
         checklist = [c.model_dump(by_alias=True) for c in reply.checklist]
-        verdict = Verdict(verdict=reply.verdict, by=job.role, at=self.engine.clock(),
+        verdict = Verdict(verdict=reply.verdict, by=job.role, at=self.ctx.clock(),
                           evidence=[c.evidence for c in reply.checklist if c.pass_ and c.evidence],
                           blocking_issues=[b.model_dump() for b in reply.blocking_issues], checklist=checklist,
                           confidence=reply.confidence)
-        self.engine.ledger.add_verdict(task, verdict)
-        self.engine.ledger.event("verdict", f"{task.id}: {reply.verdict} by {job.role}",
+        self.ctx.ledger.add_verdict(task, verdict)
+        self.ctx.ledger.event("verdict", f"{task.id}: {reply.verdict} by {job.role}",
                           "; ".join(b.detail for b in reply.blocking_issues)[:300] or None, task=task.id,
                           role=job.role, session=result.session_id)
         if reply.verdict == "approve":
-            self.engine.ledger.transition(task, TaskEvent.APPROVE, f"review by {job.role} passed every criterion",
+            self.ctx.ledger.transition(task, TaskEvent.APPROVE, f"review by {job.role} passed every criterion",
                                    evidence=verdict.evidence)
             self.on_task_approved(task)
             return
@@ -204,24 +203,24 @@ class ModeDriver:
                          | {c.acceptance_id for c in reply.checklist if not c.pass_})
         message = "review rejected: " + "; ".join(
             (f"[{b.acceptance_id}] " if b.acceptance_id else "") + b.detail for b in reply.blocking_issues)
-        self.engine.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message + " " + ",".join(failing),
+        self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message + " " + ",".join(failing),
                          tuple(task.writes))
 
     def retry(self, job: Job, kind: FailureKind, message: str, original: str, data: dict[str, Any]) -> None:
         """Automatic retry of a counted failure (the fingerprint ledger allowed it)."""
         task = self.run.tasks.get(job.task or "")
         if kind == FailureKind.IMPLEMENTATION_DEFECT and task is not None:
-            self.engine.ledger.transition(task, TaskEvent.REJECT, "rework in the same session with the verdict")
+            self.ctx.ledger.transition(task, TaskEvent.REJECT, "rework in the same session with the verdict")
             self.requeue(task)
             return
         if task is not None and job.works_on_task:
             if task.state == TaskState.EXECUTING:
-                self.engine.ledger.transition(task, TaskEvent.REQUEUE, "invalid reply: do the task again")
-            self.engine.ledger.leave_note(task, f"Your previous reply could not be used: {message[:500]}")
+                self.ctx.ledger.transition(task, TaskEvent.REQUEUE, "invalid reply: do the task again")
+            self.ctx.ledger.leave_note(task, f"Your previous reply could not be used: {message[:500]}")
             self.requeue(task)
             return
         prompt = f"{original}\n\nYour previous reply could not be used: {message[:500]}"
-        self.engine.ledger.enqueue(job.kind, job.role, prompt, task=job.task, session_id=job.session_id,
+        self.ctx.ledger.enqueue(job.kind, job.role, prompt, task=job.task, session_id=job.session_id,
                             original_prompt=original, **data)
 
     def all_closed(self) -> bool:

@@ -130,16 +130,16 @@ class GraphMode(ModeDriver):
     def start(self) -> None:
         """Deliver the goal to the entry node."""
         if self.run.contract.graph is None:
-            self.engine.ledger.finish("failed", "graph mode needs a work graph in the run contract")
+            self.ctx.ledger.finish("failed", "graph mode needs a work graph in the run contract")
             return
-        missing = sorted({n.role for n in self.graph.nodes} - set(self.engine.crew.roles))
+        missing = sorted({n.role for n in self.graph.nodes} - set(self.ctx.crew.roles))
         if missing:
-            self.engine.ledger.finish("failed", f"the graph names roles the crew no longer has: {', '.join(missing)}")
+            self.ctx.ledger.finish("failed", f"the graph names roles the crew no longer has: {', '.join(missing)}")
             return
         self.state.update(phase="running", activations={}, pending={}, inputs={})
         entry = graph_mod.entry(self.graph)
         name = f"graph {self.graph.name}" if self.graph.name else "the graph"
-        self.engine.ledger.event("graph.started", f"{name} starts at {entry}",
+        self.ctx.ledger.event("graph.started", f"{name} starts at {entry}",
                           f"{len(self.graph.nodes)} node(s), {len(self.graph.edges)} edge(s)")
         self._deliver(entry, {"from": None, "task": None, "condition": "entry", "reason": None, "kind": "forward"})
         self.advance()
@@ -163,13 +163,13 @@ class GraphMode(ModeDriver):
         task_id = node_name if round_no == 1 else f"{node_name}.{round_no}"
         while task_id in self.run.tasks:
             task_id += "x"
-        role = self.engine.crew.roles.get(node.role)
+        role = self.ctx.crew.roles.get(node.role)
         writes = [] if role is None else ["**"] if role.writes is None else list(role.writes)
         task = Task(id=task_id, assignee=node.role, brief=node.brief, node=node_name, round=round_no,
                     acceptance=[Acceptance(id="a1", criterion=node.brief)], writes=writes)
         why = ", ".join(f"{d['from']} ({d['condition']}{': ' + d['reason'] if d.get('reason') else ''})"
                         for d in deliveries if d.get("from")) or "the entry node"
-        self.engine.ledger.add_task(task, f"node {node_name} run {round_no}, from {why}")
+        self.ctx.ledger.add_task(task, f"node {node_name} run {round_no}, from {why}")
         runs.append(task_id)
         self.state["inputs"][task_id] = list(deliveries)
         backward = next((d for d in deliveries if d.get("kind") == "backward"), None)
@@ -185,7 +185,7 @@ class GraphMode(ModeDriver):
         message = f"graph loop {delivery['from']} -> {task.node} ({delivery['condition']}{reason})"
         source_job = str(delivery.get("job") or "graph")
         route = Job(id=source_job, kind="node", role=task.assignee, task=task.id, data={"graph_route": True})
-        self.engine.fail(route, FailureKind.IMPLEMENTATION_DEFECT, message)
+        self.ctx.fail(route, FailureKind.IMPLEMENTATION_DEFECT, message)
 
     def advance(self) -> None:
         """Start runs for held deliveries, and queue the runs whose ancestors are done."""
@@ -208,7 +208,7 @@ class GraphMode(ModeDriver):
         if task.attempts == 0 and task.node is not None and self._waiting(task.node):
             return
         prompt = self._prompt(task)
-        self.engine.ledger.enqueue("node", task.assignee, prompt, task=task.id, session_key=f"node:{task.node}",
+        self.ctx.ledger.enqueue("node", task.assignee, prompt, task=task.id, session_key=f"node:{task.node}",
                             original_prompt=prompt)
 
     def _prompt(self, task: Task) -> str:
@@ -230,7 +230,7 @@ class GraphMode(ModeDriver):
             if edge.from_ == node and edge.condition == "fail":
                 label = f"fail_reason {edge.fail_reason!r}" if edge.fail_reason else "any other reason (or none)"
                 routes.append(f"- {label} → {edge.to}" + (" (back for rework)" if edge.kind == "backward" else ""))
-        note = self.engine.ledger.take_note(task)
+        note = self.ctx.ledger.take_note(task)
         return mode_prompts.node_prompt(self.run, task, artifacts_dir=self.artifacts_root(), upstream=upstream,
                                         failures=failures, previous=previous, routes=routes, note=note)
 
@@ -239,20 +239,20 @@ class GraphMode(ModeDriver):
         if job.kind != "node":
             return
         task = self.run.tasks[str(job.task)]
-        reply = self.engine.structured(job, result, NodeResult)
+        reply = self.ctx.structured(job, result, NodeResult)
         if reply is None:
             return
-        self.engine.ledger.bind_session(task, result.session_id)
+        self.ctx.ledger.bind_session(task, result.session_id)
         if reply.question:
             self.ask_human(task, job.role, reply.question, reply.question)
             return
-        self.engine.ledger.record_submission(task, reply.model_dump())
+        self.ctx.ledger.record_submission(task, reply.model_dump())
         self.record_artifacts(task, reply.artifacts, job, result)
-        self.engine.ledger.transition(task, TaskEvent.SUBMIT, reply.summary[:200])
+        self.ctx.ledger.transition(task, TaskEvent.SUBMIT, reply.summary[:200])
         node = str(task.node)
         if reply.outcome == "success":
             self._accept(task, "approve", list(reply.evidence) or [f"node report: {reply.summary}"], None)
-            self.engine.ledger.event("node.succeeded", f"{node} ({task.id}) succeeded", reply.summary[:300], task=task.id,
+            self.ctx.ledger.event("node.succeeded", f"{node} ({task.id}) succeeded", reply.summary[:300], task=task.id,
                               role=job.role, session=result.session_id, tokens=task.tokens, node=node)
             for edge in self.graph.edges:
                 if edge.from_ == node and edge.condition == "success":
@@ -265,7 +265,7 @@ class GraphMode(ModeDriver):
                 return
             evidence = [f"outcome fail ({reason}) reported: {reply.summary}", *reply.evidence]
             self._accept(task, "fail", evidence, reply.remediation)
-            self.engine.ledger.event("node.failed", f"{node} ({task.id}) failed ({reason}) → {edge.to}"
+            self.ctx.ledger.event("node.failed", f"{node} ({task.id}) failed ({reason}) → {edge.to}"
                               + (" (backward)" if edge.kind == "backward" else ""),
                               reply.remediation or reply.summary[:300], task=task.id, role=job.role,
                               session=result.session_id, node=node, fail_reason=reply.fail_reason, edge=edge.describe())
@@ -273,10 +273,10 @@ class GraphMode(ModeDriver):
         self.advance()
 
     def _accept(self, task: Task, verdict: str, evidence: list[str], note: str | None) -> None:
-        self.engine.ledger.transition(task, TaskEvent.START_REVIEW, "graph node: the engine checks the report")
+        self.ctx.ledger.transition(task, TaskEvent.START_REVIEW, "graph node: the engine checks the report")
         why = "node succeeded" if verdict == "approve" else "node reported a routed failure"
-        self.engine.ledger.transition(task, TaskEvent.APPROVE, f"{why}: valid report", evidence=evidence)
-        self.engine.ledger.add_verdict(task, Verdict(verdict=verdict, by="graph", at=self.engine.clock(), evidence=evidence,
+        self.ctx.ledger.transition(task, TaskEvent.APPROVE, f"{why}: valid report", evidence=evidence)
+        self.ctx.ledger.add_verdict(task, Verdict(verdict=verdict, by="graph", at=self.ctx.clock(), evidence=evidence,
                                                      note=note))
 
     def _fire(self, edge: Edge, task: Task, job: Job, reason: str | None) -> None:
@@ -286,15 +286,15 @@ class GraphMode(ModeDriver):
     def _block(self, job: Job, task: Task, reason: str, reply: NodeResult) -> None:
         node = str(task.node)
         message = f"graph node {node} failed ({reason}) and has no fail edge for it"
-        self.engine.ledger.event("node.blocked", f"{node} ({task.id}) is blocked: no edge for {reason!r}",
+        self.ctx.ledger.event("node.blocked", f"{node} ({task.id}) is blocked: no edge for {reason!r}",
                           reply.remediation or reply.summary[:300], task=task.id, role=job.role, node=node,
                           human_required=True)
         fp = fingerprint(FailureKind.IMPLEMENTATION_DEFECT, message)
-        self.engine.ledger.record_failure(task, Failure(kind=FailureKind.IMPLEMENTATION_DEFECT.value, fingerprint=fp,
-                                                        message=message, at=self.engine.clock(), job=job.id))
+        self.ctx.ledger.record_failure(task, Failure(kind=FailureKind.IMPLEMENTATION_DEFECT.value, fingerprint=fp,
+                                                        message=message, at=self.ctx.clock(), job=job.id))
         original = job.data.get("original_prompt", job.prompt)
         data = {k: v for k, v in job.data.items() if k not in ("not_before", "original_prompt")}
-        self.engine.escalate(job, fp, f"{message}: {reply.summary[:300]}"
+        self.ctx.escalate(job, fp, f"{message}: {reply.summary[:300]}"
                              + (f"\nRemediation: {reply.remediation}" if reply.remediation else ""), original, data)
 
     # ------------------------------------------------------------------ failures
@@ -335,6 +335,6 @@ class GraphMode(ModeDriver):
         self.state["phase"] = "done"
         result = {"summary": summary[:4000], "artifact": str(path), "nodes": {n: t.id for n, t in latest.items()}}
         if cancelled:
-            self.engine.ledger.finish("failed", f"the graph stopped: {', '.join(cancelled)} cancelled", result)
+            self.ctx.ledger.finish("failed", f"the graph stopped: {', '.join(cancelled)} cancelled", result)
         else:
-            self.engine.ledger.finish("done", f"every node's latest run is approved ({len(latest)} node(s) ran)", result)
+            self.ctx.ledger.finish("done", f"every node's latest run is approved ({len(latest)} node(s) ran)", result)

@@ -50,7 +50,7 @@ class GroupChatMode(ModeDriver):
     @property
     def pool_path(self) -> Path:
         """The run's message pool."""
-        return self.engine.store.dir(self.run.id) / CHAT_FILE
+        return self.ctx.store.dir(self.run.id) / CHAT_FILE
 
     def _pool(self) -> list[dict[str, Any]]:
         """Messages already in chat.jsonl, by number, each once."""
@@ -71,7 +71,7 @@ class GroupChatMode(ModeDriver):
         outbox = self.state.get("chat_outbox") or []
         if not outbox:
             return
-        self.engine.save()
+        self.ctx.save()
         pool = self._pool()
         last = pool[-1]["n"] if pool else -1
         for message in outbox:
@@ -84,7 +84,7 @@ class GroupChatMode(ModeDriver):
     def _resolve(self) -> list[str]:
         """Fill the mode state from the settings snapshot; the problems that stop the chat."""
         settings = self.run.contract.settings_as(GroupChatSettings)
-        roles = list(self.engine.crew.roles)
+        roles = list(self.ctx.crew.roles)
         speakers = list(settings.speakers or roles)
         selection = settings.selection
         lead = settings.lead
@@ -107,7 +107,7 @@ class GroupChatMode(ModeDriver):
         """Open the chat with the first speaker (the lead under lead_selects)."""
         problems = self._resolve()
         if problems:
-            self.engine.ledger.finish("failed", "group chat cannot start: " + "; ".join(problems))
+            self.ctx.ledger.finish("failed", "group chat cannot start: " + "; ".join(problems))
             return
         self.state["phase"] = "chatting"
         first = self.state["lead"] if self.state["selection"] == "lead_selects" else self.state["speakers"][0]
@@ -126,7 +126,7 @@ class GroupChatMode(ModeDriver):
             self.run, role, n=n, round_no=int(self.state["round"]), max_rounds=int(self.state["max_rounds"]),
             speakers=self.state["speakers"], selection=self.state["selection"], lead=self.state["lead"],
             done_role=self.state["done_role"], unseen=unseen, first_turn=role not in self.state["seen"])
-        self.engine.ledger.enqueue("speech", role, prompt, session_key=f"chat:{role}", original_prompt=prompt,
+        self.ctx.ledger.enqueue("speech", role, prompt, session_key=f"chat:{role}", original_prompt=prompt,
                             n=n, round=int(self.state["round"]))
 
     def _check(self, role: str) -> Any:
@@ -148,21 +148,21 @@ class GroupChatMode(ModeDriver):
         if job.kind != "speech" or self.state.get("phase") != "chatting":
             return
         if int(job.data.get("n", -1)) != int(self.state["count"]):
-            self.engine.ledger.event("speech.stale", f"late speech of {job.role} ignored", None, role=job.role)
+            self.ctx.ledger.event("speech.stale", f"late speech of {job.role} ignored", None, role=job.role)
             return
-        turn = self.engine.structured(job, result, ChatTurn, self._check(job.role))
+        turn = self.ctx.structured(job, result, ChatTurn, self._check(job.role))
         if turn is None:
             return
         n = int(self.state["count"])
         done = bool(turn.done and job.role == self.state["done_role"])
         message = {"n": n, "role": job.role, "round": int(self.state["round"]), "message": turn.message,
-                   "next_speaker": turn.next_speaker, "done": turn.done, "at": self.engine.clock(),
+                   "next_speaker": turn.next_speaker, "done": turn.done, "at": self.ctx.clock(),
                    "session": result.session_id}
         self.state["chat_outbox"].append(message)
         self.state["count"] = n + 1
         self.state["seen"][job.role] = n + 1
         ignored = " (done signal ignored: only the done role ends the chat)" if turn.done and not done else ""
-        self.engine.ledger.event("speech", f"[{n}] {job.role} (round {message['round']}){ignored}", turn.message[:300],
+        self.ctx.ledger.event("speech", f"[{n}] {job.role} (round {message['round']}){ignored}", turn.message[:300],
                           role=job.role, session=result.session_id, tokens=result.usage.total_tokens, n=n,
                           round=message["round"], done=done)
         if done:
@@ -190,7 +190,7 @@ class GroupChatMode(ModeDriver):
         self.state["round"] = min(int(self.state["round"]), int(self.state["max_rounds"]))
         self.state["phase"] = "ended"
         self.state["ended"] = {"terminated_by": terminated_by, "why": why, "final": final}
-        self.engine.ledger.event("chat.ended", f"chat ended: {terminated_by}", why, role=final["role"])
+        self.ctx.ledger.event("chat.ended", f"chat ended: {terminated_by}", why, role=final["role"])
         self._finalize()
 
     def _finalize(self) -> None:
@@ -205,7 +205,7 @@ class GroupChatMode(ModeDriver):
         messages = self.messages()
         transcript_path = self.write_artifact("transcript.md", mode_prompts.chat_transcript(self.run, messages, ended["why"]),
                                               role="engine", what="transcript.md of the group chat")
-        self.engine.ledger.finish("done", ended["why"], {
+        self.ctx.ledger.finish("done", ended["why"], {
             "summary": str(final["message"]).strip()[:4000], "artifact": str(final_path),
             "transcript": str(transcript_path), "terminated_by": ended["terminated_by"],
             "rounds": int(self.state["round"]), "messages": len(messages), "final_by": final["role"]})
@@ -220,4 +220,4 @@ class GroupChatMode(ModeDriver):
             return
         self._flush()
         if not self.run.jobs and not self.run.open_checkpoints():
-            self.engine.ledger.finish("failed", "the chat cannot go on: the next speech was cancelled")
+            self.ctx.ledger.finish("failed", "the chat cannot go on: the next speech was cancelled")

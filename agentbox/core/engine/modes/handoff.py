@@ -61,15 +61,15 @@ class HandoffMode(ModeDriver):
         return task.assignee
 
     def _roles(self) -> dict[str, str]:
-        return {name: role.description or role.profile for name, role in self.engine.crew.roles.items()}
+        return {name: role.description or role.profile for name, role in self.ctx.crew.roles.items()}
 
     # ------------------------------------------------------------------ hooks
     def start(self) -> None:
         """Give the goal to the start role."""
-        roles = list(self.engine.crew.roles)
+        roles = list(self.ctx.crew.roles)
         first = self.settings.start or roles[0]
         if first not in roles:
-            self.engine.ledger.finish("failed", f"handoff cannot start: unknown start role {first!r}")
+            self.ctx.ledger.finish("failed", f"handoff cannot start: unknown start role {first!r}")
             return
         self.state.update(phase="active", hop=0, active=first, trail=[], ping_pong=0)
         self._ask(first, None, None)
@@ -79,16 +79,16 @@ class HandoffMode(ModeDriver):
         prompt = mode_prompts.handoff_prompt(self.run, role, hop=hop, roles=self._roles(), trail=self.state["trail"],
                                              message=message, note=note,
                                              handoffs_left=self.max_handoffs - hop)
-        writes = self.engine.crew.roles[role].writes
+        writes = self.ctx.crew.roles[role].writes
         self.state["active"] = role
-        self.engine.ledger.enqueue("handoff", role, prompt, session_key=f"handoff:{role}", original_prompt=prompt,
+        self.ctx.ledger.enqueue("handoff", role, prompt, session_key=f"handoff:{role}", original_prompt=prompt,
                             hop=hop, writes=["**"] if writes is None else list(writes))
 
     def _check(self, role: str) -> Any:
         def check(reply: Handoff) -> list[str]:
             if reply.action != "handoff":
                 return []
-            others = [r for r in self.engine.crew.roles if r != role]
+            others = [r for r in self.ctx.crew.roles if r != role]
             if reply.to not in others:
                 return [f"to: hand over to another role of the crew, one of: {', '.join(others)} (got {reply.to!r})"]
             return []
@@ -99,20 +99,20 @@ class HandoffMode(ModeDriver):
         if job.kind != "handoff" or self.state.get("phase") != "active":
             return
         if int(job.data.get("hop", -1)) != int(self.state["hop"]):
-            self.engine.ledger.event("handoff.stale", f"late turn of {job.role} ignored", None, role=job.role)
+            self.ctx.ledger.event("handoff.stale", f"late turn of {job.role} ignored", None, role=job.role)
             return
-        reply = self.engine.structured(job, result, Handoff, self._check(job.role))
+        reply = self.ctx.structured(job, result, Handoff, self._check(job.role))
         if reply is None:
             return
         if reply.action == "answer":
-            self.engine.ledger.event("answer", f"{job.role} answered after {self.state['hop']} handoff(s)",
+            self.ctx.ledger.event("answer", f"{job.role} answered after {self.state['hop']} handoff(s)",
                               reply.message[:300], role=job.role, session=result.session_id)
             self._end("done", "answer", f"{job.role} answered", {"role": job.role, "message": reply.message})
             return
         target = str(reply.to)
         hop = {"from": job.role, "to": target, "message": reply.message, "hop": int(self.state["hop"]) + 1}
         if int(self.state["hop"]) >= self.max_handoffs:
-            self.engine.ledger.event("handoff.refused", f"{job.role} → {target} refused: {self.max_handoffs} handoff(s) "
+            self.ctx.ledger.event("handoff.refused", f"{job.role} → {target} refused: {self.max_handoffs} handoff(s) "
                               "used", reply.message[:300], role=job.role, human_required=False)
             self._end("failed", "max_handoffs", f"max_handoffs ({self.max_handoffs}) reached without an answer",
                       None, last=hop)
@@ -120,7 +120,7 @@ class HandoffMode(ModeDriver):
         streak = self._streak(job.role, target)
         if streak > self.max_ping_pong:
             self.state["held"] = hop
-            self.engine.ledger.checkpoint(
+            self.ctx.ledger.checkpoint(
                 "ping_pong",
                 f"{job.role} and {target} have handed the conversation back and forth {streak - 1} times "
                 f"(limit {self.max_ping_pong}). {job.role} now hands off to {target}: {reply.message[:300]}\n"
@@ -143,7 +143,7 @@ class HandoffMode(ModeDriver):
         self.state["trail"].append(hop)
         self.state["hop"] = int(hop["hop"])
         self.state["ping_pong"] = streak
-        self.engine.ledger.event("handoff", f"{hop['from']} → {hop['to']} (handoff {hop['hop']}/{self.max_handoffs})",
+        self.ctx.ledger.event("handoff", f"{hop['from']} → {hop['to']} (handoff {hop['hop']}/{self.max_handoffs})",
                           str(hop["message"])[:300], role=hop["from"], to=hop["to"], hop=hop["hop"])
         self._ask(hop["to"], str(hop["message"]), note)
 
@@ -157,7 +157,7 @@ class HandoffMode(ModeDriver):
         if first in STOP_WORDS:
             self._end("cancelled", "human", f"stopped by the human at {checkpoint.id} (ping-pong)", None, last=hop)
             return
-        if words[0] in self.engine.crew.roles and words[0] != hop["from"]:
+        if words[0] in self.ctx.crew.roles and words[0] != hop["from"]:
             hop["to"], note = words[0], " ".join(words[1:]) or None
         elif first in CONTINUE_WORDS:
             note = " ".join(words[1:]) or None
@@ -194,7 +194,7 @@ class HandoffMode(ModeDriver):
                           answered_by=final["role"])
         else:
             result.update(summary=str((last or {}).get("message", "")).strip()[:4000], artifact=str(transcript))
-        self.engine.ledger.finish(ended["status"], ended["why"], result)
+        self.ctx.ledger.finish(ended["status"], ended["why"], result)
 
     def tick(self) -> None:
         """Finish an ended run; fail one whose next turn was cancelled."""
@@ -202,4 +202,4 @@ class HandoffMode(ModeDriver):
         if phase == "ended" and self.run.status not in TERMINAL_RUN_STATES:
             self._finalize()
         elif phase == "active" and not self.run.jobs and not self.run.open_checkpoints():
-            self.engine.ledger.finish("failed", "the handoff cannot go on: the next turn was cancelled")
+            self.ctx.ledger.finish("failed", "the handoff cannot go on: the next turn was cancelled")

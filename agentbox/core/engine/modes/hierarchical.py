@@ -35,7 +35,7 @@ class HierarchicalMode(ModeDriver):
 
     def _roles_for_planner(self) -> dict[str, str]:
         described = {}
-        for name, role in self.engine.crew.roles.items():
+        for name, role in self.ctx.crew.roles.items():
             if name == self.lead:
                 continue
             scope = "read-only" if role.read_only else ("whole project" if role.writes is None else ", ".join(role.writes))
@@ -49,7 +49,7 @@ class HierarchicalMode(ModeDriver):
 
     def _ask_plan(self, feedback: str | None) -> None:
         prompt = prompts.plan_prompt(self.run, self._roles_for_planner(), feedback)
-        self.engine.ledger.enqueue("plan", self.lead, prompt, session_key="lead", original_prompt=prompt)
+        self.ctx.ledger.enqueue("plan", self.lead, prompt, session_key="lead", original_prompt=prompt)
 
     def on_success(self, job: Job, result: InvokeResult) -> None:
         """Plans and syntheses here; work and reviews in the base driver."""
@@ -63,7 +63,7 @@ class HierarchicalMode(ModeDriver):
     def _scope_problems(self, plan: Plan) -> list[str]:
         problems = []
         for task in plan.tasks:
-            role = self.engine.crew.roles.get(task.assignee)
+            role = self.ctx.crew.roles.get(task.assignee)
             if role is None or role.writes is None:
                 continue
             allowed_prefixes = [glob_static_prefix(r)[0] for r in role.writes]
@@ -76,18 +76,18 @@ class HierarchicalMode(ModeDriver):
         return problems
 
     def _handle_plan(self, job: Job, result: InvokeResult) -> None:
-        roles = [r for r in self.engine.crew.roles if r != self.lead] or list(self.engine.crew.roles)
-        plan = self.engine.structured(job, result, Plan,
+        roles = [r for r in self.ctx.crew.roles if r != self.lead] or list(self.ctx.crew.roles)
+        plan = self.ctx.structured(job, result, Plan,
                                       lambda p: check_plan(p, roles, self.run.tasks) + self._scope_problems(p))
         if plan is None:
             return
-        self.engine.ledger.event("plan", f"plan of {len(plan.tasks)} task(s) accepted", plan.notes, role=job.role,
+        self.ctx.ledger.event("plan", f"plan of {len(plan.tasks)} task(s) accepted", plan.notes, role=job.role,
                           session=result.session_id, tokens=result.usage.total_tokens)
         if self.settings.plan_approval:
             self.state["phase"] = "plan_approval"
             self.state["proposed_plan"] = plan.model_dump()
             listing = "\n".join(f"- {t.id} → {t.assignee}: {t.brief}" for t in plan.tasks)
-            self.engine.ledger.checkpoint("plan_approval", f"Approve this plan? Answer 'approve', or feedback to re-plan.\n{listing}",
+            self.ctx.ledger.checkpoint("plan_approval", f"Approve this plan? Answer 'approve', or feedback to re-plan.\n{listing}",
                                    options=["approve"], role=self.lead)
             return
         self._release(plan)
@@ -97,7 +97,7 @@ class HierarchicalMode(ModeDriver):
             task = Task(id=planned.id, assignee=planned.assignee, brief=planned.brief,
                         acceptance=[Acceptance(id=a.id, criterion=a.criterion) for a in planned.acceptance],
                         writes=list(planned.writes), depends_on=list(planned.depends_on))
-            self.engine.ledger.add_task(task, "from the lead's plan")
+            self.ctx.ledger.add_task(task, "from the lead's plan")
         self.state["phase"] = "executing"
         self.release_dependents()
 
@@ -120,7 +120,7 @@ class HierarchicalMode(ModeDriver):
         """
         phase = self.state.get("phase")
         if phase in ("planning", "synthesis") and not self.run.jobs and not self.run.open_checkpoints():
-            self.engine.ledger.finish("failed", f"the lead's {'plan' if phase == 'planning' else 'synthesis'} turn "
+            self.ctx.ledger.finish("failed", f"the lead's {'plan' if phase == 'planning' else 'synthesis'} turn "
                                          "was cancelled: the run cannot go on")
             return
         if phase != "executing" or not self.all_closed():
@@ -129,15 +129,15 @@ class HierarchicalMode(ModeDriver):
             return
         approved = [t for t in self.run.tasks.values() if t.state == "approved"]
         if not approved:
-            self.engine.ledger.finish("failed", "every task was cancelled")
+            self.ctx.ledger.finish("failed", "every task was cancelled")
             return
         self.state["phase"] = "synthesis"
-        self.engine.ledger.event("round.closed", f"round closed: {len(approved)} task(s) approved", None)
+        self.ctx.ledger.event("round.closed", f"round closed: {len(approved)} task(s) approved", None)
         prompt = prompts.synthesis_prompt(self.run)
-        self.engine.ledger.enqueue("synthesis", self.lead, prompt, session_key="lead", original_prompt=prompt)
+        self.ctx.ledger.enqueue("synthesis", self.lead, prompt, session_key="lead", original_prompt=prompt)
 
     def _handle_synthesis(self, result: InvokeResult) -> None:
         path = self.write_artifact("synthesis.md", result.text.strip() + "\n", role=self.lead,
                                    what=f"synthesis.md by {self.lead}", session=result.session_id)
         self.state["phase"] = "done"
-        self.engine.ledger.finish("done", "round closed and synthesised", {"summary": result.text.strip()[:4000], "artifact": str(path)})
+        self.ctx.ledger.finish("done", "round closed and synthesised", {"summary": result.text.strip()[:4000], "artifact": str(path)})

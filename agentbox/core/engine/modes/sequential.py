@@ -27,7 +27,7 @@ class SequentialMode(ModeDriver):
 
     def start(self) -> None:
         """Create the pipeline's tasks, choose its reviewer once for the run, and start the first step."""
-        crew = self.engine.crew
+        crew = self.ctx.crew
         steps = list(self.run.contract.settings_as(SequentialSettings).steps or crew.roles)
         named = crew.hierarchical.reviewer
         self.state["reviewer"] = named if named in crew.roles else None
@@ -43,7 +43,7 @@ class SequentialMode(ModeDriver):
             task = Task(id=f"step{index}-{role_name}", assignee=role_name, brief=brief,
                         acceptance=[Acceptance(id="a1", criterion=STEP_CRITERION)],
                         writes=writes, depends_on=[previous] if previous else [])
-            self.engine.ledger.add_task(task, f"pipeline step {index} of {len(steps)}")
+            self.ctx.ledger.add_task(task, f"pipeline step {index} of {len(steps)}")
             previous = task.id
         self.state["phase"] = "executing"
         self.release_dependents()
@@ -74,9 +74,9 @@ class SequentialMode(ModeDriver):
             return
         sub = task.submission or {}
         evidence = list(sub.get("evidence") or []) or [f"submission: {sub.get('summary', '')}"]
-        self.engine.ledger.transition(task, TaskEvent.START_REVIEW, "pipeline step without a reviewer: the engine checks it")
-        self.engine.ledger.transition(task, TaskEvent.APPROVE, "pipeline step accepted: valid submission", evidence=evidence)
-        self.engine.ledger.add_verdict(task, Verdict(verdict="approve", by="pipeline", at=self.engine.clock(),
+        self.ctx.ledger.transition(task, TaskEvent.START_REVIEW, "pipeline step without a reviewer: the engine checks it")
+        self.ctx.ledger.transition(task, TaskEvent.APPROVE, "pipeline step accepted: valid submission", evidence=evidence)
+        self.ctx.ledger.add_verdict(task, Verdict(verdict="approve", by="pipeline", at=self.ctx.clock(),
                                                      evidence=evidence))
         self.on_task_approved(task)
 
@@ -87,7 +87,7 @@ class SequentialMode(ModeDriver):
         steps = list(self.run.tasks.values())
         last = steps[-1]
         if last.state != TaskState.APPROVED:
-            self.engine.ledger.finish("failed", f"step {last.id} was cancelled")
+            self.ctx.ledger.finish("failed", f"step {last.id} was cancelled")
             return
         summary = str((last.submission or {}).get("summary", "")).strip()
         lines = [f"# {self.run.contract.goal}", ""]
@@ -95,7 +95,7 @@ class SequentialMode(ModeDriver):
             sub = step.submission or {}
             files = ", ".join(sub.get("artifacts") or []) or "no files"
             lines.append(f"- {step.id} ({step.assignee}): {str(sub.get('summary', '')).strip()} [{files}]")
-        path = self.engine.store.artifacts_dir(self.run.id) / "result.md"
+        path = self.ctx.store.artifacts_dir(self.run.id) / "result.md"
         store.atomic_write_text(path, "\n".join(lines) + "\n")
         self.state["phase"] = "done"
-        self.engine.ledger.finish("done", "every step completed", {"summary": summary, "artifact": str(path)})
+        self.ctx.ledger.finish("done", "every step completed", {"summary": summary, "artifact": str(path)})

@@ -1,0 +1,41 @@
+"""What a mode may read and decide: the narrow context a mode driver receives instead of the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentbox.core.config import Crew
+from agentbox.core.engine.ledger import RunLedger
+from agentbox.core.engine.models import Run
+from agentbox.core.engine.run_store import RunStore
+
+
+@dataclass(frozen=True)
+class ModeContext:
+    """The run's ledger (read the run, record decisions), the crew, the run's files, and reply checking.
+
+    `structured` reads a reply as a model (arranging the corrective re-prompt when it is
+    invalid); `fail` and `escalate` hand a failure to the engine's routing; `save` commits
+    the state before a mode writes a file that must never run ahead of it.
+    """
+
+    ledger: RunLedger
+    crew: Crew
+    store: RunStore
+    project_root: Path
+    structured: Callable[..., Any]
+    fail: Callable[..., None]
+    escalate: Callable[..., None]
+    save: Callable[[], None]
+
+    @property
+    def run(self) -> Run:
+        """The run's state (change it through `ledger`)."""
+        return self.ledger.run
+
+    def clock(self) -> float:
+        """Now, on the run's clock."""
+        return self.ledger.clock()
