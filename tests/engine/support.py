@@ -25,7 +25,7 @@ import psutil
 
 from agentbox.core import runs
 from agentbox.core.engine.engine import Engine
-from agentbox.core.engine.models import Run
+from agentbox.core.engine.models import Job, Run
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.paths import ProjectPaths
 
@@ -243,6 +243,23 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+def kill_engine_mid_work(project: ProjectPaths, run_id: str) -> Job:
+    """Start the run's engine in its own process and SIGKILL it once a work turn is running; that turn's job."""
+    store = RunStore(project)
+    proc = start_engine(project, run_id)
+    try:
+        deadline = time.monotonic() + 30
+        while not any(j.pid and j.kind == "work" for j in store.load(run_id).jobs.values()):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.02)
+        (job,) = [j for j in store.load(run_id).jobs.values() if j.kind == "work"]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        stop(proc)
+    return job
 
 
 # ----------------------------------------------------------------------------- reading

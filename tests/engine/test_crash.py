@@ -25,6 +25,7 @@ from tests.engine.support import (
     agent_processes,
     assert_log_consistent,
     create,
+    kill_engine_mid_work,
     of_type,
     prompts_of,
     review_rule,
@@ -163,18 +164,8 @@ def test_an_orphan_left_by_a_killed_engine_is_found_and_killed_on_resume(project
     worker = Path(os.environ["AGENT_BOX_HOME"]) / "profiles" / "t-worker" / "profile.yaml"
     worker.write_text(json.dumps({**json.loads(worker.read_text()), "sandbox": "none"}))
     run_id = create(paths)
-    proc = start_engine(paths, run_id)
     rs = RunStore(paths)
-    try:
-        deadline = time.monotonic() + 30
-        while not any(j.pid and j.kind == "work" for j in rs.load(run_id).jobs.values()):
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.02)
-        (job,) = [j for j in rs.load(run_id).jobs.values() if j.kind == "work"]
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        stop(proc)
+    job = kill_engine_mid_work(paths, run_id)
     orphans = session_processes([job.session_id])
     assert orphans, "without a sandbox the agent outlives the engine"
     resumed = start_engine(paths, run_id)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +11,7 @@ from agentbox.core.engine.run_store import RunStore
 from agentbox.core.sessions import SessionStore
 from tests.engine.support import (
     create,
+    kill_engine_mid_work,
     session_processes,
     setup_crew,
     start_engine,
@@ -31,17 +29,7 @@ def test_a_turn_rerun_after_kill_9_keeps_the_interrupted_attempts_log(project: P
                        worker=[work_rule(delay=60, task_id="t1", times=1, rule_id="stuck")])
     run_id = create(paths)
     rs = RunStore(paths)
-    proc = start_engine(paths, run_id)
-    try:
-        deadline = time.monotonic() + 30
-        while not any(j.pid and j.kind == "work" for j in rs.load(run_id).jobs.values()):
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.02)
-        (job,) = [j for j in rs.load(run_id).jobs.values() if j.kind == "work"]
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        stop(proc)
+    job = kill_engine_mid_work(paths, run_id)
     assert wait_gone(lambda: session_processes([job.session_id])) == []
     store = SessionStore(paths.sessions_dir)
     record = store.find(job.session_id)
