@@ -365,18 +365,19 @@ def test_home_binds_are_checked_not_followed(tmp_path: Path) -> None:
 async def test_no_turn_plants_what_later_turns_of_the_profile_load(git_project: ProjectPaths,
                                                                     agent_box_home: Path) -> None:
     """The reviewer may not leave bytecode (or settings, hooks, plugins) that every later turn runs."""
-    from agentbox.core.profiles import resolve
+    import importlib.util
 
-    cache = resolve("probe").config_dir / ".pycache"
-    assert (await ask(git_project, "all", "run true")).ok  # agentbox compiled the agent's cache on the host
-    compiled = sorted(p for p in cache.rglob("*.pyc"))
-    assert compiled
-    before = {p: p.read_bytes() for p in compiled}
-    status, output = ran(await ask(git_project, "reviewer",
-                                   "run for f in $(find $SCRIPTED_HOME/.pycache -name '*.pyc'); do "
-                                   "echo evil > $f; done; mkdir -p $SCRIPTED_HOME/.pycache/x && echo done"))
+    from agentbox.core.runtimes.scripted import PROGRAM
+
+    assert (await ask(git_project, "all", "run true")).ok  # agentbox compiled the agent on the host
+    compiled = Path(importlib.util.cache_from_source(str(PROGRAM)))
+    before = compiled.read_bytes() if compiled.exists() else None
+    status, output = ran(await ask(git_project, "reviewer", f"run echo evil > {compiled}"))
     assert status != 0 and "Read-only file system" in output, output
-    assert {p: p.read_bytes() for p in compiled} == before
+    assert (compiled.read_bytes() if compiled.exists() else None) == before
+    # the profile's own dir is session state, loaded by no later turn: a pycache planted there is inert
+    ran(await ask(git_project, "reviewer", "run mkdir -p $SCRIPTED_HOME/.pycache && echo x > "
+                                           "$SCRIPTED_HOME/.pycache/scripted_agent.cpython-311.pyc"))
     assert (await ask(git_project, "all", "run true")).ok  # the profile still works for everyone
 
 

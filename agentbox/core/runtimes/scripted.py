@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import ClassVar
@@ -28,13 +27,13 @@ from agentbox.core.runtimes.base import (
 from agentbox.core.runtimes.common import scratch_file
 
 PROGRAM = Path(__file__).resolve().parent / "scripted_agent.py"
-#: Imports the program instead of running it as a script, so its bytecode is cached in the
-#: profile's SCRIPTED_HOME: ~7 ms less per turn. agentbox compiles it there on the host and
-#: the sandbox sees that cache read-only (`loaded_config`), so no agent can plant bytecode
-#: that a later turn would run.
+#: Imports the program instead of running it as a script, so its bytecode is cached: ~7 ms
+#: less per turn. The cache is the program's own `__pycache__` in agentbox's package, which
+#: agentbox compiles on the host (`_compile_program`) and every sandbox sees read-only, as
+#: it sees the standard library's: no agent can plant bytecode that a later turn runs.
 LAUNCHER = (
-    "import os, sys; sys.pycache_prefix = os.path.join(os.environ['SCRIPTED_HOME'], '.pycache'); "
-    f"sys.path.insert(0, {str(PROGRAM.parent)!r}); import scripted_agent; sys.exit(scripted_agent.main())"
+    f"import sys; sys.path.insert(0, {str(PROGRAM.parent)!r}); import scripted_agent; "
+    "sys.exit(scripted_agent.main())"
 )
 _JSON_CACHE: dict[tuple[str, int, int], bytes] = {}
 SCENARIO_JSON = "scenario.json"
@@ -64,23 +63,16 @@ def _as_json(scenario: Path, scratch: Path) -> Path:
     return target
 
 
-def _compile_program(prefix: Path) -> None:
-    """Compile the agent program into `prefix` as `sys.pycache_prefix` lays it out, when stale."""
+def _compile_program() -> None:
+    """Compile the agent program into its own `__pycache__` when stale (skipped where that is not writable)."""
+    import importlib.util
     import py_compile
-    import sys
 
-    target = prefix / PROGRAM.parent.relative_to(PROGRAM.anchor) / f"{PROGRAM.stem}.{sys.implementation.cache_tag}.pyc"
-    chain = [target, *(d for d in target.parents if d == prefix or d.is_relative_to(prefix))]
-    if any(d.is_symlink() for d in chain):  # an attached session may have planted a link: start afresh
-        if prefix.is_symlink():
-            prefix.unlink()
-        else:
-            shutil.rmtree(prefix, ignore_errors=True)
+    target = Path(importlib.util.cache_from_source(str(PROGRAM)))
     with contextlib.suppress(OSError):
-        if target.stat().st_mtime_ns >= PROGRAM.stat().st_mtime_ns:
+        if target.stat().st_mtime_ns >= PROGRAM.stat().st_mtime_ns and not target.is_symlink():
             return
     with contextlib.suppress(OSError, py_compile.PyCompileError):
-        target.parent.mkdir(parents=True, exist_ok=True)
         py_compile.compile(str(PROGRAM), cfile=str(target), doraise=True)
 
 
@@ -90,11 +82,11 @@ class ScriptedAdapter:
     tool: ClassVar[str] = "scripted"
     executable_name: ClassVar[str] = "python3"
     env_defaults: ClassVar[dict[str, str]] = {}
-    loaded_config: ClassVar[tuple[str, ...]] = (".pycache/",)
+    loaded_config: ClassVar[tuple[str, ...]] = ()
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
-        """The profile's dot-scripted/ becomes SCRIPTED_HOME (sessions, counters); the agent's bytecode compiled in it."""
-        _compile_program(config_dir / ".pycache")
+        """The profile's dot-scripted/ becomes SCRIPTED_HOME (sessions, counters); the agent's bytecode is compiled."""
+        _compile_program()
         return bound_home(config_dir, home / ".scripted", "SCRIPTED_HOME")
 
     def _base(self, request: TurnRequest) -> list[str]:
