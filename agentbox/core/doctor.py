@@ -234,6 +234,10 @@ def check_project(start: Path | None) -> Check:
 
 def run_checks(project_dir: Path | None = None) -> list[Check]:
     """All checks; the slow ones (bwrap, tool versions) run in parallel threads."""
+    # import what the threads use first: two threads importing one module graph at once can
+    # trip the import system's deadlock detection
+    from agentbox.core import runtimes, sandbox, seccomp  # noqa: F401
+
     with ThreadPoolExecutor(max_workers=6) as pool:
         bwrap = pool.submit(check_bwrap)
         enforced = pool.submit(check_sandbox)

@@ -99,6 +99,10 @@ def test_the_turn_agentbox_started_is_still_killed(processes: list[subprocess.Po
     session = str(uuid.uuid4())
     orphan = sleeper({"AGENTBOX_SESSION_ID": session})
     processes.append(orphan)
+    deadline = time.monotonic() + 10  # a loaded machine: let the child finish starting before it is judged
+    while psutil.Process(orphan.pid).environ().get("AGENTBOX_SESSION_ID") != session:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     _kill_orphan(Job(id="job-1", kind="work", role="builder", session_id=session, pid=orphan.pid,
                      pid_create_time=psutil.Process(orphan.pid).create_time()))
     assert orphan.wait(timeout=5) != 0
