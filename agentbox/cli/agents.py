@@ -59,6 +59,7 @@ def invoke(args: argparse.Namespace) -> int:
 def sessions(args: argparse.Namespace) -> int:
     """`sessions [ROLE]` lists sessions; `sessions show UUID` shows one session's turns."""
     from agentbox.core import services
+    from agentbox.core.errors import StateError
 
     proj = maybe_project(args)
     if args.role == "show":
@@ -66,13 +67,10 @@ def sessions(args: argparse.Namespace) -> int:
             from agentbox.core.errors import UsageError
 
             raise UsageError("usage: agentbox sessions show UUID")
-        from agentbox.core.sessions import check_session_id
-
-        check_session_id(args.session_id)  # an id becomes a file name: no `../`, no glob
-        return _show_session(args, proj)
+        return _show_session(args, proj)  # SessionStore.find checks the id before it becomes a file name
     store = services.session_store_for(args.role, proj)
-    damaged: list[Exception] = []
-    records = store.list(args.role, damaged)  # type: ignore[arg-type]
+    damaged: list[StateError] = []
+    records = store.list(args.role, damaged)
     for problem in damaged:
         print(f"warning: {problem}", file=sys.stderr)
     if args.json:

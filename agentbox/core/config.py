@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentbox.core.errors import ConfigError
+from agentbox.core.scopes import has_control_character, scope_problem
 from agentbox.core.secrets import reference_problem
 from agentbox.core.tools import Tool
 from agentbox.core.validation import NAME_PATTERN, problems, short
@@ -26,44 +27,19 @@ Mode = Literal["sequential", "hierarchical", "group_chat", "handoff", "graph"]
 
 RoleName = Annotated[str, Field(pattern=NAME_PATTERN)]
 
-METADATA_DIRS = frozenset({".git", ".agent-box", ".hg", ".svn"})
-"""Directories no write scope may name: version control and agentbox's own metadata."""
-
 MAX_SECONDS = 7 * 24 * 3600.0
 """Longest duration a limit may name (a week): beyond it a number is a mistake."""
 
 
-def _has_control_character(text: str) -> bool:
-    return any(ord(ch) < 32 or ord(ch) == 127 for ch in text)
-
-
-def write_scope_problem(scope: str) -> str | None:
-    """Why a crew.yaml write scope is refused, or None when it is a path inside the project.
-
-    A scope is relative to the project root, never leaves it (no `..`), never names
-    version-control or agentbox metadata in its literal part, and is never empty (which
-    would silently mean the whole project).
-    """
-    if not scope.strip():
-        return "an empty write scope is not allowed (`**` is the whole project; `writes: []` is read-only)"
-    if _has_control_character(scope):
-        return f"write scope {scope!r} contains a control character"
-    if scope.startswith(("/", "~")):
-        return f"write scope {scope!r} is not relative to the project root"
-    parts = PurePosixPath(scope).parts
-    if ".." in parts:
-        return f"write scope {scope!r} uses '..': scopes stay inside the project"
-    named = next((part for part in parts if part.casefold() in METADATA_DIRS), None)
-    if named is not None:
-        return f"write scope {scope!r} names {named}/: metadata is never writable by a role"
-    return None
+write_scope_problem = scope_problem
+"""Why a crew.yaml write scope is refused (`agentbox.core.scopes.scope_problem`)."""
 
 
 def box_path_problem(value: str, what: str) -> str | None:
     """Why `value` is refused as a file path relative to `.agent-box/`, or None (text only)."""
     if not value.strip():
         return f"the {what} path is empty"
-    if _has_control_character(value):
+    if has_control_character(value):
         return f"{what} {value!r} contains a control character"
     if value.startswith(("/", "~")):
         return f"{what} {value!r} must be a path relative to .agent-box/"

@@ -191,6 +191,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     profile = agent.profile
     adapter = adapter_for(profile.tool)
     runtime_env = secrets.resolve_env(profile)  # an unset ${VAR} stops the turn before anything is made
+    hidden_values = tuple(secrets.secret_values(profile))
     ensure_state(profile)
     turn = record.turns + 1
     logs = agent.sessions.logs_dir(record)
@@ -239,7 +240,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         for bind in homes:  # without a sandbox the tool reads its config where the env points
             env.update({k: str(bind.source) if v == str(bind.target) else v for k, v in env.items()})
         return Prepared(record, request, command.argv, env, command.stdin, logs, scratch,
-                        secrets=tuple(secrets.secret_values(profile)))
+                        secrets=hidden_values)
     policy = profile.profile.sandbox
     if home == agent.cwd or home.is_relative_to(agent.cwd):
         raise SandboxError(
@@ -285,7 +286,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         scopes.finish(scope_plan, logs / f"turn-{turn}.discarded")  # no turn: nothing made for it stays
         raise
     return Prepared(record, request, argv, {"PATH": env.get("PATH", "/usr/bin:/bin")}, command.stdin, logs, scratch,
-                    scope_plan, secrets=tuple(secrets.secret_values(profile)))
+                    scope_plan, secrets=hidden_values)
 
 
 def _check_bind_source(source: Path, state_dir: Path) -> None:

@@ -91,30 +91,20 @@ def read_bounded(path: Path | str, *, max_bytes: int = DEFAULT_MAX_BYTES, follow
         os.close(fd)
 
 
-def read_bounded_text(path: Path | str, *, max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: bool = False,
-                      errors: str = "strict") -> str:
-    """`read_bounded`, decoded as UTF-8 (`errors` as for `bytes.decode`)."""
-    return read_bounded(path, max_bytes=max_bytes, follow_symlinks=follow_symlinks).decode("utf-8", errors)
-
-
-def is_plain_file(path: Path | str) -> bool:
-    """True when `path` itself (not a symlink's target) is a regular file."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
 def write_new(path: Path | str, data: bytes, mode: int = 0o600) -> None:
     """Create `path` with `data`; refuses (FileExistsError) when anything, a symlink included, is there."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        write_all(fd, data)
     finally:
         os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of `data` to the descriptor (os.write may take less at a time)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def write_fresh(path: Path | str, data: bytes, mode: int = 0o600) -> None:

@@ -42,10 +42,11 @@ import shutil
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from agentbox.core.errors import SandboxError
 from agentbox.core.runtimes.base import HomeBind
+from agentbox.core.safe_io import write_all
 
 #: Host environment variables that pass into the sandbox (everything else is cleared).
 PASSTHROUGH_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TERM", "COLORTERM", "TZ",
@@ -225,9 +226,7 @@ def launch(argv: list[str], *, seccomp_filter: bool = True) -> Iterator[Launch]:
 def _memfd(name: str, data: bytes) -> int:
     fd = os.memfd_create(name, 0)  # inheritable only through pass_fds
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
         os.lseek(fd, 0, os.SEEK_SET)
     except BaseException:
         os.close(fd)
@@ -236,18 +235,6 @@ def _memfd(name: str, data: bytes) -> int:
 
 
 # ----------------------------------------------------------------------------- helpers (impure)
-
-
-@functools.lru_cache(maxsize=4096)
-def glob_static_prefix(pattern: str) -> tuple[tuple[str, ...], bool]:
-    """The literal leading path components of a write glob, and whether the whole pattern is literal."""
-    parts = PurePosixPath(pattern.strip("/") or ".").parts
-    static: list[str] = []
-    for part in parts:
-        if any(ch in part for ch in "*?["):
-            return tuple(static), False
-        static.append(part)
-    return tuple(static), True
 
 
 @functools.lru_cache(maxsize=64)
@@ -354,8 +341,9 @@ def host_env() -> dict[str, str]:
     return dict(os.environ)
 
 
+@functools.cache
 def host_layout() -> dict[str, object]:
-    """Facts about this host the sandbox adapts to (impure; see `SandboxSpec`)."""
+    """Facts about this host the sandbox adapts to (impure; see `SandboxSpec`), read once per process."""
     import glob
 
     masked = tuple(Path(p) for pattern in HOST_SECRETS for p in sorted(glob.glob(pattern))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import hashlib
 import os
 import shutil
@@ -38,10 +39,6 @@ METADATA_NAMES = (".git", ".agent-box", ".hg", ".svn", ".bzr", "_darcs", ".jj", 
 """Entries that hold version-control or agentbox metadata: never writable by an agent."""
 
 WILDCARDS = "*?["
-
-
-def _has_wildcard(part: str) -> bool:
-    return any(ch in part for ch in WILDCARDS)
 
 
 @dataclass
@@ -84,20 +81,52 @@ class ScopePlan:
         return tuple(link for s in self.staged for link in s.links)
 
 
-def normalise(scope: str) -> tuple[str, ...]:
-    """The parts of a write scope, checked: relative, inside the project, not metadata (UsageError)."""
+def has_control_character(text: str) -> bool:
+    """True when `text` holds a control character (never part of a path a person meant)."""
+    return any(ord(ch) < 32 or ord(ch) == 127 for ch in text)
+
+
+def scope_problem(scope: str) -> str | None:
+    """Why a write scope is refused, or None when it is a path inside the project (text only).
+
+    A scope is relative to the project root, never leaves it (no `..`), never names
+    version-control or agentbox metadata in its literal part, and is never empty (which
+    would silently mean the whole project). crew.yaml is checked with this at load, and
+    every scope again when a turn's mounts are planned.
+    """
     if not isinstance(scope, str) or not scope.strip():
-        raise UsageError(f"write scope {scope!r} is empty", "name a directory (`src/**`), a file, or a pattern")
-    if scope.startswith("/") or scope.startswith("~"):
-        raise UsageError(f"write scope {scope!r} is absolute", "write scopes are relative to the project root")
-    parts = tuple(p for p in PurePosixPath(scope).parts if p not in (".", ""))
+        return "an empty write scope is not allowed (`**` is the whole project; `writes: []` is read-only)"
+    if has_control_character(scope):
+        return f"write scope {scope!r} contains a control character"
+    if scope.startswith(("/", "~")):
+        return f"write scope {scope!r} is absolute, not relative to the project root"
+    parts = PurePosixPath(scope).parts
     if ".." in parts:
-        raise UsageError(f"write scope {scope!r} leaves the project through '..'",
-                         "write scopes are relative to the project root and stay inside it")
-    if parts and parts[0] in METADATA_NAMES:
-        raise UsageError(f"write scope {scope!r} covers {parts[0]}, which no agent may write",
-                         "version-control and agentbox metadata stay read-only for every role")
-    return parts
+        return f"write scope {scope!r} uses '..': scopes stay inside the project"
+    named = next((part for part in parts if part.casefold() in METADATA_NAMES), None)
+    if named is not None:
+        return f"write scope {scope!r} names {named}/: metadata is never writable by a role"
+    return None
+
+
+def normalise(scope: str) -> tuple[str, ...]:
+    """The parts of a write scope, checked by `scope_problem` (UsageError)."""
+    problem = scope_problem(scope)
+    if problem is not None:
+        raise UsageError(problem, "name a directory (`src/**`), a file, or a one-level pattern inside the project")
+    return tuple(p for p in PurePosixPath(scope).parts if p not in (".", ""))
+
+
+@functools.lru_cache(maxsize=4096)
+def glob_static_prefix(pattern: str) -> tuple[tuple[str, ...], bool]:
+    """The literal leading path components of a write glob, and whether the whole pattern is literal."""
+    parts = PurePosixPath(pattern.strip("/") or ".").parts
+    static: list[str] = []
+    for part in parts:
+        if any(ch in part for ch in WILDCARDS):
+            return tuple(static), False
+        static.append(part)
+    return tuple(static), True
 
 
 def _check_no_symlink(root: Path, parts: tuple[str, ...], scope: str) -> None:
@@ -141,11 +170,7 @@ def plan(project_root: Path, scopes: list[str] | None, stage_root: Path | None =
     patterns: dict[Path, list[str]] = {}
     for scope in scopes:
         parts = normalise(scope)
-        static: list[str] = []
-        for part in parts:
-            if _has_wildcard(part):
-                break
-            static.append(part)
+        static = glob_static_prefix("/".join(parts))[0] if parts else ()
         rest = parts[len(static):]
         _check_no_symlink(project_root, tuple(static), scope)
         base = project_root.joinpath(*static)

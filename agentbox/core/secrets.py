@@ -147,16 +147,6 @@ def _missing(info: ProfileInfo, name: str, location: tuple[str | int, ...]) -> C
     )
 
 
-def missing_variables(info: ProfileInfo, environ: Mapping[str, str] | None = None) -> list[str]:
-    """Variables the profile needs that `environ` (default: this process's) does not set."""
-    environ = os.environ if environ is None else environ
-    runtime = info.profile.runtime
-    names = [ref.name for value in runtime.env.values() for ref in references(value)
-             if ref.default is None and ref.name not in environ]
-    names += [name for name in runtime.pass_env if name not in environ]
-    return list(dict.fromkeys(names))
-
-
 def resolve_env(info: ProfileInfo, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The profile's runtime env with references resolved, plus its `pass_env` variables.
 

@@ -280,7 +280,7 @@ class Engine:
         roles = self.crew.roles
         named = [(f"jobs.{job.id}.role", job.role) for job in self.run.jobs.values()]
         named += [(f"tasks.{task.id}.assignee", task.assignee) for task in self.run.tasks.values()
-                  if task.state not in ("approved", "cancelled")]
+                  if not task.is_terminal]
         for field, role in named:
             if role not in roles:
                 raise DamagedRunError(self.store.dir(self.run.id) / RUN_FILE,

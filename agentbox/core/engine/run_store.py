@@ -267,7 +267,7 @@ class RunStore:
         if start > 0:
             first_line = None  # line numbers unknown in a tail; skip the first (cut) line
             lines = lines[1:]
-        state = {"seq": 0, "seqs_known": start == 0, "run": run}
+        state = {"seq": 0, "run": run}
         for index, raw in enumerate(lines):
             if not raw.strip():
                 continue

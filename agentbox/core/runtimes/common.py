@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import os
+import sqlite3
+import stat
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agentbox.core import safe_io
 from agentbox.core.errors import SandboxError
@@ -51,3 +55,44 @@ def scratch_file(request: TurnRequest, name: str, text: str) -> Path:
         raise SandboxError(f"cannot write {path} for the agent: {exc}",
                            "remove what is in the way; agentbox does not write through it") from None
     return path
+
+
+SQLITE_QUERY_S = 2.0
+"""How long reading a tool's SQLite database may take before it is abandoned."""
+
+_T = TypeVar("_T")
+
+
+def read_sqlite(db: Path, tables: tuple[str, ...], read: Callable[[sqlite3.Connection], _T]) -> _T | None:
+    """`read(connection)` on a tool's database, or None when it cannot be read safely.
+
+    The agent can rewrite the tool's home, so the database and its side files must be
+    regular files (no symlink out, no FIFO to block on), it is opened read-only, each of
+    `tables` must be a table (a view could compute forever), and reading is abandoned
+    after `SQLITE_QUERY_S`.
+    """
+    for path in (db, *(db.with_name(db.name + suffix) for suffix in ("-wal", "-shm", "-journal"))):
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            if path == db:
+                return None
+            continue
+        except OSError:
+            return None
+        if not stat.S_ISREG(mode):
+            return None
+    deadline = time.monotonic() + SQLITE_QUERY_S
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=SQLITE_QUERY_S)
+        try:
+            conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
+            for table in tables:
+                kind = conn.execute("SELECT type FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+                if kind is None or kind[0] != "table":
+                    return None
+            return read(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None

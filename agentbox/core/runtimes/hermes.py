@@ -20,8 +20,6 @@ import json
 import os
 import re
 import sqlite3
-import stat
-import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -37,13 +35,11 @@ from agentbox.core.runtimes.base import (
     bound_home,
     optional_int,
 )
-from agentbox.core.runtimes.common import with_instructions
+from agentbox.core.runtimes.common import read_sqlite, with_instructions
 
 USAGE_FILE = "hermes-usage.json"
 #: The usage file is a small JSON object; anything bigger is not hermes' report.
 USAGE_FILE_MAX_BYTES = 64 * 1024
-#: Longest the state.db look-up may take (an agent can rewrite the database).
-STATE_DB_QUERY_S = 2.0
 #: Runs hermes' entry script (argv[2]) with the prompt read from stdin appended to its
 #: sys.argv as `OPTION=PROMPT` (argv[1]); the kernel's command line never holds it.
 #: sys.path[0] is the script's dir, as when the script runs itself (not the cwd, which is
@@ -225,29 +221,23 @@ def _session_counters(config_dir: Path, session_id: str | None) -> dict[str, Any
     The agent can rewrite its HERMES_HOME, so the database and its side files must be
     regular files (no symlink out, no FIFO to block on), it is opened read-only, its
     `sessions` must be a table (a view could compute forever) and the query is abandoned
-    after `STATE_DB_QUERY_S`. Only numbers (and a short cost status) are kept.
+    after a time limit (`read_sqlite`). Only numbers (and a short cost status) are kept.
     """
-    db = config_dir / "state.db"
-    if session_id is None or not _plain_files(db):
+    if session_id is None:
         return {}
-    deadline = time.monotonic() + STATE_DB_QUERY_S
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=STATE_DB_QUERY_S)
-        try:
-            conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
-            kind = conn.execute("SELECT type FROM sqlite_master WHERE name = 'sessions'").fetchone()
-            if kind is None or kind[0] != "table":
-                return {}
-            columns = {str(info[1]) for info in conn.execute("PRAGMA table_info(sessions)")}
-            wanted = [k for k in (*_DB_COUNTERS, "cost_status") if k in columns]
-            if not wanted:
-                return {}
-            selected = ", ".join(f'"{k}"' for k in wanted)
-            row = conn.execute(f"SELECT {selected} FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error:
+
+    def read(conn: sqlite3.Connection) -> tuple[list[str], tuple[Any, ...] | None]:
+        columns = {str(info[1]) for info in conn.execute("PRAGMA table_info(sessions)")}
+        wanted = [k for k in (*_DB_COUNTERS, "cost_status") if k in columns]
+        if not wanted:
+            return wanted, None
+        selected = ", ".join(f'"{k}"' for k in wanted)
+        return wanted, conn.execute(f"SELECT {selected} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+
+    found = read_sqlite(config_dir / "state.db", ("sessions",), read)
+    if found is None:
         return {}
+    wanted, row = found
     if row is None:
         return {}
     counters: dict[str, Any] = {}
@@ -258,22 +248,6 @@ def _session_counters(config_dir: Path, session_id: str | None) -> dict[str, Any
         elif isinstance(value, int | float) and not isinstance(value, bool):
             counters[key] = value
     return counters
-
-
-def _plain_files(db: Path) -> bool:
-    """True when `db` is a regular file, and so are its SQLite side files where present."""
-    for path in (db, *(db.with_name(db.name + suffix) for suffix in ("-wal", "-shm", "-journal"))):
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            if path == db:
-                return False
-            continue
-        except OSError:
-            return False
-        if not stat.S_ISREG(mode):
-            return False
-    return True
 
 
 def _usage_delta(now: dict[str, Any], before: dict[str, Any]) -> Usage:

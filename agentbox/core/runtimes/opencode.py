@@ -26,6 +26,12 @@ HEADLESS_CONFIG: dict[str, Any] = {"agent": {"title": {"disable": True}}}
 READ_ONLY_CONFIG = {"permission": {"edit": "deny", "bash": {"*": "allow"}}}
 
 
+PRIVATE_DIR = ".agentbox"
+"""Under opencode's config dir: its XDG data, state and cache (so sessions persist in the profile)."""
+DATABASE = Path(PRIVATE_DIR) / "data" / "opencode" / "opencode.db"
+"""opencode's session database, relative to its config dir."""
+
+
 def step_tokens(tokens: Any) -> dict[str, int]:
     """The counters a step's `tokens` reports (input, output, reasoning, cache_read, cache_write)."""
     if not isinstance(tokens, dict):
@@ -57,7 +63,7 @@ class OpencodeAdapter:
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """dot-opencode/ → ~/.config/opencode; XDG data/state/cache under it so sessions persist."""
         target = home / ".config" / "opencode"
-        private = target / ".agentbox"
+        private = target / PRIVATE_DIR
         env = {
             "XDG_CONFIG_HOME": str(home / ".config"),
             "XDG_DATA_HOME": str(private / "data"),

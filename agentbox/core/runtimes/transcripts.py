@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import stat
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,8 @@ from typing import Any
 
 from agentbox.core import safe_io
 from agentbox.core.runtimes.base import Usage, optional_int
+from agentbox.core.runtimes.common import read_sqlite
+from agentbox.core.runtimes.opencode import DATABASE as OPENCODE_DATABASE
 from agentbox.core.runtimes.opencode import step_tokens
 
 MAX_TRANSCRIPT_BYTES = 32 << 20
@@ -49,7 +49,7 @@ def typed_turns(tool: str, config_dir: Path, native_id: str | None) -> list[Type
     if tool == "codex":
         return _codex(config_dir / "sessions", native_id)
     if tool == "opencode":
-        return _opencode(config_dir / ".agentbox" / "data" / "opencode" / "opencode.db", native_id)
+        return _opencode(config_dir / OPENCODE_DATABASE, native_id)
     if tool == "hermes":
         return _hermes(config_dir / "state.db", native_id)
     return []
@@ -193,37 +193,9 @@ def _find_rollout(sessions: Path, native_id: str) -> Path | None:
 
 # ----------------------------------------------------------------------------- SQLite (opencode, hermes)
 
-SQLITE_QUERY_S = 2.0
-"""How long a query of a tool's database may run before it is abandoned."""
-
-
 def _rows(db: Path, tables: tuple[str, ...], query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
     """Rows of a read-only query, or none when the database is not plainly a file of those tables."""
-    for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), Path(f"{db}-journal")):
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            if path == db:
-                return []
-            continue
-        except OSError:
-            return []
-        if not stat.S_ISREG(mode):
-            return []
-    deadline = time.monotonic() + SQLITE_QUERY_S
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=SQLITE_QUERY_S)
-        try:
-            conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
-            for table in tables:
-                kind = conn.execute("SELECT type FROM sqlite_master WHERE name = ?", (table,)).fetchone()
-                if kind is None or kind[0] != "table":
-                    return []
-            return conn.execute(query, params).fetchmany(10_000)
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return []
+    return read_sqlite(db, tables, lambda conn: conn.execute(query, params).fetchmany(10_000)) or []
 
 
 def _hermes(db: Path, native_id: str) -> list[TypedTurn]:

@@ -9,7 +9,7 @@ from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import Plan
 from agentbox.core.engine.reply_rules import check_plan
 from agentbox.core.invoke import InvokeResult
-from agentbox.core.sandbox import glob_static_prefix
+from agentbox.core.scopes import glob_static_prefix
 
 APPROVE_WORDS = {"approve", "approved", "yes", "y", "ok", "go"}
 
