@@ -11,29 +11,23 @@ are read bounded and validated (a damaged one is a StateError naming its file).
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from agentbox.core import store
-from agentbox.core.errors import NotFoundError, StateError, UsageError
+from agentbox.core.errors import NotFoundError, StateError
+from agentbox.core.ids import check_id, is_valid_id
 from agentbox.core.runtimes.base import TOKEN_FIELDS, Usage, add_usage
 
-SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
-"""A session id (agentbox makes UUIDs): one path component, nothing a glob would expand."""
-_SESSION_ID = re.compile(SESSION_ID_PATTERN)
 MAX_RECORD_BYTES = 4 << 20
 """Cap for one session record."""
 
 
 def check_session_id(session_id: str) -> str:
     """`session_id` when it is a valid session id; else a UsageError (exit 2)."""
-    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
-        raise UsageError(f"invalid session id {str(session_id)[:80]!r}: session ids use letters, digits, "
-                         "'.', '_' or '-' (agentbox makes UUIDs)", "`agentbox sessions` lists the known sessions")
-    return session_id
+    return check_id("session", session_id)
 
 
 def now() -> float:
@@ -204,7 +198,7 @@ def _check_types(record: SessionRecord) -> None:
         value = getattr(record, item.name)
         if allowed is not None and (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)):
             raise ValueError(f"{item.name}: {type(value).__name__} where {allowed[0].__name__} was expected")
-    if not _SESSION_ID.fullmatch(record.id):
+    if not is_valid_id(record.id):
         raise ValueError(f"id: {record.id[:80]!r} is not a session id")
     for item in fields(record.totals):
         value = getattr(record.totals, item.name)

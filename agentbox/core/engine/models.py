@@ -8,7 +8,6 @@ checked where ids come from the command line (`check_id`).
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
@@ -22,13 +21,9 @@ from agentbox.core.config import (
     Mode,
     SequentialSettings,
 )
-from agentbox.core.errors import UsageError
+from agentbox.core.ids import ID_PATTERN, ID_RULE, check_id, is_valid_id  # noqa: F401  (re-exported)
 from agentbox.core.tasks import TaskState, is_terminal
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
-"""Run, task, job, checkpoint and session ids: one safe path component (no `/`, no `..`, no glob)."""
-ID_RULE = "letters, digits, '.', '_' or '-' (at most 128, starting with a letter or digit)"
-_ID = re.compile(ID_PATTERN)
 MAX_SEQ = 2**53
 """Largest event sequence number a run can reach (a bigger one in a file is damage)."""
 MAX_PID = 1 << 22
@@ -40,19 +35,6 @@ SessionId = Annotated[str, Field(pattern=ID_PATTERN)]
 ItemId = Annotated[str, Field(pattern=ID_PATTERN)]
 """A job's or checkpoint's id."""
 
-
-def is_valid_id(value: object) -> bool:
-    """True when `value` is a string obeying ID_PATTERN."""
-    return isinstance(value, str) and _ID.match(value) is not None and "\n" not in value
-
-
-def check_id(kind: str, value: str) -> str:
-    """`value` when it is a valid `kind` id (run, task, session...); else a UsageError (exit 2)."""
-    if not is_valid_id(value):
-        raise UsageError(f"invalid {kind} id {value[:80]!r}: {kind} ids use {ID_RULE}",
-                         f"`agentbox {'sessions' if kind == 'session' else 'runs' if kind == 'run' else 'status'}` "
-                         f"lists the known {kind}s")
-    return value
 
 RunStatus = Literal["planning", "running", "waiting_user", "paused", "blocked", "done", "failed",
                     "cancelled", "circuit_broken"]
