@@ -5,6 +5,9 @@ the ledger to record a decision: an event, a task transition, a turn enqueued, a
 checkpoint opened or answered, the run's status. Each change that matters to a reader is
 an event in the run's outbox, saved with the state; the few that log nothing (a turn
 enqueued, a pid learned) mark the ledger `dirty`, so the loop knows to save.
+
+One part of the run is not the ledger's yet: each mode's own bookkeeping (`run.mode_state`,
+an untyped dict) is changed by the mode itself, through `ModeBase.state`.
 """
 
 from __future__ import annotations
