@@ -11,17 +11,44 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from agentbox.core.engine.failures import FailureKind
+from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Run, Task, Verdict
+from agentbox.core.engine.run_store import command_problem
 from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
 from agentbox.core.tasks import TaskEvent, TaskState
 
-if TYPE_CHECKING:
-    from agentbox.core.engine.engine import Engine
+
+class ModeHooks(Protocol):
+    """What a command tells the run's mode about the human's decision."""
+
+    def on_task_approved(self, task: Task) -> None: ...
+    def on_task_cancelled(self, task: Task) -> None: ...
+    def requeue(self, task: Task) -> None: ...
+    def on_answer(self, checkpoint: Checkpoint, text: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class CommandContext:
+    """What applying a command may touch: the ledger, the mode's hooks, and a way to stop a task's turns."""
+
+    ledger: RunLedger
+    mode: ModeHooks
+    abort_turns: Callable[[str, str], None]
+    """Stop the running turns of a task (its id, why): their answers would be stale."""
+
+    @property
+    def run(self) -> Run:
+        """The run (change it through `ledger`)."""
+        return self.ledger.run
+
+    def clock(self) -> float:
+        """Now, on the run's clock."""
+        return self.ledger.clock()
 
 
 class _Command(BaseModel):
@@ -92,8 +119,6 @@ ACTIONS = ("answer", "approve", "rework", "cancel_task", "cancel_run", "pause", 
 
 def parse(raw: dict[str, Any]) -> Command:
     """`raw` (an inbox line, a face's request) as a typed command, or a UsageError saying what is wrong."""
-    from agentbox.core.engine.run_store import command_problem
-
     problem = command_problem(raw)
     if problem:
         raise UsageError(f"malformed command: {problem}")
@@ -107,85 +132,85 @@ def parse(raw: dict[str, Any]) -> Command:
         raise UsageError(f"malformed command: {where}: {first['msg']}") from None
 
 
-def apply(engine: Engine, command: Command) -> str:
+def apply(ctx: CommandContext, command: Command) -> str:
     """Apply `command`; returns what happened or raises a UsageError subclass."""
-    run = engine.run
+    run = ctx.run
     if run.status in TERMINAL_RUN_STATES and not isinstance(command, Answer):
         raise IllegalTransitionError(f"run {run.id} is {run.status}")
-    return HANDLERS[type(command)](engine, command)
+    return HANDLERS[type(command)](ctx, command)
 
 
-def _task(engine: Engine, task_id: str | None) -> Any:
-    task = engine.run.tasks.get(task_id or "")
+def _task(ctx: CommandContext, task_id: str | None) -> Any:
+    task = ctx.run.tasks.get(task_id or "")
     if task is None:
-        raise NotFoundError(f"no task {task_id!r} in run {engine.run.id}",
-                            f"tasks: {', '.join(engine.run.tasks) or '(none yet)'}")
+        raise NotFoundError(f"no task {task_id!r} in run {ctx.run.id}",
+                            f"tasks: {', '.join(ctx.run.tasks) or '(none yet)'}")
     return task
 
 
-def _approve(engine: Engine, command: Approve) -> str:
-    task = _task(engine, command.task)
+def _approve(ctx: CommandContext, command: Approve) -> str:
+    task = _task(ctx, command.task)
     note = (command.note or "").strip()
-    engine.ledger.transition(task, TaskEvent.APPROVE, f"approved by the human: {note}", evidence=note, human=True)
-    engine.ledger.add_verdict(task, Verdict(verdict="approve", by="human", at=engine.clock(), evidence=[note], note=note))
-    engine.ledger.drop_jobs(task.id)
-    engine.abort_turns(task.id, "approved by the human")
-    _close_task_checkpoints(engine, task.id, "approved by the human")
-    engine.mode.on_task_approved(task)
+    ctx.ledger.transition(task, TaskEvent.APPROVE, f"approved by the human: {note}", evidence=note, human=True)
+    ctx.ledger.add_verdict(task, Verdict(verdict="approve", by="human", at=ctx.clock(), evidence=[note], note=note))
+    ctx.ledger.drop_jobs(task.id)
+    ctx.abort_turns(task.id, "approved by the human")
+    _close_task_checkpoints(ctx, task.id, "approved by the human")
+    ctx.mode.on_task_approved(task)
     return f"task {task.id} approved"
 
 
-def _rework(engine: Engine, command: Rework) -> str:
-    task = _task(engine, command.task)
+def _rework(ctx: CommandContext, command: Rework) -> str:
+    task = _task(ctx, command.task)
     note = (command.note or "").strip()
     if not note:
         raise UsageError("rework needs a note saying what to fix")
-    engine.ledger.transition(task, TaskEvent.REJECT, f"sent back by the human: {note}", human=True)
-    engine.ledger.add_verdict(task, Verdict(verdict="reject", by="human", at=engine.clock(), note=note,
+    ctx.ledger.transition(task, TaskEvent.REJECT, f"sent back by the human: {note}", human=True)
+    ctx.ledger.add_verdict(task, Verdict(verdict="reject", by="human", at=ctx.clock(), note=note,
                                  blocking_issues=[{"id": "human", "acceptance_id": None, "severity": "blocker", "detail": note}]))
-    engine.ledger.drop_jobs(task.id)
-    engine.abort_turns(task.id, "sent back by the human")
-    _close_task_checkpoints(engine, task.id, "sent back by the human")
-    engine.mode.requeue(task)
+    ctx.ledger.drop_jobs(task.id)
+    ctx.abort_turns(task.id, "sent back by the human")
+    _close_task_checkpoints(ctx, task.id, "sent back by the human")
+    ctx.mode.requeue(task)
     return f"task {task.id} sent back for rework"
 
 
-def _close_task_checkpoints(engine: Engine, task_id: str, why: str) -> None:
-    for cp in engine.run.open_checkpoints():
+def _close_task_checkpoints(ctx: CommandContext, task_id: str, why: str) -> None:
+    for cp in ctx.run.open_checkpoints():
         if cp.task == task_id and cp.kind in ("retry_escalation",):
-            engine.ledger.close_checkpoint(cp, why)
+            ctx.ledger.close_checkpoint(cp, why)
 
 
-def _cancel_task(engine: Engine, command: CancelTask) -> str:
-    task = _task(engine, command.task)
-    engine.ledger.transition(task, TaskEvent.CANCEL, "cancelled by the human", human=True)
-    engine.ledger.drop_jobs(task.id)
-    engine.abort_turns(task.id, "task cancelled by the human")
-    for cp in engine.run.open_checkpoints():
+def _cancel_task(ctx: CommandContext, command: CancelTask) -> str:
+    task = _task(ctx, command.task)
+    ctx.ledger.transition(task, TaskEvent.CANCEL, "cancelled by the human", human=True)
+    ctx.ledger.drop_jobs(task.id)
+    ctx.abort_turns(task.id, "task cancelled by the human")
+    for cp in ctx.run.open_checkpoints():
         if cp.task == task.id:
-            engine.ledger.close_checkpoint(cp, "task cancelled")
-    engine.mode.on_task_cancelled(task)
+            ctx.ledger.close_checkpoint(cp, "task cancelled")
+    ctx.mode.on_task_cancelled(task)
     return f"task {task.id} cancelled"
 
 
-def _cancel_run(engine: Engine, command: CancelRun) -> str:
-    for task in engine.run.tasks.values():
+def _cancel_run(ctx: CommandContext, command: CancelRun) -> str:
+    for task in ctx.run.tasks.values():
         if not task.is_terminal:
-            engine.ledger.transition(task, TaskEvent.CANCEL, "run cancelled", human=True)
-    engine.ledger.drop_pending()
-    for cp in engine.run.open_checkpoints():
-        engine.ledger.close_checkpoint(cp, "run cancelled")
-    engine.ledger.finish("cancelled", command.note or "cancelled by the human")
-    return f"run {engine.run.id} cancelled"
+            ctx.ledger.transition(task, TaskEvent.CANCEL, "run cancelled", human=True)
+    ctx.ledger.drop_pending()
+    for cp in ctx.run.open_checkpoints():
+        ctx.ledger.close_checkpoint(cp, "run cancelled")
+    ctx.ledger.finish("cancelled", command.note or "cancelled by the human")
+    return f"run {ctx.run.id} cancelled"
 
 
-def _pause(engine: Engine, command: Pause) -> str:
-    engine.ledger.set_paused(True)
+def _pause(ctx: CommandContext, command: Pause) -> str:
+    ctx.ledger.set_paused(True)
     return "run paused: running turns finish, nothing new starts"
 
 
-def _resume(engine: Engine, command: Resume) -> str:
-    engine.ledger.set_paused(False)
+def _resume(ctx: CommandContext, command: Resume) -> str:
+    ctx.ledger.set_paused(False)
     return "run resumed"
 
 
@@ -268,30 +293,30 @@ def decide_answer(run: Run, cp: Checkpoint, text: str) -> AnswerDecision:
     return ModeAnswer()
 
 
-def _answer(engine: Engine, command: Answer) -> str:
+def _answer(ctx: CommandContext, command: Answer) -> str:
     cp_id = command.checkpoint or ""
-    cp = engine.run.checkpoints.get(cp_id)
+    cp = ctx.run.checkpoints.get(cp_id)
     if cp is None:
-        open_ids = ", ".join(c.id for c in engine.run.open_checkpoints()) or "(none open)"
-        raise NotFoundError(f"no checkpoint {cp_id!r} in run {engine.run.id}", f"open checkpoints: {open_ids}")
+        open_ids = ", ".join(c.id for c in ctx.run.open_checkpoints()) or "(none open)"
+        raise NotFoundError(f"no checkpoint {cp_id!r} in run {ctx.run.id}", f"open checkpoints: {open_ids}")
     if cp.status != "open":
         raise IllegalTransitionError(f"checkpoint {cp.id} was already answered: {cp.answer!r}")
     text = (command.text or "").strip()
     if not text:
         raise UsageError("the answer is empty")
-    decision = decide_answer(engine.run, cp, text)
-    ledger = engine.ledger
-    task = engine.run.tasks.get(cp.task or "")
+    decision = decide_answer(ctx.run, cp, text)
+    ledger = ctx.ledger
+    task = ctx.run.tasks.get(cp.task or "")
     ledger.close_checkpoint(cp, text)
     if isinstance(decision, CancelRunAt):
-        return _cancel_run(engine, CancelRun(action="cancel_run", note=f"run budget spent; cancelled at {cp.id}"))
+        return _cancel_run(ctx, CancelRun(action="cancel_run", note=f"run budget spent; cancelled at {cp.id}"))
     ledger.event("checkpoint.answered", f"{cp.id} ({cp.kind}) answered", text[:300], task=cp.task, role=cp.role,
                  checkpoint=cp.id)
     if isinstance(decision, CancelTaskAt):
         if task is not None and not task.is_terminal:
             ledger.transition(task, TaskEvent.CANCEL, f"cancelled by the human at {cp.id}", human=True)
             ledger.drop_jobs(task.id)
-            engine.mode.on_task_cancelled(task)
+            ctx.mode.on_task_cancelled(task)
         return f"{cp.id}: cancelled"
     if isinstance(decision, RetryEscalated):
         if decision.fingerprint:
@@ -303,7 +328,7 @@ def _answer(engine: Engine, command: Answer) -> str:
                 ledger.transition(task, TaskEvent.REJECT, f"human said retry at {cp.id}: rework with the verdict",
                                   human=True)
             ledger.leave_note(task, decision.note)
-            engine.mode.requeue(task)
+            ctx.mode.requeue(task)
         elif decision.how == "rerun":
             spec = cp.data.get("job") or {}
             prompt = spec.get("prompt", "") + (f"\n\nNote from the human: {decision.note}" if decision.note else "")
@@ -314,7 +339,7 @@ def _answer(engine: Engine, command: Answer) -> str:
         if task is not None and decision.tokens:
             ledger.raise_task_budget(task, decision.tokens)
             ledger.transition(task, TaskEvent.RESUME, f"budget raised by {decision.tokens} at {cp.id}", human=True)
-            engine.mode.requeue(task)
+            ctx.mode.requeue(task)
         return f"{cp.id}: task budget raised"
     if isinstance(decision, RaiseRunBudget):
         ledger.raise_run_budget(decision.tokens)
@@ -323,9 +348,9 @@ def _answer(engine: Engine, command: Answer) -> str:
         if decision.unblock:
             ledger.transition(task, TaskEvent.UNBLOCK, f"the human answered {cp.id}", human=True)
         ledger.leave_note(task, decision.note)
-        engine.mode.requeue(task)
+        ctx.mode.requeue(task)
         return f"{cp.id}: answer passed to {task.assignee}"
-    engine.mode.on_answer(cp, text)
+    ctx.mode.on_answer(cp, text)
     return f"{cp.id}: answered"
 
 
@@ -347,7 +372,7 @@ def _number(text: str) -> int | None:
     return int(match.group(1).replace(",", "").replace("_", "")) if match else None
 
 
-HANDLERS: dict[type[BaseModel], Callable[[Engine, Any], str]] = {
+HANDLERS: dict[type[BaseModel], Callable[[CommandContext, Any], str]] = {
     Answer: _answer, Approve: _approve, Rework: _rework, CancelTask: _cancel_task, CancelRun: _cancel_run,
     Pause: _pause, Resume: _resume,
 }

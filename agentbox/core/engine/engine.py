@@ -7,8 +7,10 @@ its `RunLedger` (`ledger`), which records each decision in the log; the policies
 (`budgets`, `routing`, `recovery`, `commands`) decide, and the engine or the ledger carry
 their decisions out.
 
-Running a turn (`turns`) and failure routing (`routing.structured`, `fail`, `escalate`)
-are still bound as Engine methods, so the modes call them on the engine.
+The engine keeps only the loop and carrying out: `turns.TurnRunner` runs each turn,
+`routing.FailureRouter` carries failure decisions out, `commands` applies a human command
+through a `CommandContext`, and each mode sees a `ModeContext`. None of them imports the
+engine back.
 """
 
 from __future__ import annotations
@@ -22,15 +24,17 @@ from typing import Any
 
 from agentbox.core import project as project_mod
 from agentbox.core.config import Limits
-from agentbox.core.engine import budgets, recovery, routing, scheduler, turns
+from agentbox.core.engine import budgets, commands, recovery, scheduler
 from agentbox.core.engine.budgets import BUDGET_PAUSE_RATIO as BUDGET_PAUSE_RATIO
-from agentbox.core.engine.failures import backoff_delays
+from agentbox.core.engine.failures import backoff_delays, classify_invoke_error
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.mode_context import ModeContext
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, Run
 from agentbox.core.engine.recovery import _kill_orphan
 from agentbox.core.engine.routing import ENV_RETRIES as ENV_RETRIES
+from agentbox.core.engine.routing import FailureRouter
 from agentbox.core.engine.run_store import RUN_FILE, DamagedRunError, RunStore
+from agentbox.core.engine.turns import TurnRunner
 from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.paths import ProjectPaths
@@ -54,15 +58,16 @@ class Engine:
         self.project = project
         self.store = RunStore(project)
         self.clock = clock
-        self.backoff = backoff
-        """The waits before each environment retry of a turn, given the most they may add up to."""
         self.ledger = RunLedger(run, clock=clock, on_event=on_event, wake=self._poke)
         self.crew = project_mod.load_crew(project).crew
+        self.router = FailureRouter(self.ledger, backoff, retry=lambda *args: self.mode.retry(*args))
         self.mode = driver_for(run.contract.mode)(ModeContext(
             ledger=self.ledger, crew=self.crew, store=self.store, project_root=project.root,
-            structured=self.structured, fail=self.fail, escalate=self.escalate, save=self.save))
+            structured=self.router.structured, fail=self.router.fail, escalate=self.router.escalate,
+            save=self.save))
+        self.turns = TurnRunner(project, self.store, self.crew, self.ledger)
+        self._commands = commands.CommandContext(self.ledger, self.mode, self.abort_turns)
         self._flights: dict[str, asyncio.Task[tuple[Job, InvokeResult]]] = {}
-        self._role_agents: dict[str, Any] = {}
         self._wake: asyncio.Event | None = None
         """Set by anything that should wake the loop at once (made by `execute`)."""
 
@@ -138,25 +143,37 @@ class Engine:
         self._flights[job.id] = asyncio.ensure_future(self._turn(job))
 
     # ------------------------------------------------------------------ turns and results
-    _turn = turns.run_turn
-    _complete = turns.complete
+    async def _turn(self, job: Job) -> tuple[Job, InvokeResult]:
+        return await self.turns.run(job)
 
-    # ------------------------------------------------------------------ failure routing
-    structured = routing.structured
-    fail = routing.fail
-    escalate = routing.escalate
-
-    # ------------------------------------------------------------------ budgets
+    def _complete(self, job: Job, result: InvokeResult) -> None:
+        """Account for a finished turn, log it, and route its failure or hand its result to the mode."""
+        ledger = self.ledger
+        task = self.run.tasks.get(job.task or "")
+        ledger.forget_job(job.id)
+        ledger.account(task, result.usage)
+        ledger.event("turn", f"{job.kind} turn of {job.role} ended: {result.status}"
+                     + (f" ({result.error_kind})" if result.error_kind else ""),
+                     result.error if not result.ok else None, task=job.task, role=job.role,
+                     session=result.session_id, tokens=result.usage.total_tokens, job=job.id,
+                     duration_s=round(result.duration_s, 2), turn=result.turn)
+        if task is not None and task.is_terminal:
+            return  # decided meanwhile (cancelled, approved by a human): the late answer is ignored
+        if job.kind == "review" and task is not None and task.state != TaskState.REVIEWING:
+            return
+        if not result.ok:
+            kind = classify_invoke_error(result.error_kind or "nonzero_exit")
+            self.router.fail(job, kind, f"{result.error_kind}: {result.error or ''}")
+            return
+        self.mode.on_success(job, result)
 
     # ------------------------------------------------------------------ commands
     def apply_command(self, command: dict[str, Any]) -> tuple[bool, str]:
         """Apply one human command (from the inbox or directly); refuses illegal or malformed ones."""
-        from agentbox.core.engine import commands
-
         if command.get("id") in self.run.applied_commands:
             return True, "already applied"
         try:
-            message = commands.apply(self, commands.parse(command))
+            message = commands.apply(self._commands, commands.parse(command))
             ok = True
         except (IllegalTransitionError, NotFoundError, UsageError) as exc:
             ok, message = False, exc.message

@@ -3,53 +3,29 @@
 An invalid structured reply gets one corrective re-prompt; environment failures are
 retried with back-off; other failures are retried automatically per fingerprint; when
 retries run out the human is asked. `route_failure` decides which (a `FailureDecision`);
-`fail` records the failure and carries the decision out. `structured`, `fail` and
-`escalate` are bound as `Engine` methods, so modes call them on the engine.
+`FailureRouter.fail` records the failure and carries the decision out. The modes reach
+`structured`, `fail` and `escalate` through their `ModeContext`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from agentbox.core.engine.failures import FailureKind, counts_against_task, fingerprint
+from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import Failure, Job, Run
 from agentbox.core.engine.replies import ReplyError, corrective_prompt, parse_reply
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState
 
-if TYPE_CHECKING:
-    from agentbox.core.engine.engine import Engine
-
 M = TypeVar("M", bound=BaseModel)
 
 ENV_RETRIES = 3
 """Environment failures of one turn are retried this many times (1 s, 4 s, 16 s + jitter)."""
-
-
-def structured(engine: Engine, job: Job, result: InvokeResult, model: type[M],
-               check: Callable[[M], list[str]] | None = None) -> M | None:
-    """The reply as `model`, or None after arranging the corrective re-prompt / failure."""
-    try:
-        reply = parse_reply(model, result.text)
-        problems = check(reply) if check is not None else []
-    except ReplyError as exc:
-        reply, problems = None, list(exc.reasons)
-    if not problems:
-        return reply
-    if not job.corrective:
-        engine.ledger.event("reply.invalid", f"{job.role}'s {model.__name__} is invalid; one corrective re-prompt",
-                     "; ".join(problems), task=job.task, role=job.role, session=result.session_id)
-        data = {k: v for k, v in job.data.items() if k != "not_before"}
-        data["original_prompt"] = job.data.get("original_prompt", job.prompt)
-        engine.ledger.enqueue(job.kind, job.role, corrective_prompt(model, problems), task=job.task,
-                              session_id=result.session_id, corrective=True, **data)
-        return None
-    engine.fail(job, FailureKind.CONTRACT_DEFECT, f"invalid {model.__name__}: " + "; ".join(problems))
-    return None
 
 
 @dataclass(frozen=True)
@@ -94,47 +70,78 @@ def route_failure(run: Run, job: Job, kind: FailureKind, message: str, fp: str,
     return AutoRetry(count=count + 1, max_retries=max_retries)
 
 
-def fail(engine: Engine, job: Job, kind: FailureKind, message: str, files: tuple[str, ...] = ()) -> None:
-    """Record a typed failure and carry out its route: back off, retry, or ask the human."""
-    fp = fingerprint(kind, message, files)
-    ledger = engine.ledger
-    task = engine.run.tasks.get(job.task or "")
-    if task is not None:
-        ledger.record_failure(task, Failure(kind=kind.value, fingerprint=fp, message=message[:2000],
-                                            at=engine.clock(), job=job.id))
-    ledger.event("failure", f"{kind.value} in {job.kind} turn of {job.role}", message[:500], task=job.task,
-                 role=job.role, session=job.session_id, fingerprint=fp)
-    original = job.data.get("original_prompt", job.prompt)
-    data = {k: v for k, v in job.data.items() if k not in ("not_before", "original_prompt")}
-    decision = route_failure(engine.run, job, kind, message, fp, engine.backoff(engine.limits.retry_max_s))
-    if isinstance(decision, Escalate):
-        engine.escalate(job, fp, decision.question, original, data)
-    elif isinstance(decision, RetryAfter):
-        if task is not None and task.state == TaskState.EXECUTING:
-            ledger.transition(task, TaskEvent.REQUEUE, "environment failure: retry after back-off")
-        ledger.enqueue(job.kind, job.role, original, task=job.task, session_id=job.session_id,
-                       not_before=engine.clock() + decision.delay_s, attempt=decision.attempt,
-                       original_prompt=original, **data)
-        ledger.event("retry", f"retry {decision.attempt - 1}/{ENV_RETRIES} of {job.kind} turn in "
-                     f"{decision.delay_s:.1f} s",
-                     "environment failures are retried with back-off and not counted against the task",
-                     task=job.task, role=job.role, fingerprint=fp)
-    else:
-        ledger.count_retry(fp)
-        ledger.event("retry", f"automatic retry {decision.count}/{decision.max_retries} ({kind.value})",
-                     f"same fingerprint seen {decision.count} time(s)", task=job.task, role=job.role,
-                     fingerprint=fp)
-        engine.mode.retry(job, kind, message, original, data)
+@dataclass
+class FailureRouter:
+    """Carries failure decisions out over the ledger; `retry` is the mode's way to retry a counted failure."""
 
+    ledger: RunLedger
+    backoff: Callable[[float], list[float]]
+    """The waits before each environment retry of a turn, given the most they may add up to."""
+    retry: Callable[..., None]
+    """The mode's `retry(job, kind, message, original_prompt, data)`."""
 
-def escalate(engine: Engine, job: Job, fp: str, question: str, original: str, data: dict[str, Any]) -> None:
-    """Stop retrying and ask the human (a retry-escalation checkpoint)."""
-    task = engine.run.tasks.get(job.task or "")
-    if task is not None and job.kind != "review" and not task.is_terminal and task.state != TaskState.BLOCKED:
-        engine.ledger.transition(task, TaskEvent.BLOCK, "retries exhausted: waiting for a human")
-    engine.ledger.checkpoint("retry_escalation", question + "\nAnswer 'retry' (optionally with a note), or 'cancel'.",
-                      options=["retry", "cancel"], task=job.task, role=job.role,
-                      data={"fingerprint": fp, "job": {"kind": job.kind, "role": job.role, "task": job.task,
-                                                        "session_id": job.session_id, "prompt": original, "data": data}})
-    engine.ledger.event("escalation", f"{job.kind} turn of {job.role} escalated to the human", question[:300],
-                 task=job.task, role=job.role, fingerprint=fp, human_required=True)
+    def structured(self, job: Job, result: InvokeResult, model: type[M],
+                   check: Callable[[M], list[str]] | None = None) -> M | None:
+        """The reply as `model`, or None after arranging the corrective re-prompt / failure."""
+        try:
+            reply = parse_reply(model, result.text)
+            problems = check(reply) if check is not None else []
+        except ReplyError as exc:
+            reply, problems = None, list(exc.reasons)
+        if not problems:
+            return reply
+        if not job.corrective:
+            self.ledger.event("reply.invalid", f"{job.role}'s {model.__name__} is invalid; one corrective re-prompt",
+                         "; ".join(problems), task=job.task, role=job.role, session=result.session_id)
+            data = {k: v for k, v in job.data.items() if k != "not_before"}
+            data["original_prompt"] = job.data.get("original_prompt", job.prompt)
+            self.ledger.enqueue(job.kind, job.role, corrective_prompt(model, problems), task=job.task,
+                                  session_id=result.session_id, corrective=True, **data)
+            return None
+        self.fail(job, FailureKind.CONTRACT_DEFECT, f"invalid {model.__name__}: " + "; ".join(problems))
+        return None
+
+    def fail(self, job: Job, kind: FailureKind, message: str, files: tuple[str, ...] = ()) -> None:
+        """Record a typed failure and carry out its route: back off, retry, or ask the human."""
+        fp = fingerprint(kind, message, files)
+        ledger = self.ledger
+        task = ledger.run.tasks.get(job.task or "")
+        if task is not None:
+            ledger.record_failure(task, Failure(kind=kind.value, fingerprint=fp, message=message[:2000],
+                                                at=self.ledger.clock(), job=job.id))
+        ledger.event("failure", f"{kind.value} in {job.kind} turn of {job.role}", message[:500], task=job.task,
+                     role=job.role, session=job.session_id, fingerprint=fp)
+        original = job.data.get("original_prompt", job.prompt)
+        data = {k: v for k, v in job.data.items() if k not in ("not_before", "original_prompt")}
+        delays = self.backoff(self.ledger.run.contract.limits.retry_max_s)
+        decision = route_failure(self.ledger.run, job, kind, message, fp, delays)
+        if isinstance(decision, Escalate):
+            self.escalate(job, fp, decision.question, original, data)
+        elif isinstance(decision, RetryAfter):
+            if task is not None and task.state == TaskState.EXECUTING:
+                ledger.transition(task, TaskEvent.REQUEUE, "environment failure: retry after back-off")
+            ledger.enqueue(job.kind, job.role, original, task=job.task, session_id=job.session_id,
+                           not_before=self.ledger.clock() + decision.delay_s, attempt=decision.attempt,
+                           original_prompt=original, **data)
+            ledger.event("retry", f"retry {decision.attempt - 1}/{ENV_RETRIES} of {job.kind} turn in "
+                         f"{decision.delay_s:.1f} s",
+                         "environment failures are retried with back-off and not counted against the task",
+                         task=job.task, role=job.role, fingerprint=fp)
+        else:
+            ledger.count_retry(fp)
+            ledger.event("retry", f"automatic retry {decision.count}/{decision.max_retries} ({kind.value})",
+                         f"same fingerprint seen {decision.count} time(s)", task=job.task, role=job.role,
+                         fingerprint=fp)
+            self.retry(job, kind, message, original, data)
+
+    def escalate(self, job: Job, fp: str, question: str, original: str, data: dict[str, Any]) -> None:
+        """Stop retrying and ask the human (a retry-escalation checkpoint)."""
+        task = self.ledger.run.tasks.get(job.task or "")
+        if task is not None and job.kind != "review" and not task.is_terminal and task.state != TaskState.BLOCKED:
+            self.ledger.transition(task, TaskEvent.BLOCK, "retries exhausted: waiting for a human")
+        self.ledger.checkpoint("retry_escalation", question + "\nAnswer 'retry' (optionally with a note), or 'cancel'.",
+                          options=["retry", "cancel"], task=job.task, role=job.role,
+                          data={"fingerprint": fp, "job": {"kind": job.kind, "role": job.role, "task": job.task,
+                                                            "session_id": job.session_id, "prompt": original, "data": data}})
+        self.ledger.event("escalation", f"{job.kind} turn of {job.role} escalated to the human", question[:300],
+                     task=job.task, role=job.role, fingerprint=fp, human_required=True)
