@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import datetime as dt
 import sys
 
 from agentbox.cli.common import maybe_project, print_json, print_table
@@ -13,6 +11,8 @@ from agentbox.cli.common import maybe_project, print_json, print_table
 def _when(timestamp: float | None) -> str:
     if not timestamp:
         return "-"
+    import datetime as dt
+
     return dt.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -22,6 +22,8 @@ def _tokens(value: int | None) -> str:
 
 def invoke(args: argparse.Namespace) -> int:
     """One headless turn; exit 0 on success, 1 on an agent failure (error on stderr)."""
+    import asyncio
+
     from agentbox.core import services
     from agentbox.core.errors import NotFoundError, UsageError
     from agentbox.core.invoke import invoke as run_invoke

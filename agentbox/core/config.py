@@ -10,6 +10,7 @@ metadata); where they lead on disk is checked by `agentbox.core.project`.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -66,12 +67,57 @@ def _box_path(value: str | None, what: str) -> str | None:
     return value
 
 
+@functools.cache
+def _field_docstrings(module_name: str) -> dict[str, dict[str, str]]:
+    """The attribute docstrings (`name: type` followed by a string) of every class of a module, by class name."""
+    import ast
+    import inspect
+    import itertools
+    import sys
+
+    found: dict[str, dict[str, str]] = {}
+    for node in ast.walk(ast.parse(inspect.getsource(sys.modules[module_name]))):
+        if isinstance(node, ast.ClassDef):
+            found[node.name] = {
+                stmt.target.id: inspect.cleandoc(after.value.value)
+                for stmt, after in itertools.pairwise(node.body)
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            }
+    return found
+
+
+def _describe_fields(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """Give each property of a model's JSON Schema its field's docstring as description.
+
+    Read from the source only when a schema is made (pydantic's `use_attribute_docstrings`
+    would parse every model's source at import, on every command).
+    """
+    import inspect
+
+    properties = schema.get("properties", {})
+    for klass in reversed(model.__mro__):
+        if not issubclass(klass, BaseModel) or klass.__module__.startswith("pydantic"):
+            continue
+        for name, doc in _field_docstrings(klass.__module__).get(klass.__name__, {}).items():
+            info = model.model_fields.get(name)
+            if info is None or doc == inspect.cleandoc(getattr(info.annotation, "__doc__", None) or ""):
+                continue  # a class var; or a model field that says what its model's docstring says
+            for key in (info.alias or name, name):
+                if isinstance(properties.get(key), dict):
+                    properties[key].setdefault("description", doc)
+                    break
+
+
 class Strict(BaseModel):
     """Base of every config model: unknown keys are errors, types are not coerced, numbers
-    are finite; field docstrings document."""
+    are finite; field docstrings document (`agentbox schema`). A model's validator is built
+    on its first use, not at import, so a command pays only for the models it validates."""
 
     model_config = ConfigDict(
-        extra="forbid", use_attribute_docstrings=True, frozen=True, strict=True, allow_inf_nan=False
+        extra="forbid", frozen=True, strict=True, allow_inf_nan=False,
+        defer_build=True, json_schema_extra=_describe_fields,
     )
 
 

@@ -12,7 +12,6 @@ import contextlib
 import os
 import re
 import shutil
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -99,6 +98,8 @@ def _v1_rows() -> dict[str, dict[str, str | None]]:
     db = paths.v1_database()
     if not db.is_file():
         return {}
+    import sqlite3
+
     try:
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
             rows = conn.execute(

@@ -11,20 +11,25 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from agentbox.core import paths, profiles, project
-from agentbox.core.config import Crew
+from agentbox.core import paths
 from agentbox.core.errors import NotFoundError, UsageError
-from agentbox.core.invoke import Agent
-from agentbox.core.paths import ProjectPaths
-from agentbox.core.runtimes.transcripts import TypedTurn, typed_turns
 from agentbox.core.sessions import SessionRecord, SessionStore
+
+if TYPE_CHECKING:  # the models, the profiles and the turn machinery are imported by the functions that use them
+    from agentbox.core.config import Crew
+    from agentbox.core.invoke import Agent
+    from agentbox.core.paths import ProjectPaths
+    from agentbox.core.runtimes.transcripts import TypedTurn
 
 PROFILE_PREFIX = "profile:"
 
 
 def instructions_for(proj: ProjectPaths, role_name: str, crew: Crew | None = None) -> str | None:
     """Role instructions followed by the project's shared knowledge (a session's first turn)."""
+    from agentbox.core import project
+
     crew = crew or project.load_crew(proj).crew
     role = crew.roles[role_name]
     parts = []
@@ -40,6 +45,9 @@ def instructions_for(proj: ProjectPaths, role_name: str, crew: Crew | None = Non
 def role_agent(proj: ProjectPaths, role_name: str, *, extra_rw: tuple[Path, ...] = (),
                crew: Crew | None = None) -> Agent:
     """The agent of one role of the project's crew (`crew` saves re-reading crew.yaml)."""
+    from agentbox.core import profiles, project
+    from agentbox.core.invoke import Agent
+
     crew = crew or project.load_crew(proj).crew
     if role_name not in crew.roles:
         raise NotFoundError(f"no role {role_name!r} in {proj.crew_file}",
@@ -57,6 +65,9 @@ def role_agent(proj: ProjectPaths, role_name: str, *, extra_rw: tuple[Path, ...]
 
 def profile_agent(name: str, cwd: Path, proj: ProjectPaths | None) -> Agent:
     """A profile used directly (`profile:NAME`): sessions kept per profile in AGENT_BOX_HOME."""
+    from agentbox.core import profiles
+    from agentbox.core.invoke import Agent
+
     info = profiles.resolve(name)
     root = proj.root if proj is not None else cwd
     return Agent(
@@ -104,6 +115,7 @@ def interactive_session(agent: Agent, session_id: str | None) -> Iterator[Intera
     """
     from agentbox.core.invoke import _prepare_session, finish_turn, prepare, remove_scratch
     from agentbox.core.runtimes import adapter_for
+    from agentbox.core.runtimes.transcripts import typed_turns
     from agentbox.core.sandbox import launch
 
     record = _prepare_session(agent, session_id)
