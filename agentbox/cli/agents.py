@@ -22,11 +22,9 @@ def _tokens(value: int | None) -> str:
 
 def invoke(args: argparse.Namespace) -> int:
     """One headless turn; exit 0 on success, 1 on an agent failure (error on stderr)."""
-    import asyncio
-
     from agentbox.core import services
     from agentbox.core.errors import NotFoundError, UsageError
-    from agentbox.core.invoke import invoke as run_invoke
+    from agentbox.core.invoke import invoke_sync
 
     proj = maybe_project(args)
     agent = services.resolve_agent(args.target, proj)
@@ -39,7 +37,7 @@ def invoke(args: argparse.Namespace) -> int:
         if latest is None:
             raise NotFoundError(f"{agent.label} has no session to continue", "drop --continue to start one")
         session_id = latest.id
-    result = asyncio.run(run_invoke(agent, prompt, session_id, timeout_s=args.timeout))
+    result = invoke_sync(agent, prompt, session_id, timeout_s=args.timeout)  # one turn: no event loop to start
     if args.json:
         print_json(result.as_dict())
     else:

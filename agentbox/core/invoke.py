@@ -1,6 +1,7 @@
 """The employee contract: `invoke(agent, prompt, session_id) -> InvokeResult`.
 
-invoke is async (many run at once) and never raises for agent failures: a missing
+invoke is async (many run at once; `invoke_sync` runs the same turn without an event loop,
+for a caller with one turn to run, such as the CLI) and never raises for agent failures: a missing
 binary, a non-zero exit, a timeout, a hang, garbage or a flood of output all come back
 as a result with a status and an error kind. The session record is written before the
 process starts; the process runs in its own process group (inside bwrap unless the
@@ -9,7 +10,6 @@ profile explicitly says `sandbox: none`) and the whole group is killed on timeou
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import os
@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentbox.core import safe_io, sandbox, scopes, secrets
 from agentbox.core.errors import SandboxError, UsageError
@@ -31,7 +31,9 @@ from agentbox.core.process import (
     ErrorKind,
     classify_exit,
     drain,
+    kill_group,
     kill_tree,
+    wait_captured,
 )
 from agentbox.core.profiles import ProfileInfo, ensure_state
 from agentbox.core.runtimes import adapter_for, find_executable
@@ -44,6 +46,9 @@ from agentbox.core.runtimes.base import (
     Usage,
 )
 from agentbox.core.sessions import SessionRecord, SessionStore, now
+
+if TYPE_CHECKING:  # a blocking turn (`invoke_sync`) runs without importing the event loop
+    import asyncio
 
 PID_NOTE_DELAY_S = 0.25
 """How long a turn runs before its pid is written to its session record (shorter turns skip that write)."""
@@ -370,22 +375,55 @@ async def invoke(
     with _session_lock(lock_path):
         if session_id is not None:
             record = store.find(session_id)
-        return await _run_turn(agent, prompt, record, timeout_s or agent.timeout_s, on_spawn)
+        prepared = prepare(agent, prompt, record)
+        try:
+            return await _run_prepared(agent, prompt, record, prepared, timeout_s or agent.timeout_s, on_spawn)
+        finally:
+            remove_scratch(prepared)  # after the adapter has read what the tool left there
 
 
-async def _run_turn(agent: Agent, prompt: str, record: SessionRecord, timeout_s: float | None,
-                    on_spawn: Callable[[SessionRecord, int], None] | None) -> InvokeResult:
-    prepared = prepare(agent, prompt, record)
-    try:
-        return await _run_prepared(agent, prompt, record, prepared, timeout_s, on_spawn)
-    finally:
-        remove_scratch(prepared)  # after the adapter has read what the tool left there
+def invoke_sync(
+    agent: Agent,
+    prompt: str,
+    session_id: str | None = None,
+    *,
+    timeout_s: float | None = None,
+    on_spawn: Callable[[SessionRecord, int], None] | None = None,
+) -> InvokeResult:
+    """`invoke` for a caller with one turn to run and no event loop (the CLI), without asyncio.
 
-
-async def _run_prepared(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepared,
-                        timeout_s: float | None, on_spawn: Callable[[SessionRecord, int], None] | None) -> InvokeResult:
+    The same turn: the same sandbox, records, timeout and results. Ctrl-C (or any exception
+    while the agent runs) kills the process tree, records the turn as killed and propagates.
+    """
+    record = _prepare_session(agent, session_id)
     store = agent.sessions
-    adapter = adapter_for(agent.profile.tool)
+    with _session_lock(store.root / ".locks" / f"{record.id}.lock"):
+        if session_id is not None:
+            record = store.find(session_id)
+        prepared = prepare(agent, prompt, record)
+        try:
+            return _run_prepared_sync(agent, prompt, record, prepared, timeout_s or agent.timeout_s, on_spawn)
+        finally:
+            remove_scratch(prepared)
+
+
+@dataclass
+class _Turn:
+    """A turn whose process is about to start: its number, logs, output streams and result fields."""
+
+    number: int
+    started: float
+    out_log: Path
+    err_log: Path
+    stdout: CappedStream
+    stderr: CappedStream
+    base: dict[str, Any]
+    t0: float
+
+
+def _open_turn(agent: Agent, record: SessionRecord, prepared: Prepared) -> _Turn:
+    """Mark the session running on disk (before the process starts) and open the turn's logs."""
+    store = agent.sessions
     turn = record.turns + 1
     started = now()
     out_log = prepared.logs / f"turn-{turn}.log"
@@ -407,7 +445,70 @@ async def _run_prepared(agent: Agent, prompt: str, record: SessionRecord, prepar
     base = {"session_id": record.id, "turn": turn, "role": agent.role, "profile": agent.profile.name,
             "tool": agent.profile.tool, "sandboxed": record.sandboxed, "log_path": str(out_log)}
     t0 = time.monotonic()
-    stdout, stderr = CappedStream(out_log), CappedStream(err_log, lazy=True)
+    return _Turn(turn, started, out_log, err_log, CappedStream(out_log), CappedStream(err_log, lazy=True), base, t0)
+
+
+def _spawn_failed(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepared, turn: _Turn,
+                  exc: OSError) -> InvokeResult:
+    result = InvokeResult(status="error", error_kind="spawn_failed",
+                          error=f"cannot start {prepared.argv[0]}: {exc.strerror or exc}", **turn.base)
+    return _finish(agent.sessions, record, prompt, result, turn.started)
+
+
+def _spawned(record: SessionRecord, pid: int, on_spawn: Callable[[SessionRecord, int], None] | None) -> None:
+    """The process runs: its pid goes to the record, and to `on_spawn` with its start time."""
+    assert record.running is not None
+    record.running["pid"] = pid
+    if on_spawn is not None:
+        _note_start_time(record)
+        on_spawn(record, pid)
+
+
+def _note_start_time(record: SessionRecord) -> None:
+    """The running process's start time (with its pid, it tells the process from a later one with the same pid)."""
+    if record.running is None or record.running.get("pid") is None or "create_time" in record.running:
+        return
+    with contextlib.suppress(Exception):
+        import psutil
+
+        record.running["create_time"] = psutil.Process(record.running["pid"]).create_time()
+
+
+def _note_pid(store: SessionStore, record: SessionRecord) -> None:
+    """Write the running turn's pid to its record (for the dashboard), once the turn has run a moment.
+
+    A short turn is written once at its end instead; after a crash the process is found by
+    its AGENTBOX_SESSION_ID either way.
+    """
+    _note_start_time(record)
+    store.save(record)
+
+
+def _killed(agent: Agent, prompt: str, record: SessionRecord, turn: _Turn, why: str) -> None:
+    """Record a turn whose process group was killed because its caller gave up on it."""
+    turn.stdout.close()
+    turn.stderr.close()
+    killed = InvokeResult(status="error", error_kind="killed", error=f"{why}; the process group was killed",
+                          **{**turn.base, "duration_s": time.monotonic() - turn.t0})
+    _finish(agent.sessions, record, prompt, killed, turn.started)
+
+
+def _close_turn(prepared: Prepared, turn: _Turn) -> None:
+    """After the process: close the logs, carry staged scope changes back, note what was kept aside."""
+    turn.stdout.close()
+    turn.stderr.close()
+    discarded = finish_turn(prepared, turn.number)  # staged scope changes carried back; empty made dirs removed
+    if discarded:
+        with contextlib.suppress(OSError), open(prepared.logs / f"turn-{turn.number}.discarded.txt", "a") as note:
+            note.write("\n".join(discarded) + "\n")
+
+
+async def _run_prepared(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepared,
+                        timeout_s: float | None, on_spawn: Callable[[SessionRecord, int], None] | None) -> InvokeResult:
+    import asyncio
+
+    turn = _open_turn(agent, record, prepared)
+    stdout, stderr = turn.stdout, turn.stderr
     timed_out = False
     exit_code: int | None = None
     noting: asyncio.TimerHandle | None = None
@@ -421,20 +522,9 @@ async def _run_prepared(agent: Agent, prompt: str, record: SessionRecord, prepar
                     cwd=str(agent.cwd), env=prepared.env, start_new_session=True, pass_fds=launched.pass_fds,
                 )
         except OSError as exc:
-            result = InvokeResult(status="error", error_kind="spawn_failed",
-                                  error=f"cannot start {prepared.argv[0]}: {exc.strerror or exc}", **base)
-            return _finish(store, record, prompt, result, started)
-        record.running["pid"] = proc.pid
-        with contextlib.suppress(Exception):
-            import psutil
-
-            record.running["create_time"] = psutil.Process(proc.pid).create_time()
-        # the pid reaches the record (for the dashboard) once the turn has run a moment: a
-        # short turn is written once at its end instead; after a crash the process is found
-        # by its AGENTBOX_SESSION_ID either way
-        noting = asyncio.get_running_loop().call_later(PID_NOTE_DELAY_S, store.save, record)
-        if on_spawn is not None:
-            on_spawn(record, proc.pid)
+            return _spawn_failed(agent, prompt, record, prepared, turn, exc)
+        noting = asyncio.get_running_loop().call_later(PID_NOTE_DELAY_S, _note_pid, agent.sessions, record)
+        _spawned(record, proc.pid, on_spawn)
         assert proc.stdout is not None and proc.stderr is not None
         # feeding the prompt is part of the turn: under its timeout, killed when cancelled
         drains = asyncio.gather(_feed(proc, prepared.stdin), drain(proc.stdout, stdout), drain(proc.stderr, stderr),
@@ -453,33 +543,66 @@ async def _run_prepared(agent: Agent, prompt: str, record: SessionRecord, prepar
                     await asyncio.wait_for(drains, timeout=10)
         except asyncio.CancelledError:
             kill_tree(proc.pid)
-            stdout.close()
-            stderr.close()
-            cancelled = InvokeResult(status="error", error_kind="killed", error="cancelled by the caller; the process group was killed",
-                                     **{**base, "duration_s": time.monotonic() - t0})
-            _finish(store, record, prompt, cancelled, started)
+            _killed(agent, prompt, record, turn, "cancelled by the caller")
             raise
         exit_code = proc.returncode
-        kill_tree(proc.pid)  # nothing of the turn outlives it
+        kill_group(proc.pid)  # nothing of the turn outlives it
     finally:
         if noting is not None:
             noting.cancel()
-        stdout.close()
-        stderr.close()
-        discarded = finish_turn(prepared, turn)  # staged scope changes carried back; empty made dirs removed
-        if discarded:
-            with contextlib.suppress(OSError), open(prepared.logs / f"turn-{turn}.discarded.txt", "a") as note:
-                note.write("\n".join(discarded) + "\n")
-    duration = time.monotonic() - t0
-    out_text, err_text = stdout.text(), stderr.text()
+        _close_turn(prepared, turn)
+    return _conclude(agent, prompt, record, prepared, turn, exit_code, timeout_s if timed_out else None)
+
+
+def _run_prepared_sync(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepared,
+                       timeout_s: float | None, on_spawn: Callable[[SessionRecord, int], None] | None) -> InvokeResult:
+    import subprocess
+
+    turn = _open_turn(agent, record, prepared)
+    timed_out = False
+    exit_code: int | None = None
+    try:
+        try:
+            with sandbox.launch(prepared.argv) as launched:
+                proc = subprocess.Popen(
+                    launched.argv, stdin=subprocess.PIPE if prepared.stdin is not None else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    cwd=str(agent.cwd), env=prepared.env, start_new_session=True, pass_fds=launched.pass_fds,
+                )
+        except OSError as exc:
+            return _spawn_failed(agent, prompt, record, prepared, turn, exc)
+        try:
+            _spawned(record, proc.pid, on_spawn)
+            timed_out = wait_captured(proc, prepared.stdin, turn.stdout, turn.stderr, timeout_s,
+                                      note=(PID_NOTE_DELAY_S, lambda: _note_pid(agent.sessions, record)))
+        except BaseException as exc:  # Ctrl-C (or on_spawn failed): no process outlives the turn
+            kill_tree(proc.pid)
+            _killed(agent, prompt, record, turn, "interrupted" if isinstance(exc, KeyboardInterrupt) else
+                    f"stopped by {type(exc).__name__}")
+            raise
+        exit_code = proc.returncode
+        kill_group(proc.pid)  # nothing of the turn outlives it
+    finally:
+        _close_turn(prepared, turn)
+    return _conclude(agent, prompt, record, prepared, turn, exit_code, timeout_s if timed_out else None)
+
+
+def _conclude(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepared, turn: _Turn,
+              exit_code: int | None, timed_out_after: float | None) -> InvokeResult:
+    """The turn's result from its exit and output (masked, parsed, classified), recorded."""
+    store = agent.sessions
+    adapter = adapter_for(agent.profile.tool)
+    base, started, stdout = turn.base, turn.started, turn.stdout
+    duration = time.monotonic() - turn.t0
+    out_text, err_text = stdout.text(), turn.stderr.text()
     if prepared.secrets:  # a tool that prints a key it was given leaves it in no record or log
         out_text, err_text = secrets.mask(out_text, prepared.secrets), secrets.mask(err_text, prepared.secrets)
-        for log in (out_log, err_log):
+        for log in (turn.out_log, turn.err_log):
             _mask_file(log, prepared.secrets)
     base.update(duration_s=duration, exit_code=exit_code, truncated=stdout.truncated)
-    if timed_out:
+    if timed_out_after is not None:
         result = InvokeResult(status="error", error_kind="timeout",
-                              error=f"no answer within {timeout_s:g} s; the process group was killed",
+                              error=f"no answer within {timed_out_after:g} s; the process group was killed",
                               text=_tail(out_text), **base)
         return _finish(store, record, prompt, result, started)
     if record.sandboxed and exit_code == 1 and err_text.startswith("bwrap:") and not out_text.strip():

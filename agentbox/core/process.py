@@ -7,13 +7,18 @@ process group and any descendant that left it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
+import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import TYPE_CHECKING, BinaryIO, Literal
+
+if TYPE_CHECKING:  # the event loop is imported by the callers that run one, not by a blocking turn
+    import asyncio
+    import subprocess
 
 ErrorKind = Literal["spawn_failed", "timeout", "killed", "nonzero_exit", "tool_error", "parse_error"]
 
@@ -98,6 +103,126 @@ async def drain(reader: asyncio.StreamReader, stream: CappedStream) -> None:
     """Feed everything a pipe yields into `stream` until EOF."""
     while chunk := await reader.read(1 << 16):
         stream.feed(chunk)
+
+
+def wait_captured(proc: subprocess.Popen[bytes], stdin: bytes | None, stdout: CappedStream, stderr: CappedStream,
+                  timeout_s: float | None, note: tuple[float, Callable[[], None]] | None = None) -> bool:
+    """Feed `stdin` to `proc`, drain its pipes into the streams and wait for it, without an
+    event loop (a caller with one turn to run); True when it timed out.
+
+    The same rules as the event-loop path: the timeout covers the process and its pipes; on
+    it the process group gets SIGTERM, and the whole tree SIGKILL `KILL_GRACE_S` later. Any
+    exception while waiting (Ctrl-C) kills the tree before it propagates. `note` is (delay,
+    callback): the callback runs once if the process is still running after the delay.
+    """
+    pump = _Pump(proc, stdin, stdout, stderr, note)
+    try:
+        try:
+            pump.run(None if timeout_s is None else time.monotonic() + timeout_s)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                pump.run(time.monotonic() + KILL_GRACE_S)
+            except TimeoutError:
+                kill_tree(proc.pid)
+                with contextlib.suppress(TimeoutError):
+                    pump.run(time.monotonic() + 10)
+            return True
+    except BaseException:
+        kill_tree(proc.pid)
+        raise
+    finally:
+        pump.close()
+    return False
+
+
+class _Pump:
+    """The blocking loop of `wait_captured`: one selector over stdin, stdout and stderr."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes | None, stdout: CappedStream,
+                 stderr: CappedStream, note: tuple[float, Callable[[], None]] | None) -> None:
+        import selectors
+
+        self.proc = proc
+        self.selector = selectors.DefaultSelector()
+        self.files: dict[int, BinaryIO] = {}
+        for pipe, sink in ((proc.stdout, stdout), (proc.stderr, stderr)):
+            if pipe is not None:
+                self.files[pipe.fileno()] = pipe
+                self.selector.register(pipe.fileno(), selectors.EVENT_READ, sink)
+        self.pending = memoryview(stdin or b"")
+        if proc.stdin is not None:
+            self.files[proc.stdin.fileno()] = proc.stdin
+            if self.pending:
+                os.set_blocking(proc.stdin.fileno(), False)
+                self.selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE, None)
+            else:
+                self._done(proc.stdin.fileno())
+        self.note_at = None if note is None else time.monotonic() + note[0]
+        self.note = None if note is None else note[1]
+
+    def run(self, deadline: float | None) -> None:
+        """Until both pipes are at EOF and the process has exited; TimeoutError at `deadline`."""
+        import subprocess
+
+        while True:
+            now = time.monotonic()
+            if self.note is not None and self.note_at is not None and now >= self.note_at:
+                self.note_at = None
+                self.note()
+            if deadline is not None and now >= deadline:
+                raise TimeoutError
+            wakes = [t for t in (deadline, self.note_at) if t is not None]
+            wait = max(0.0, min(wakes) - now) if wakes else None
+            if not self.selector.get_map():
+                try:
+                    self.proc.wait(wait)
+                    return
+                except subprocess.TimeoutExpired:
+                    continue
+            for key, _ in self.selector.select(wait):
+                if key.data is None:
+                    self._write(key.fd)
+                else:
+                    chunk = os.read(key.fd, 1 << 16)
+                    if chunk:
+                        key.data.feed(chunk)
+                    else:
+                        self._done(key.fd)
+
+    def _write(self, fd: int) -> None:
+        try:
+            written = os.write(fd, self.pending[: 1 << 16])
+        except BlockingIOError:
+            return
+        except (BrokenPipeError, ConnectionResetError):
+            written = len(self.pending)
+        self.pending = self.pending[written:]
+        if not self.pending:
+            self._done(fd)
+
+    def _done(self, fd: int) -> None:
+        with contextlib.suppress(KeyError):
+            self.selector.unregister(fd)
+        with contextlib.suppress(OSError):
+            self.files.pop(fd).close()
+
+    def close(self) -> None:
+        """Close the selector and whatever pipe is still open."""
+        for fd in list(self.files):
+            self._done(fd)
+        self.selector.close()
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL what is left in the process group of a process that has ended.
+
+    Its descendants that left the group cannot be found once it is reaped (a sandboxed
+    turn's die with the sandbox's pid namespace); `kill_tree` is for a live process.
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def kill_tree(pid: int) -> None:

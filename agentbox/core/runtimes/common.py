@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentbox.core import safe_io
 from agentbox.core.errors import SandboxError
 from agentbox.core.runtimes.base import TurnRequest
+
+if TYPE_CHECKING:  # imported by the reader that opens a database, not by every turn
+    import sqlite3
 
 
 def json_lines(text: str) -> Iterator[dict[str, Any]]:
@@ -82,6 +84,8 @@ def read_sqlite(db: Path, tables: tuple[str, ...], read: Callable[[sqlite3.Conne
             return None
         if not stat.S_ISREG(mode):
             return None
+    import sqlite3
+
     deadline = time.monotonic() + SQLITE_QUERY_S
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=SQLITE_QUERY_S)

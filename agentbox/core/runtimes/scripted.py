@@ -66,12 +66,13 @@ def _as_json(scenario: Path, scratch: Path) -> Path:
 def _compile_program() -> None:
     """Compile the agent program into its own `__pycache__` when stale (skipped where that is not writable)."""
     import importlib.util
-    import py_compile
 
     target = Path(importlib.util.cache_from_source(str(PROGRAM)))
     with contextlib.suppress(OSError):
         if target.stat().st_mtime_ns >= PROGRAM.stat().st_mtime_ns and not target.is_symlink():
             return
+    import py_compile
+
     with contextlib.suppress(OSError, py_compile.PyCompileError):
         py_compile.compile(str(PROGRAM), cfile=str(target), doraise=True)
 
