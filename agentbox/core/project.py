@@ -39,9 +39,21 @@ from agentbox.core.yaml_io import (
     write_yaml,
 )
 
+GITIGNORE = """\
+# The crew's definition is tracked; what runs leave here (runs, sessions, locks) is not.
+/*
+!/.gitignore
+!/crew.yaml
+!/roles/
+!/knowledge/
+!/graphs/
+"""
+"""`.agent-box/.gitignore`: crew.yaml, roles, knowledge and graphs tracked, runtime state ignored."""
+
 
 def init(root: Path) -> list[Path]:
-    """Create `<root>/.agent-box/` from the example project; returns the files created."""
+    """Create `<root>/.agent-box/` from the example project (with a `.gitignore` keeping
+    runtime state out of git); returns the files created."""
     project = ProjectPaths(root.absolute())
     if project.box.exists():
         raise AlreadyExistsError(
@@ -56,6 +68,8 @@ def init(root: Path) -> list[Path]:
     shutil.rmtree(staging, ignore_errors=True)
     try:
         shutil.copytree(example, staging, ignore=shutil.ignore_patterns("runs", "sessions", "__pycache__"))
+        if not (staging / ".gitignore").exists():  # an installed package may leave dotfiles out
+            (staging / ".gitignore").write_text(GITIGNORE, encoding="utf-8")
         staging.rename(project.box)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)

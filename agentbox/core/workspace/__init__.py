@@ -1,0 +1,59 @@
+"""Git plumbing for worktree workspaces: a branch and a worktree per writer task.
+
+A run starts from the person's HEAD, or from a commit of their uncommitted changes to
+tracked files (`snapshot_base`), on an integration branch `agentbox/<run>`. Each writer
+task works on `agentbox/<run>@<task>` in a worktree inside the git dir
+(`ensure_task_worktree`); agentbox commits each turn (`commit_turn`), shows what it
+changed (`changed_files`, `diff_text`), merges it on approval without touching a working
+tree (`merge_task`), and the person brings the run into their branch (`deliver`).
+`clean` and `orphans` deal with what is left. The layout of refs and directories is drawn
+in `agentbox.core.workspace.layout`; how a sandbox sees git, in `.provision`.
+
+Every git call runs with hooks, fsmonitor, signing and external drivers off and the
+caller's `GIT_*` environment dropped (`.gitcmd`): repositories and agents are untrusted.
+This package depends on nothing of agentbox's but errors and ids.
+"""
+
+from agentbox.core.workspace.cleanup import CleanPlan, Orphan, OrphanKind, Refusal, clean, orphans
+from agentbox.core.workspace.diffs import Change, ChangedFile, Diff, changed_files, diff_text
+from agentbox.core.workspace.gitcmd import GitError
+from agentbox.core.workspace.integration import (
+    Base,
+    DeliverResult,
+    MergeConflictError,
+    MergeResult,
+    deliver,
+    ensure_integration_branch,
+    merge_task,
+    snapshot_base,
+)
+from agentbox.core.workspace.layout import RepoInfo, integration_branch, repo_info, task_branch
+from agentbox.core.workspace.provision import (
+    SANDBOX_GIT_DIR,
+    SandboxGitView,
+    SetupCopy,
+    copy_setup_files,
+    sandbox_git_view,
+)
+from agentbox.core.workspace.worktrees import (
+    SyncResult,
+    TaskHeads,
+    Worktree,
+    WorktreeOrigin,
+    commit_turn,
+    ensure_task_worktree,
+    remove_spares,
+    remove_task_worktree,
+    sync_task,
+    task_heads,
+)
+
+__all__ = [
+    "SANDBOX_GIT_DIR", "Base", "Change", "ChangedFile", "CleanPlan", "DeliverResult", "Diff", "GitError",
+    "MergeConflictError", "MergeResult", "Orphan", "OrphanKind", "Refusal", "RepoInfo", "SandboxGitView",
+    "SetupCopy", "SyncResult", "TaskHeads", "Worktree", "WorktreeOrigin", "changed_files", "clean",
+    "commit_turn", "copy_setup_files", "deliver", "diff_text", "ensure_integration_branch",
+    "ensure_task_worktree", "integration_branch", "merge_task", "orphans", "remove_spares",
+    "remove_task_worktree", "repo_info", "sandbox_git_view", "snapshot_base", "sync_task",
+    "task_branch", "task_heads",
+]

@@ -1,0 +1,115 @@
+"""What a task changed, from git: the changed files with their line counts, and a bounded diff.
+
+Read with `-z` (any file name: spaces, newlines, non-UTF-8 bytes, which come back as
+surrogate escapes, like `os.fsdecode`), renames detected, no external diff driver, no
+textconv, no colour, no pager.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentbox.core.workspace.gitcmd import git, git_bounded
+
+DIFF_MAX_BYTES = 64 * 1024
+"""Default bound of a patch shown in a review prompt."""
+_SAFE_DIFF = ("--no-ext-diff", "--no-textconv", "--no-color", "-M")
+
+
+class Change(enum.StrEnum):
+    """How a file changed."""
+
+    ADDED = "A"
+    MODIFIED = "M"
+    DELETED = "D"
+    RENAMED = "R"
+
+
+@dataclass(frozen=True)
+class ChangedFile:
+    """One file a diff touches."""
+
+    path: str
+    """Its path afterwards (before, for a deletion), relative to the repository."""
+    change: Change
+    added: int | None
+    """Lines added; None for a binary file."""
+    removed: int | None
+    """Lines removed; None for a binary file."""
+    old_path: str | None = None
+    """The path before a rename."""
+
+    @property
+    def binary(self) -> bool:
+        """True when git counts no lines (a binary file)."""
+        return self.added is None
+
+
+@dataclass(frozen=True)
+class Diff:
+    """A diff for people and prompts: the stat and the patch, bounded."""
+
+    stat: str
+    patch: str
+    truncated: bool
+    """The patch (or stat) was cut at the bound."""
+    full_command: str
+    """A command that shows the whole diff."""
+
+
+def changed_files(root: Path, base: str, head: str) -> list[ChangedFile]:
+    """The files that differ between commits `base` and `head`, in git's order."""
+    out = git(root, "diff", "-z", "--raw", "--numstat", *_SAFE_DIFF, base, head, "--")
+    fields = out.stdout.split(b"\0")
+    raw: list[tuple[Change, str, str | None]] = []
+    counts: list[tuple[int | None, int | None]] = []
+    index = 0
+    while index < len(fields):
+        field = fields[index]
+        index += 1
+        if not field:
+            continue
+        if field.startswith(b":"):
+            letter = field.split()[-1][:1].decode()
+            if letter in ("R", "C"):
+                old, new = os.fsdecode(fields[index]), os.fsdecode(fields[index + 1])
+                index += 2
+                raw.append((Change.RENAMED if letter == "R" else Change.ADDED, new, old if letter == "R" else None))
+            else:
+                path = os.fsdecode(fields[index])
+                index += 1
+                raw.append((_CHANGES.get(letter, Change.MODIFIED), path, None))
+        else:
+            added, removed, path = field.split(b"\t", 2)
+            if not path:  # a rename: the two paths follow
+                index += 2
+            counts.append((_count(added), _count(removed)))
+    return [ChangedFile(path, change, added, removed, old)
+            for (change, path, old), (added, removed) in zip(raw, counts, strict=True)]
+
+
+_CHANGES = {"A": Change.ADDED, "D": Change.DELETED, "M": Change.MODIFIED, "T": Change.MODIFIED}
+
+
+def _count(value: bytes) -> int | None:
+    return None if value == b"-" else int(value)
+
+
+def diff_text(root: Path, base: str, head: str, *, max_bytes: int = DIFF_MAX_BYTES,
+              full_command: str | None = None) -> Diff:
+    """The stat and patch between `base` and `head`, each cut at `max_bytes` (at a line
+    end), with a command showing the whole diff (`full_command`, else the git one)."""
+    stat, stat_cut = git_bounded(root, "diff", "--stat=120", *_SAFE_DIFF, base, head, "--", max_bytes=max_bytes)
+    patch, patch_cut = git_bounded(root, "diff", "--patch", *_SAFE_DIFF, base, head, "--", max_bytes=max_bytes)
+    command = full_command or shlex.join(["git", "-C", str(root), "diff", base, head])
+    return Diff(_text(stat, stat_cut), _text(patch, patch_cut), stat_cut or patch_cut, command)
+
+
+def _text(data: bytes, cut: bool) -> str:
+    if cut and b"\n" in data:
+        data = data[: data.rindex(b"\n") + 1]
+    return data.decode("utf-8", "replace")

@@ -1,0 +1,356 @@
+"""A task's worktree and branch: made, found again after a crash, committed to, parked.
+
+Every step is safe to repeat after a `kill -9` at any point; git is the record:
+
+- a task's base ref and branch are created together in one ref transaction;
+- a worktree is made detached (`worktree add --no-checkout --detach`), filled with
+  `read-tree --reset -u <branch>`, and only then attached to the branch (`symbolic-ref
+  HEAD`): a worktree whose HEAD is the task branch is complete, any other is finished again;
+- a finished task's worktree is detached and renamed into the run's spares, where the run's
+  next task takes it (renaming is atomic, and switching it rewrites only the files that
+  differ, where a new worktree writes every file of the tree); a spare keeps ignored files
+  (build outputs, a copied `node_modules/`);
+- a worktree is removed by renaming it into a trash dir, forgetting its admin dir, then
+  deleting the files.
+
+Calls for one task must not overlap (the engine runs one turn per task at a time): a stale
+`index.lock` left in a task's worktree by a killed git is removed.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentbox.core.errors import StateError, UsageError
+from agentbox.core.workspace.gitcmd import (
+    AGENTBOX_IDENT,
+    commit_tree,
+    git,
+    ident_env,
+    is_ancestor,
+    merge_tree,
+    rev,
+    tree_of,
+    update_refs,
+)
+from agentbox.core.workspace.layout import (
+    SPARE_DIR,
+    admin_dir,
+    common_dir,
+    heads,
+    integration_branch,
+    read_small,
+    task_base_ref,
+    task_branch,
+    task_worktree_path,
+    worktrees_dir,
+)
+
+CHECKOUT_TIMEOUT_S = 600.0
+"""Longest a checkout of a whole tree may take."""
+TURN_TRAILER = "Agentbox-Turn"
+"""Commit trailer naming the turn a commit holds (so a repeated call finds it)."""
+
+
+class WorktreeOrigin(enum.StrEnum):
+    """Where the directory of a task's worktree came from in this call."""
+
+    EXISTING = "existing"
+    """It was the task's already (a resumed task)."""
+    NEW = "new"
+    """Made and checked out now."""
+    SPARE = "spare"
+    """A finished task's worktree of the same run, switched to this task's branch."""
+
+
+@dataclass(frozen=True)
+class Worktree:
+    """A task's worktree, ready for a turn."""
+
+    path: Path
+    branch: str
+    base_commit: str
+    """The integration head the task's work is measured from (diffs and reviews)."""
+    origin: WorktreeOrigin
+
+
+@dataclass(frozen=True)
+class TaskHeads:
+    """Where a task's refs point (None: not made yet)."""
+
+    branch: str
+    base: str | None
+    head: str | None
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """The outcome of bringing the integration branch into a task's branch."""
+
+    commit: str
+    """The task's head afterwards."""
+    conflicts: list[str]
+    """Paths committed with conflict markers, for the worker to resolve."""
+    already: bool
+    """The task already had every integrated commit; nothing changed."""
+
+
+def task_heads(root: Path, run_id: str, task_id: str) -> TaskHeads:
+    """The task's branch, base and head as git has them."""
+    branch = task_branch(run_id, task_id)
+    return TaskHeads(branch, rev(root, task_base_ref(run_id, task_id)), rev(root, heads(branch)))
+
+
+def ensure_task_worktree(root: Path, run_id: str, task_id: str) -> Worktree:
+    """The task's branch (from the integration head) and worktree, made or found again.
+
+    Idempotent and crash-safe (see the module docstring); an existing branch is reused,
+    never reset. The integration branch must exist (`ensure_integration_branch`).
+    """
+    base = _ensure_task_refs(root, run_id, task_id)
+    branch = task_branch(run_id, task_id)
+    common = common_dir(root)
+    path = task_worktree_path(common, run_id, task_id)
+    if _attached(path, branch):
+        _drop_stale_index_lock(path)
+        return Worktree(path, branch, base, WorktreeOrigin.EXISTING)
+    origin = _place_worktree(root, common, run_id, task_id, path)
+    _drop_stale_index_lock(path)
+    git(path, "read-tree", "--reset", "-u", heads(branch), timeout=CHECKOUT_TIMEOUT_S)
+    git(path, "symbolic-ref", "-m", "agentbox: task worktree", "HEAD", heads(branch))
+    return Worktree(path, branch, base, origin)
+
+
+def _ensure_task_refs(root: Path, run_id: str, task_id: str) -> str:
+    """Create the task's base ref and branch at the integration head; the base commit."""
+    base_ref, branch_ref = task_base_ref(run_id, task_id), heads(task_branch(run_id, task_id))
+    base, head = rev(root, base_ref), rev(root, branch_ref)
+    if base and head:
+        return base
+    integration = rev(root, heads(integration_branch(run_id)))
+    if integration is None:
+        raise UsageError(f"run {run_id} has no integration branch {integration_branch(run_id)}",
+                         "the run's base must be recorded before its tasks get worktrees")
+    if base is None and head is None:
+        update_refs(root, [f"create {base_ref} {integration}", f"create {branch_ref} {integration}"],
+                    message="agentbox: task branch")
+        return integration
+    if head is None:
+        assert base is not None
+        update_refs(root, [f"create {branch_ref} {base}"], message="agentbox: task branch")
+        return base
+    found = git(root, "merge-base", head, integration).text
+    update_refs(root, [f"create {base_ref} {found}"])
+    return found
+
+
+def _attached(path: Path, branch: str) -> bool:
+    """True when `path` is a complete worktree whose HEAD is `branch` (file reads only)."""
+    admin = admin_dir(path)
+    if admin is None:
+        return False
+    gitdir = read_small(admin / "gitdir")
+    return (gitdir is not None and Path(gitdir.strip()) == path / ".git"
+            and read_small(admin / "HEAD") == f"ref: {heads(branch)}\n")
+
+
+def _drop_stale_index_lock(path: Path) -> None:
+    admin = admin_dir(path)
+    if admin is not None:
+        (admin / "index.lock").unlink(missing_ok=True)
+
+
+def _place_worktree(root: Path, common: Path, run_id: str, task_id: str, path: Path) -> WorktreeOrigin:
+    """Leave a registered worktree at `path` (HEAD anywhere): the one there, a spare, or a new one."""
+    _repair_spares(root, common, run_id)
+    if os.path.lexists(path):
+        admin = admin_dir(path)
+        if admin is not None and admin.is_dir():
+            git(root, "worktree", "repair", str(path))
+            if (read_small(admin / "locked") or "").startswith("initializing"):
+                (admin / "locked").unlink(missing_ok=True)
+            return WorktreeOrigin.NEW
+        if admin is not None:
+            raise StateError(f"the worktree of task {task_id} ({path}) lost its git admin dir {admin}",
+                             "look at its files, move them away, then resume the run")
+        shutil.rmtree(path)  # no .git file: git never finished making it, no turn ever ran in it
+    forget_missing_worktrees(common)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    spares = worktrees_dir(common, run_id) / SPARE_DIR
+    for spare in sorted(spares.iterdir()) if spares.is_dir() else []:
+        try:
+            os.rename(spare, path)
+        except FileNotFoundError:
+            continue  # taken meanwhile
+        git(root, "worktree", "repair", str(path))
+        return WorktreeOrigin.SPARE
+    head = rev(root, heads(task_branch(run_id, task_id)))
+    assert head is not None
+    git(root, "worktree", "add", "--no-checkout", "--detach", str(path), head, retry_on_lock=True)
+    return WorktreeOrigin.NEW
+
+
+def _repair_spares(root: Path, common: Path, run_id: str) -> None:
+    """Point the admin dirs of the run's spares at where the spares are now (a crash may
+    have come between renaming one and telling git)."""
+    spares = worktrees_dir(common, run_id) / SPARE_DIR
+    found = [str(p) for p in sorted(spares.iterdir())] if spares.is_dir() else []
+    if found:
+        git(root, "worktree", "repair", *found)
+
+
+def forget_missing_worktrees(common: Path) -> list[Path]:
+    """Remove the admin dirs of agentbox worktrees whose directory is gone (what
+    `git worktree prune` does, for agentbox's own worktrees only: a worktree of the person's
+    on an unmounted disk is left alone). Returns the worktree paths forgotten."""
+    forgotten = []
+    ours = common / "agentbox"
+    for admin in sorted((common / "worktrees").iterdir()) if (common / "worktrees").is_dir() else []:
+        gitdir = read_small(admin / "gitdir")
+        if gitdir is None:
+            continue
+        worktree = Path(gitdir.strip()).parent
+        if worktree.is_relative_to(ours) and not os.path.lexists(worktree):
+            shutil.rmtree(admin, ignore_errors=True)
+            forgotten.append(worktree)
+    return forgotten
+
+
+def uncommitted(path: Path) -> list[str]:
+    """Paths in a worktree that differ from its HEAD (ignored files excepted)."""
+    out = git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all")
+    entries = out.stdout.split(b"\0")
+    found, index = [], 0
+    while index < len(entries):
+        entry = entries[index]
+        index += 1
+        if not entry:
+            continue
+        found.append(os.fsdecode(entry[3:]))
+        if entry[:1] in (b"R", b"C"):
+            index += 1  # the rename's source follows
+    return found
+
+
+def commit_turn(worktree: Path, *, author_name: str, author_email: str, message: str,
+                turn_id: str | None = None) -> str | None:
+    """Commit everything a turn changed in `worktree` (honouring .gitignore) on the task's
+    branch, authored as `author_name <author_email>`; the commit, or None when the turn
+    changed nothing. With `turn_id`, a repeated call for a turn already committed returns
+    that commit (the id is a trailer of the message)."""
+    _drop_stale_index_lock(worktree)
+    git(worktree, "add", "-A", timeout=CHECKOUT_TIMEOUT_S)
+    tree = git(worktree, "write-tree").text
+    head = rev(worktree, "HEAD")
+    if head is None:
+        raise StateError(f"{worktree} has no HEAD commit", "ensure the task's worktree first")
+    if tree == tree_of(worktree, head):
+        return head if turn_id is not None and _turn_of(worktree, head) == turn_id else None
+    text = message.rstrip("\n") + "\n"
+    if turn_id is not None:
+        text += f"\n{TURN_TRAILER}: {turn_id}\n"
+    commit = commit_tree(worktree, tree, [head], text, ident_env(author_name, author_email))
+    git(worktree, "update-ref", "-m", "agentbox: turn", "HEAD", commit, head)
+    return commit
+
+
+def _turn_of(worktree: Path, commit: str) -> str | None:
+    body = git(worktree, "cat-file", "commit", commit).stdout.decode("utf-8", "replace")
+    for line in reversed(body.splitlines()):
+        if line.startswith(f"{TURN_TRAILER}: "):
+            return line.split(": ", 1)[1].strip()
+    return None
+
+
+def sync_task(root: Path, run_id: str, task_id: str) -> SyncResult:
+    """Bring the integration head into a task's branch (and its worktree), so rework after
+    a merge conflict sees the work it conflicts with. Conflicting paths are committed with
+    conflict markers for the worker to resolve; the task's base moves to the integration
+    head, so its diff stays its own work. The worktree must hold no uncommitted change."""
+    branch = task_branch(run_id, task_id)
+    integration, head = rev(root, heads(integration_branch(run_id))), rev(root, heads(branch))
+    if integration is None or head is None:
+        raise UsageError(f"task {task_id} of run {run_id} has no branch to bring work into")
+    if is_ancestor(root, integration, head):
+        return SyncResult(head, [], True)
+    tree, conflicts = merge_tree(root, head, integration)
+    message = f"agentbox: bring {integration_branch(run_id)} into {branch}\n"
+    if conflicts:
+        message += "\nConflicts left for the worker:\n" + "".join(f"  {p}\n" for p in conflicts)
+    commit = commit_tree(root, tree, [head, integration], message, ident_env(*AGENTBOX_IDENT))
+    path = task_worktree_path(common_dir(root), run_id, task_id)
+    if _attached(path, branch):
+        _drop_stale_index_lock(path)
+        left = uncommitted(path)
+        if left:
+            raise StateError(f"task {task_id}'s worktree has uncommitted changes: {', '.join(left[:5])}",
+                             "commit the turn before bringing in the integration branch")
+        git(path, "read-tree", "-m", "-u", head, commit, timeout=CHECKOUT_TIMEOUT_S)
+    old_base = rev(root, task_base_ref(run_id, task_id))
+    base_command = (f"update {task_base_ref(run_id, task_id)} {integration} {old_base}" if old_base
+                    else f"create {task_base_ref(run_id, task_id)} {integration}")
+    update_refs(root, [f"update {heads(branch)} {commit} {head}", base_command], message="agentbox: sync task")
+    return SyncResult(commit, conflicts, False)
+
+
+def remove_task_worktree(root: Path, run_id: str, task_id: str, *, keep_spare: bool = True,
+                         discard_uncommitted: bool = False) -> None:
+    """Take a finished task's worktree away; its branch stays. `keep_spare` parks it for
+    the run's next task. Uncommitted changes are refused (StateError) unless
+    `discard_uncommitted` (a cancelled task). Idempotent."""
+    common = common_dir(root)
+    path = task_worktree_path(common, run_id, task_id)
+    if not os.path.lexists(path):
+        forget_missing_worktrees(common)
+        return
+    admin = admin_dir(path)
+    if admin is None or not admin.is_dir():
+        shutil.rmtree(path)
+        forget_missing_worktrees(common)
+        return
+    _drop_stale_index_lock(path)
+    left = uncommitted(path)
+    if left and not discard_uncommitted:
+        raise StateError(f"task {task_id}'s worktree has uncommitted changes: {', '.join(left[:5])}",
+                         "commit the turn first, or discard the changes (a cancelled task)")
+    if not keep_spare:
+        trash_worktree(common, path)
+        return
+    if left:
+        git(path, "reset", "-q", "--hard", "HEAD")
+        git(path, "clean", "-q", "-f", "-d")
+    head = rev(path, "HEAD")
+    assert head is not None
+    git(path, "update-ref", "--no-deref", "-m", "agentbox: park", "HEAD", head)
+    spare = worktrees_dir(common, run_id) / SPARE_DIR / f"{task_id}-{uuid.uuid4().hex[:8]}"
+    spare.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(path, spare)
+    git(root, "worktree", "repair", str(spare))
+
+
+def remove_spares(root: Path, run_id: str) -> list[Path]:
+    """Delete the run's spare worktrees (when its last task is done); the paths removed."""
+    common = common_dir(root)
+    spares = worktrees_dir(common, run_id) / SPARE_DIR
+    removed = sorted(spares.iterdir()) if spares.is_dir() else []
+    for spare in removed:
+        trash_worktree(common, spare)
+    return removed
+
+
+def trash_worktree(common: Path, path: Path) -> None:
+    """Delete a worktree of agentbox's: rename it into the trash (atomic), forget its admin
+    dir, delete the files. A crash leaves a trash dir, emptied by the next call."""
+    admin = admin_dir(path)
+    trash = common / "agentbox" / "trash"
+    trash.mkdir(parents=True, exist_ok=True)
+    os.rename(path, trash / uuid.uuid4().hex)
+    if admin is not None and admin.parent == common / "worktrees":
+        shutil.rmtree(admin, ignore_errors=True)
+    for leftover in trash.iterdir():
+        shutil.rmtree(leftover, ignore_errors=True)
