@@ -67,8 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--force", action="store_true", help="remove it even when the mode settings still name it")
 
-    p = _cmd(sub, "schema", "agentbox.cli.project:schema", "print the JSON Schema of profile.yaml, crew.yaml or a work graph")
-    p.add_argument("kind", choices=["profile", "crew", "graph"], nargs="?", default="crew")
+    p = _cmd(sub, "schema", "agentbox.cli.project:schema",
+             "print the JSON Schema of profile.yaml, crew.yaml, a work graph or $AGENT_BOX_HOME/config.yaml")
+    p.add_argument("kind", choices=["profile", "crew", "graph", "config"], nargs="?", default="crew")
 
     p = _cmd(sub, "doctor", "agentbox.cli.doctor:doctor", "check bwrap, agent CLIs, AGENT_BOX_HOME and the project")
     p.add_argument("--profiles", action="store_true",

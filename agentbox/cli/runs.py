@@ -19,12 +19,15 @@ _STYLE = {"checkpoint": "bold yellow", "failure": "red", "escalation": "bold red
           "run.status": "bold"}
 
 
-def _printer(quiet: bool) -> Any:
-    """A callback printing each decision-log event as one coloured line."""
+def _printer(quiet: bool, bell: bool = True) -> Any:
+    """A callback printing each decision-log event as one coloured line; an event the person must
+    hear of (the run ended, failed, stopped) also gets a banner and the terminal bell."""
     if quiet:
         return None
     from rich.console import Console
     from rich.text import Text
+
+    from agentbox.core.notify import terminal_banner
 
     console = Console(highlight=False)
 
@@ -40,6 +43,11 @@ def _printer(quiet: bool) -> Any:
         if event.get("human_required"):
             line.append("  ⚑ human", style="bold yellow")
         console.print(line)
+        banner = terminal_banner(event)
+        if banner:
+            if bell and console.is_terminal:
+                console.bell()
+            console.print(Text(banner, style="bold yellow"))
 
     return show
 
@@ -71,12 +79,13 @@ class Person:
 
     POLL_S = 0.25
 
-    def __init__(self, project: Any, run_id: str, *, interactive: bool) -> None:
+    def __init__(self, project: Any, run_id: str, *, interactive: bool, bell: bool = True) -> None:
         import threading
 
         self.project = project
         self.run_id = run_id
         self.interactive = interactive
+        self.bell = bell
         self.announced: set[str] = set()
         self.queue: list[str] = []
         self.prompted: str | None = None
@@ -131,7 +140,7 @@ class Person:
             self._ask(run, open_cps[self.queue[0]])
 
     def _announce(self, run: Any, cp: Any) -> None:
-        bell = "\a" if sys.stdout.isatty() else ""
+        bell = "\a" if self.bell and sys.stdout.isatty() else ""
         where = f" (task {cp.task})" if cp.task else ""
         lines = [f"{bell}\n⚑ {cp.id} waits for you{where}: {cp.question.strip()}"]
         lines += [f"  {what + ':':<11} {command}" for what, command in answer_commands(run, cp)]
@@ -203,8 +212,10 @@ def _interrupted(project: Any, run_id: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Start (or resume) a run; foreground with live progress, or detached."""
     from agentbox.core import runs
+    from agentbox.core.user_config import load_user_config
 
     project = project_from(args)
+    bell = load_user_config().notify.bell  # a broken config.yaml stops here, not in a detached engine
     if args.resume:
         from agentbox.core.engine.run_store import RunStore
 
@@ -222,10 +233,10 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 0
     print(f"run {run_id}", file=sys.stderr)
-    person = Person(project, run_id, interactive=sys.stdin.isatty() and sys.stdout.isatty())
+    person = Person(project, run_id, interactive=sys.stdin.isatty() and sys.stdout.isatty(), bell=bell)
     person.start()
     try:
-        final = asyncio.run(runs.execute(project, run_id, _printer(args.quiet)))
+        final = asyncio.run(runs.execute(project, run_id, _printer(args.quiet, bell)))
     except KeyboardInterrupt:
         person.stop()
         _interrupted(project, run_id)

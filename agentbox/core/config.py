@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -119,6 +119,9 @@ class Strict(BaseModel):
         extra="forbid", frozen=True, strict=True, allow_inf_nan=False,
         defer_build=True, json_schema_extra=_describe_fields,
     )
+    host_only_keys: ClassVar[tuple[str, ...]] = ()
+    """Top-level keys that belong to the user's own $AGENT_BOX_HOME/config.yaml, refused here
+    with a message saying so."""
 
 
 # ----------------------------------------------------------------------------- profile
@@ -330,6 +333,10 @@ class Crew(Strict):
     graph: GraphSettings = Field(default_factory=GraphSettings)
     """Settings of graph mode."""
 
+    host_only_keys: ClassVar[tuple[str, ...]] = ("hooks", "notify")
+    """Keys of the user's own $AGENT_BOX_HOME/config.yaml: a crew.yaml comes with a repository, so it
+    may never name commands run on the host or where notifications go."""
+
     @field_validator("roles")
     @classmethod
     def _at_least_one_role(cls, roles: dict[str, Role]) -> dict[str, Role]:
@@ -367,6 +374,16 @@ def validate_document(model: type[M], data: Any, file: Path, document: Any = Non
             field=".".join(str(p) for p in loc) or None,
             hint="keys are plain names; quote it if it is meant as text",
         )
+    for key in model.host_only_keys if issubclass(model, Strict) else ():
+        if key in data:
+            line, column = position(data, (key,))
+            raise ConfigError(
+                f"{key} cannot be set in a project's {file.name}: hooks and notifications run on your "
+                "machine, so only your own $AGENT_BOX_HOME/config.yaml may declare them",
+                file=file, line=line, column=column, field=key,
+                hint="move it to ~/.agent-box/config.yaml (or $AGENT_BOX_HOME/config.yaml); "
+                     "see docs/notifications.md",
+            )
     try:
         return model.model_validate(plain(data))
     except ValidationError as exc:

@@ -37,6 +37,7 @@ from agentbox.core.engine.run_store import RUN_FILE, DamagedRunError, RunStore
 from agentbox.core.engine.turns import TurnRunner
 from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
 from agentbox.core.invoke import InvokeResult
+from agentbox.core.notify import Notifier
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.store import DiskFullError, disk_full_is_typed
 from agentbox.core.tasks import TaskEvent, TaskState
@@ -70,6 +71,8 @@ class Engine:
         self._flights: dict[str, asyncio.Task[tuple[Job, InvokeResult]]] = {}
         self._wake: asyncio.Event | None = None
         """Set by anything that should wake the loop at once (made by `execute`)."""
+        self.notifier = Notifier(project, run.id, log=self.ledger.event)
+        """Tells the person of what the saved log says needs them (user's config.yaml; see `notify`)."""
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -88,9 +91,11 @@ class Engine:
         return self.run.contract.limits
 
     def save(self) -> None:
-        """Persist the state and flush the decision log."""
+        """Persist the state and flush the decision log, then let the notifier read what is new in it."""
         self.store.save(self.run)
         self.ledger.dirty = False
+        if self.notifier.after_save(self.run):  # it logged a delivery problem: persist that too
+            self.save()
 
     def save_if_changed(self) -> None:
         """Save only when something happened since the last save.

@@ -1,0 +1,137 @@
+"""The user's own settings: `$AGENT_BOX_HOME/config.yaml` (`agentbox schema config`).
+
+Unlike crew.yaml, which comes with a repository and is untrusted, this file is written by
+the person running agentbox, so it is the only place that may name commands to run on
+the host (hooks) and where to send notifications (a webhook, whose URL and headers may
+name environment variables as `${VAR}`, resolved when a notification is sent). It is
+checked like crew.yaml: unknown keys and wrong types are errors naming the file, line and
+field (exit 2). A missing or empty file means the defaults. Later user-level settings
+(editor, theme) belong here too.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AfterValidator, BeforeValidator, Field
+
+from agentbox.core import paths
+from agentbox.core.config import Strict, validate_document
+from agentbox.core.errors import ConfigError
+from agentbox.core.scopes import has_control_character
+from agentbox.core.secrets import reference_problem
+from agentbox.core.yaml_io import parse_yaml, read_yaml_text
+
+CONFIG_FILE = "config.yaml"
+SCHEMA_HINT = "`agentbox schema config` prints the full schema; docs/notifications.md explains it"
+MAX_HOOK_S = 3600.0
+"""Longest time a hook may be given (an hour): beyond it a number is a mistake."""
+
+
+def config_path() -> Path:
+    """Where the user's settings live: `$AGENT_BOX_HOME/config.yaml`."""
+    return paths.agent_box_home() / CONFIG_FILE
+
+
+def _referencing(value: str) -> str:
+    problem = reference_problem(value)
+    if problem:
+        raise ValueError(problem)
+    if has_control_character(value):
+        raise ValueError("contains a control character")
+    return value
+
+
+Referencing = Annotated[str, AfterValidator(_referencing)]
+"""Text that may name environment variables: `${VAR}`, `${VAR:-default}`, `$$` for `$`."""
+
+
+def _url(value: str) -> str:
+    _referencing(value)
+    if not value.startswith(("http://", "https://", "${")):
+        raise ValueError(f"{value[:60]!r} is not an http:// or https:// URL")
+    return value
+
+
+def _command(value: str | list[str]) -> str | list[str]:
+    parts = [value] if isinstance(value, str) else value
+    if not parts or not parts[0].strip():
+        raise ValueError("the command is empty")
+    if any("\0" in part for part in parts):
+        raise ValueError("the command contains a NUL character")
+    return value
+
+
+HookCommand = Annotated[str | list[str], AfterValidator(_command)]
+"""A shell command line (run with /bin/sh -c), or an argv list run as it is."""
+
+
+class Webhook(Strict):
+    """Where to POST each notification as JSON, and how hard to try."""
+
+    url: Annotated[str, AfterValidator(_url), Field(max_length=2048)]
+    """The http(s) URL to POST to; may name variables (`https://hooks.slack.com/services/${SLACK_HOOK}`)."""
+    headers: dict[str, Referencing] = Field(default_factory=dict)
+    """Extra request headers (`Authorization: Bearer ${NTFY_TOKEN}`); values may name variables."""
+    timeout_s: float = Field(default=10.0, gt=0, le=300)
+    """How long one attempt may take, in seconds."""
+    retries: int = Field(default=3, ge=0, le=10)
+    """How many more attempts after a failed one (a network error, a timeout, HTTP 5xx, 408 or 429)."""
+
+
+def _url_alone(value: object) -> object:
+    return {"url": value} if isinstance(value, str) else value
+
+
+class Notify(Strict):
+    """How agentbox tells the person that a run needs them, ended or failed."""
+
+    bell: bool = True
+    """Ring the terminal bell with the banner of a foreground `agentbox run`."""
+    desktop: bool = True
+    """Show a desktop notification (freedesktop, through `notify-send`) where the desktop offers one."""
+    webhook: Annotated[Webhook | None, BeforeValidator(_url_alone, json_schema_input_type=str | Webhook | None)] = None
+    """POST each notification as JSON to this URL (ntfy, Slack incoming webhooks, ...): a URL, or a
+    mapping with `url`, `headers`, `timeout_s` and `retries`."""
+
+
+class Hooks(Strict):
+    """Commands run on the host when a run needs the person; the notification is their stdin (JSON)."""
+
+    on_checkpoint: HookCommand | None = None
+    """Run when a checkpoint opens: a question, a plan or task waiting for approval, a budget pause."""
+    on_run_end: HookCommand | None = None
+    """Run when a run ends: done, failed or cancelled."""
+    on_failure: HookCommand | None = None
+    """Run when a run fails, is circuit-broken (budget spent), blocked, or paused by a full disk."""
+    timeout_s: float = Field(default=30.0, gt=0, le=MAX_HOOK_S)
+    """How long a hook may run, in seconds; then its whole process group is killed (and that is logged)."""
+
+
+class UserConfig(Strict):
+    """$AGENT_BOX_HOME/config.yaml: the person's own settings (never read from a project)."""
+
+    notify: Notify = Field(default_factory=Notify)
+    """Notifications: terminal bell, desktop, webhook."""
+    hooks: Hooks = Field(default_factory=Hooks)
+    """Commands run on the host when a run needs the person, ends or fails."""
+
+
+def load_user_config(path: Path | None = None) -> UserConfig:
+    """Read and validate the user's config.yaml; the defaults when it is missing or empty.
+
+    Errors are ConfigErrors with the file, line and field (exit 2).
+    """
+    path = path or config_path()
+    if not os.path.lexists(path):
+        return UserConfig()
+    document = parse_yaml(read_yaml_text(path), path)
+    if document is None:
+        return UserConfig()
+    try:
+        return validate_document(UserConfig, document, path, document)
+    except ConfigError as exc:
+        raise ConfigError(exc.detail, file=exc.file, line=exc.line, column=exc.column, field=exc.field,
+                          hint=SCHEMA_HINT) from None
