@@ -143,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     # --- faces
     _cmd(sub, "tui", "agentbox.cli.tui:tui", "open the dashboard")
+    p = _cmd(sub, "mcp", "agentbox.cli.mcp:mcp",
+             "serve this project to MCP clients (Claude Code, Codex, opencode): stdio, or --http on loopback")
+    p.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
+    p.add_argument("--print-config", choices=["claude", "codex", "opencode"], metavar="CLIENT",
+                   help="print the snippet that registers this server with claude, codex or opencode, and exit")
     p = _cmd(sub, "demo", "agentbox.cli.tui:demo", "run the demo crew in a temp project and watch it")
     p.add_argument("--no-tui", action="store_true", help="print progress instead of opening the dashboard")
     p.add_argument("--keep", action="store_true", help="keep the temp project")

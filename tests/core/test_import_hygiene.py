@@ -25,10 +25,17 @@ PROBE = textwrap.dedent(
         imported.append(module.name)
     after_core = sorted(m for m in sys.modules if m == "textual" or m.startswith(("textual.", "agentbox.tui")))
 
+    import agentbox.mcp
+
+    for module in pkgutil.walk_packages(agentbox.mcp.__path__, "agentbox.mcp."):
+        importlib.import_module(module.name)
+        imported.append(module.name)
+    after_mcp = sorted(m for m in sys.modules if m == "textual" or m.startswith(("textual.", "agentbox.tui")))
+
     from agentbox.cli import main
 
     codes = {}
-    for argv in (["profile", "list"], ["doctor", "--json"], ["--version"]):
+    for argv in (["profile", "list"], ["doctor", "--json"], ["--version"], ["mcp", "--print-config", "claude"]):
         out = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
             try:
@@ -36,7 +43,8 @@ PROBE = textwrap.dedent(
             except SystemExit as exc:
                 codes[" ".join(argv)] = exc.code
     after_cli = sorted(m for m in sys.modules if m == "textual" or m.startswith(("textual.", "agentbox.tui")))
-    print(json.dumps({"imported": imported, "after_core": after_core, "after_cli": after_cli, "codes": codes}))
+    print(json.dumps({"imported": imported, "after_core": after_core, "after_mcp": after_mcp, "after_cli": after_cli,
+                      "codes": codes}))
     """
 )
 
@@ -67,7 +75,10 @@ def test_core_and_non_tui_commands_do_not_import_textual(tmp_path: Path, agent_b
     # every module of the core was imported: none skipped, none failing
     assert set(report["imported"]) >= core_module_files()
     assert report["after_core"] == [], f"agentbox.core imported {report['after_core']}"
+    assert "agentbox.mcp.server" in report["imported"]
+    assert report["after_mcp"] == [], f"the MCP face imported {report['after_mcp']}"
     assert report["after_cli"] == [], f"non-TUI commands imported {report['after_cli']}"
     assert report["codes"]["profile list"] == 0
     assert report["codes"]["--version"] == 0
+    assert report["codes"]["mcp --print-config claude"] == 0
     assert report["codes"]["doctor --json"] in (0, 1)
