@@ -1,4 +1,4 @@
-"""P5: open a run of 5,000 tasks and 200,000 events (goal ≤ 1.5 s); keypress → repaint while open (≤ 100 ms).
+"""P5: open a run of 5,000 tasks and 200,000 events (goal ≤ 1.5 s); keypress → repaint while open (≤ 50 ms).
 
 The big run is made with the core's own models and store: 5,000 `Task`s (acceptance
 criteria, dependencies, verdicts, failures, spread over every state) saved by
@@ -10,9 +10,13 @@ engine's (`Engine.event`). The log lines are written in one buffered write with 
 Open time: from building the app to the first frame painted with the run's queue, the
 tail of its log, its artifacts and the members all on screen (the app runs headless;
 frames are timed by wrapping the app's `_display`). Keypress → repaint: the time from a
-key (cursor down in the 5,000-task queue, tab between panels, page down in the log) to
-the next frame. Baseline, same run: the same two measures on the demo-sized run
-(3 tasks, 60 events), and the bare parse of the big run.json (`RunStore.load`).
+key (cursor down in the 5,000-task queue, Tab away from each panel in turn, page down in
+the log) to the next frame. Before each key the stage is set untimed (the target focused,
+the log scrolled up when it is at its end) and the screen left to go quiet, so a frame
+owed to an earlier step is never taken for the key's; the CPU time the process spends
+from the key until the screen is quiet again is printed too (on a machine shared with
+other work, latency stretches with it). Baseline, same run: the same measures on the
+demo-sized run (3 tasks, 60 events), and the bare parse of the big run.json (`RunStore.load`).
 
     .venv/bin/python bench/bench_tui_bigrun.py [--tasks 5000] [--events 200000] [--keys 60]
 """
@@ -37,7 +41,7 @@ from _support import percentile, record_frames  # bench/ is sys.path[0] when a s
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 OPEN_GOAL_S = 1.5
-KEY_GOAL_MS = 100.0
+KEY_GOAL_MS = 50.0
 STATES = ("queued", "executing", "submitted", "reviewing", "rework", "blocked", "approved", "approved", "approved",
           "cancelled")
 
@@ -108,8 +112,19 @@ def make_project(root: Path, run_id: str, tasks: int, events: int, artifacts: in
     return project
 
 
-async def open_and_press(project: Any, keys: int) -> tuple[float, dict[str, list[float]]]:
-    """Seconds to a first full frame; then key → next frame latencies (ms) per key kind."""
+async def settle(frames: list[float], quiet_s: float = 0.06, limit_s: float = 3.0) -> None:
+    """Wait until no frame has been painted for `quiet_s` (whatever an earlier step set off is drawn)."""
+    limit = time.monotonic() + limit_s
+    while time.monotonic() < limit:
+        mark = len(frames)
+        await asyncio.sleep(quiet_s)
+        if len(frames) == mark:
+            return
+
+
+async def open_and_press(project: Any, keys: int) -> tuple[float, dict[str, list[float]], dict[str, list[float]]]:
+    """Seconds to a first full frame; then, per key kind, key → next frame latencies (ms) and the
+    CPU time (ms) the process spent from the key until the screen was quiet again."""
     from agentbox.tui.factory import make_app
     from agentbox.tui.widgets.events import EventLog
     from agentbox.tui.widgets.members import MembersTable
@@ -118,7 +133,9 @@ async def open_and_press(project: Any, keys: int) -> tuple[float, dict[str, list
     started = time.perf_counter()
     app = make_app(project, sample_interval_s=1.0)
     frames = record_frames(app)
-    latencies: dict[str, list[float]] = {"down (queue)": [], "tab (focus)": [], "pagedown (log)": []}
+    kinds = ("down (queue)", "tab (focus)", "pagedown (log)")
+    latencies: dict[str, list[float]] = {name: [] for name in kinds}
+    cpu: dict[str, list[float]] = {name: [] for name in kinds}
     async with app.run_test(size=(200, 60)) as pilot:
         board = app.dashboard
         assert board is not None
@@ -139,16 +156,24 @@ async def open_and_press(project: Any, keys: int) -> tuple[float, dict[str, list
             await asyncio.sleep(0.001)
         open_s = frames[-1] - started
         await pilot.pause(0.3)
-        board.query_one(QueueTree).focus()
-        await pilot.pause(0.1)
-        for _ in range(keys):
-            for name, key in (("down (queue)", "down"), ("tab (focus)", "tab"), ("pagedown (log)", "pagedown")):
+        queue, log = board.query_one(QueueTree), board.query_one(EventLog)
+        panels = [board.query_one(MembersTable), queue, board.query_one("#artifact-tree"), log]
+        for round_no in range(keys):
+            for name, key in zip(kinds, ("down", "tab", "pagedown"), strict=True):
+                # set the stage (not timed): the key's target focused, and room to move
                 if name == "down (queue)":
-                    board.query_one(QueueTree).focus()
+                    queue.focus()
+                    if queue.cursor_line >= queue.last_line - 1:
+                        queue.move_cursor(None)
                 elif name == "pagedown (log)":
-                    board.query_one(EventLog).focus()
-                await pilot.pause(0.02)
+                    log.focus()
+                    if log.scroll_y >= log.max_scroll_y:
+                        log.scroll_home(animate=False, immediate=True)
+                else:
+                    panels[round_no % len(panels)].focus()  # Tab away from each panel in turn
+                await settle(frames)
                 mark = len(frames)
+                cpu_started = time.process_time()
                 pressed = time.perf_counter()
                 await pilot.press(key)
                 limit = time.monotonic() + 2
@@ -156,7 +181,9 @@ async def open_and_press(project: Any, keys: int) -> tuple[float, dict[str, list
                     await asyncio.sleep(0.001)
                 if len(frames) > mark:
                     latencies[name].append((frames[mark] - pressed) * 1000)
-    return open_s, latencies
+                await settle(frames)
+                cpu[name].append((time.process_time() - cpu_started) * 1000)
+    return open_s, latencies, cpu
 
 
 def main(argv: list[str]) -> int:
@@ -179,17 +206,17 @@ def main(argv: list[str]) -> int:
         load_started = time.perf_counter()
         RunStore(big).load("run-20260101-120000-b16b")
         parse_s = time.perf_counter() - load_started
-        small_open, small_keys = asyncio.run(open_and_press(small, args.keys))
-        big_open, big_keys = asyncio.run(open_and_press(big, args.keys))
-        small_open2, _ = asyncio.run(open_and_press(small, 2))
-        big_open2, _ = asyncio.run(open_and_press(big, 2))
+        small_open, small_keys, small_cpu = asyncio.run(open_and_press(small, args.keys))
+        big_open, big_keys, big_cpu = asyncio.run(open_and_press(big, args.keys))
+        small_open2, _, _ = asyncio.run(open_and_press(small, 2))
+        big_open2, _, _ = asyncio.run(open_and_press(big, 2))
     print(f"P5 open a run of {args.tasks} tasks and {args.events} events")
     print(f"  big run:   {big_open:.2f} s, warm {big_open2:.2f} s   (RunStore.load alone {parse_s:.2f} s)")
     print(f"  baseline:  demo-sized run {small_open:.2f} s (first app of the process), warm {small_open2:.2f} s")
     print(f"  ratio big / demo-sized, warm: {big_open2 / small_open2:.2f}")
     worst_open = max(big_open, big_open2)
     print(f"  P5 open = {worst_open:.2f} s (goal ≤ {OPEN_GOAL_S} s) {'✔' if worst_open <= OPEN_GOAL_S else '✘'}")
-    print("P5 keypress → next frame, big run open (baseline: demo-sized run)")
+    print(f"P5 keypress → next frame, big run open, {args.keys} of each (baseline: demo-sized run)")
     worst = 0.0
     for name, values in big_keys.items():
         base = small_keys[name]
@@ -198,6 +225,11 @@ def main(argv: list[str]) -> int:
         print(f"  {name:<16} p50 {statistics.median(values):5.1f} ms  p95 {p95:5.1f} ms   "
               f"baseline p50 {statistics.median(base):5.1f} ms  p95 {percentile(base, 0.95):5.1f} ms   "
               f"ratio p95 {p95 / percentile(base, 0.95):.2f}")
+    print("  CPU time from the key until the screen is quiet again (ms, p50 / p95; what a loaded machine stretches)")
+    for name, values in big_cpu.items():
+        base = small_cpu[name]
+        print(f"  {name:<16} {statistics.median(values):5.1f} / {percentile(values, 0.95):5.1f}   "
+              f"baseline {statistics.median(base):5.1f} / {percentile(base, 0.95):5.1f}")
     print(f"  P5 keypress p95 = {worst:.0f} ms (goal ≤ {KEY_GOAL_MS:.0f} ms) {'✔' if worst <= KEY_GOAL_MS else '✘'}")
     return 0
 

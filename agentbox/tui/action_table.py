@@ -20,8 +20,8 @@ def _active(run: Run | None) -> bool:
 
 
 RULES: dict[str, Callable[[Run | None], bool]] = {
-    "approve": lambda run: _active(run) and bool(model.tasks_in(run, "reviewing")),
-    "rework": lambda run: _active(run) and bool(model.tasks_in(run, "reviewing")),
+    "approve": lambda run: _active(run) and model.has_task_in(run, "reviewing"),
+    "rework": lambda run: _active(run) and model.has_task_in(run, "reviewing"),
     "answer": lambda run: _active(run) and bool(model.open_checkpoints(run)),
     "pause": lambda run: _active(run) and run is not None and not run.paused,
     "resume": lambda run: _active(run) and run is not None and run.paused,
@@ -73,3 +73,8 @@ def enabled(action: str, run: Run | None) -> bool:
     """Whether `action` makes sense for the run as it is now."""
     rule = RULES.get(action)
     return True if rule is None else rule(run)
+
+
+def offered(run: Run | None) -> frozenset[str]:
+    """The run-dependent actions that make sense for the run as it is now (each rule asked once)."""
+    return frozenset(action for action, rule in RULES.items() if rule(run))

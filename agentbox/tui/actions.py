@@ -59,10 +59,21 @@ class RunActions:
     refresh: Callable[..., Any]
     _request: Callable[[str], None]
 
+    _offers_for: Run | None = None
+    _offers: frozenset[str] = frozenset()
+
     # ------------------------------------------------------------------ footer state
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Hide the actions that make no sense for the run as it is now."""
-        return action_table.enabled(action, self.run)
+        """Hide the actions that make no sense for the run as it is now.
+
+        Textual asks this for every binding on every focus change; the answers are worked
+        out once per run snapshot (a big run has thousands of tasks to look through).
+        """
+        if action not in action_table.CONTEXT_ACTIONS:
+            return True
+        if self._offers_for is not self.run:
+            self._offers_for, self._offers = self.run, action_table.offered(self.run)
+        return action in self._offers
 
     # ------------------------------------------------------------------ commands to the run
     def send(self, action: str, target: str | None = None, **fields: Any) -> None:

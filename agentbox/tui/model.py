@@ -175,6 +175,11 @@ def tasks_in(run: Run | None, *states: str) -> list[Task]:
     return [t for t in run.tasks.values() if t.state in states]
 
 
+def has_task_in(run: Run | None, *states: str) -> bool:
+    """Whether any task of the run is in one of `states` (stops at the first)."""
+    return run is not None and any(t.state in states for t in run.tasks.values())
+
+
 def queue_groups(run: Run | None) -> list[tuple[str, list[Task]]]:
     """Tasks grouped by state, in TASK_STATE_ORDER (unknown states last)."""
     if run is None:

@@ -19,9 +19,10 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.reactive import reactive
+from textual.reactive import Reactive, var
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Tree
+from textual.widget import Widget
+from textual.widgets import DataTable, Tree
 
 from agentbox.core import paths, watch
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
@@ -35,6 +36,7 @@ from agentbox.tui.model import CrewInfo
 from agentbox.tui.widgets.artifacts import ArtifactsPanel
 from agentbox.tui.widgets.checkpoints import CheckpointBar
 from agentbox.tui.widgets.events import EventLog
+from agentbox.tui.widgets.footer import KeyFooter
 from agentbox.tui.widgets.header import RunHeader
 from agentbox.tui.widgets.members import MembersTable
 from agentbox.tui.widgets.queue import GROUP_PREFIX, QueueTree
@@ -50,15 +52,20 @@ class DashboardScreen(RunActions, Screen[None]):
 
     BINDINGS = action_table.bindings()
 
-    run_id: reactive[str | None] = reactive(None)
-    run: reactive[Run | None] = reactive(None, always_update=True)
-    run_ids: reactive[tuple[str, ...]] = reactive(())
-    crew: reactive[CrewInfo | None] = reactive(None, always_update=True)
-    sessions: reactive[dict[str, Any]] = reactive(dict, always_update=True)
-    samples: reactive[dict[str, Any]] = reactive(dict, always_update=True)
-    manifest: reactive[tuple[dict[str, Any], ...]] = reactive((), always_update=True)
-    now: reactive[float] = reactive(0.0)
-    narrow: reactive[bool] = reactive(False)
+    # Snapshots, not pixels: the screen draws none of them itself (the widgets bound to them
+    # repaint what changed), so setting one never repaints the whole screen.
+    run_id: var[str | None] = var(None)
+    run: var[Run | None] = var(None, always_update=True)
+    run_ids: var[tuple[str, ...]] = var(())
+    crew: var[CrewInfo | None] = var(None, always_update=True)
+    sessions: var[dict[str, Any]] = var(dict, always_update=True)
+    samples: var[dict[str, Any]] = var(dict, always_update=True)
+    manifest: var[tuple[dict[str, Any], ...]] = var((), always_update=True)
+    now: var[float] = var(0.0)
+    narrow: var[bool] = var(False)
+    focused: Reactive[Widget | None] = Reactive(None, repaint=False)
+    """As on every screen, minus the repaint of the whole screen on each focus change (the
+    widgets that gain and lose focus repaint themselves)."""
 
     def __init__(self, project: ProjectPaths, *, run_id: str | None = None, clock: Callable[[], float] = time.time,
                  live: bool = True, sample_interval_s: float | None = 1.0) -> None:
@@ -89,7 +96,7 @@ class DashboardScreen(RunActions, Screen[None]):
                 yield QueueTree(id="queue").data_bind(cls.run)
                 yield ArtifactsPanel(self.project.root, id="artifacts").data_bind(cls.manifest)
             yield EventLog(id="events")
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyFooter(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         """Start following the project: watcher, clock, process sampler, first reads."""

@@ -18,6 +18,7 @@ from textual.widgets.tree import TreeNode
 from agentbox.tui import loaders
 from agentbox.tui import messages as msg
 from agentbox.tui.model import short_id
+from agentbox.tui.widgets.tree import QuietTree
 
 
 def display_path(entry: dict[str, Any], root: Path) -> str:
@@ -50,7 +51,7 @@ def highlighted(message: msg.TextLoaded) -> Group:
     return Group(*parts)
 
 
-class ArtifactTree(Tree[dict[str, Any]]):
+class ArtifactTree(QuietTree[dict[str, Any]]):
     """Directories and files; a file node's data is its latest manifest entry."""
 
 

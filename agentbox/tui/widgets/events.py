@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rich.text import Text
+from textual.actions import SkipAction
 from textual.widgets import RichLog
 
 from agentbox.tui import model
@@ -45,6 +46,18 @@ class EventLog(RichLog):
         self.records_shown = 0
         self._kept: deque[dict[str, Any]] = deque(maxlen=MAX_LINES)
         self._wrapped_at = 0
+
+    def action_page_down(self) -> None:
+        """One page down at once (a scroll animation would redraw the whole log on every frame of it)."""
+        if not self.allow_vertical_scroll:
+            raise SkipAction()
+        self.scroll_page_down(animate=False)
+
+    def action_page_up(self) -> None:
+        """One page up at once."""
+        if not self.allow_vertical_scroll:
+            raise SkipAction()
+        self.scroll_page_up(animate=False)
 
     def on_resize(self) -> None:
         """Re-wrap the kept records at the new width; stay at the end."""

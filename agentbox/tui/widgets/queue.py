@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.reactive import reactive
-from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from agentbox.core.engine.models import Run, Task
 from agentbox.core.tasks import TERMINAL_STATES
 from agentbox.tui import model
+from agentbox.tui.widgets.tree import QuietTree
 
 GROUP_PREFIX = "state:"
 SHOWN_PER_GROUP = 100
@@ -30,7 +30,7 @@ def task_label(task: Task) -> Text:
     return label
 
 
-class QueueTree(Tree[str]):
+class QueueTree(QuietTree[str]):
     """Tasks by state; a task node's data is its id, a group node's is `state:<state>`."""
 
     run: reactive[Run | None] = reactive(None, always_update=True)
