@@ -48,6 +48,8 @@ READ_CHUNK = 1 << 20
 """Bytes of the log read at a time."""
 MAX_DRAIN_S = 300.0
 """Longest a finished run's engine waits for its last notifications before it lets go."""
+STOP_GRACE_S = 2.0
+"""How long an engine letting go of an unfinished run waits for the delivery under way."""
 FAILED_EVENT = "notify.failed"
 """The type of the run event that logs a delivery problem."""
 
@@ -238,14 +240,19 @@ class Notifier:
         return bool(fresh)
 
     def _settle(self, run: Run, finished: bool) -> None:
-        """Wait for deliveries when no engine will drive them on (see `after_save`)."""
+        """Wait for deliveries when no engine will drive them on (see `after_save`).
+
+        An engine letting go of a run that goes on (Ctrl-C, a full disk) takes no new
+        delivery and gives the one under way `STOP_GRACE_S` to end: the next engine sends
+        what is left, and that one again if it did not end (same id).
+        """
         if self._worker is None:
             return
         if not finished:
             with self._cond:
                 self._stopping = True
                 self._cond.notify_all()
-            self._worker.join(self.budget_s())
+            self._worker.join(STOP_GRACE_S)
             return
         deadline = min(MAX_DRAIN_S, self.budget_s() * max(1, len(self._backlog)))
         with self._cond:

@@ -123,6 +123,30 @@ def test_a_resumed_engine_sends_only_what_was_not_delivered(project: Path, run_i
     assert [c["payload"]["checkpoint"]["question"] for c in delivered] == ["one?", "two?"]
 
 
+def test_an_engine_letting_go_does_not_wait_for_a_slow_hook(project: Path, run_id: str, tmp_path: Path) -> None:
+    argv, log = recorder(tmp_path)
+    slow = " ".join(argv) + " && sleep 4"
+    write_config(f"notify:\n  desktop: false\nhooks:\n  on_checkpoint: {json.dumps(slow)}\n"
+                 f"  on_run_end: {json.dumps(argv)}\n  timeout_s: 20\n")
+    paths = ProjectPaths(project)
+    first = Saver(paths, run_id)
+    first.ledger.checkpoint("question", "one?")
+    first.save()
+    wait_for(lambda: calls(log), what="the hook to start")
+    first.run.engine = None  # Ctrl-C: the engine saves and lets go of a run that goes on
+    started = time.monotonic()
+    first.save()
+    assert time.monotonic() - started < notify.STOP_GRACE_S + 1
+    resumed = Saver(paths, run_id)  # the next engine sends it again: it was not marked sent
+    resumed.save()
+    wait_for(lambda: len(calls(log)) == 2, what="the notification sent again")
+    assert calls(log)[0]["payload"]["id"] == calls(log)[1]["payload"]["id"]
+    resumed.ledger.finish("done", "ok")
+    resumed.run.engine = None
+    resumed.save()  # a finished run: waits for the slow hook and the run's end
+    assert [c["payload"]["kind"] for c in calls(log)] == ["checkpoint", "checkpoint", "run_done"]
+
+
 def test_nothing_configured_still_moves_the_cursor(project: Path, run_id: str) -> None:
     write_config("notify:\n  desktop: false\n")
     saver = Saver(ProjectPaths(project), run_id)
