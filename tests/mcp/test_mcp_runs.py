@@ -21,6 +21,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from agentbox.core import runs
+from agentbox.core.engine.models import Run
 from agentbox.core.paths import ProjectPaths
 from tests.engine.support import review_rule, setup_crew, task
 from tests.mcp.support import Progress, connected
@@ -37,10 +38,9 @@ def _stop_engines(project: Path) -> Iterator[None]:
     yield
     paths = ProjectPaths(project)
     for run in runs.list_runs(paths):
-        holder = getattr(run, "engine", None)
-        if holder is not None and runs.engine_alive(paths, run.id):
+        if isinstance(run, Run) and run.engine is not None and runs.engine_alive(paths, run.id):
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(holder.pid, signal.SIGKILL)
+                os.killpg(run.engine.pid, signal.SIGKILL)
 
 
 async def test_a_run_started_and_driven_to_done_through_mcp(project: Path) -> None:
@@ -77,8 +77,9 @@ async def test_a_run_started_and_driven_to_done_through_mcp(project: Path) -> No
         artifacts = await client.read(f"agentbox://runs/{run_id}/artifacts")
         synthesis = next(a for a in artifacts if a["path"].endswith("synthesis.md"))
         assert "all done" in await client.read(synthesis["uri"])
-        session = await client.read(f"agentbox://sessions/{next(iter(await client.read('agentbox://sessions')))['session']}")
-        assert session["turns"]
+        newest = (await client.read("agentbox://sessions"))[0]
+        assert newest["run"] == run_id
+        assert (await client.read(f"agentbox://sessions/{newest['session']}"))["turns"]
     deadline = time.monotonic() + 10
     while runs.engine_alive(ProjectPaths(project), run_id):
         assert time.monotonic() < deadline

@@ -158,6 +158,21 @@ def test_nothing_configured_still_moves_the_cursor(project: Path, run_id: str) -
     assert saver.notifier._worker is None
 
 
+def test_a_desktop_session_gets_a_notification(project: Path, run_id: str, tmp_path: Path) -> None:
+    write_config("notify:\n  desktop: true\n")
+    fake = tmp_path / "notify-send"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" >> {tmp_path / 'shown.txt'}\n")
+    fake.chmod(0o755)
+    saver = Saver(ProjectPaths(project), run_id, engine=False)
+    saver.notifier = Notifier(ProjectPaths(project), run_id, log=saver.ledger.event,
+                              environ={"PATH": str(tmp_path), "DISPLAY": ":0"})
+    saver.ledger.finish("failed", "the lead's plan turn failed")
+    saver.save()
+    shown = (tmp_path / "shown.txt").read_text().splitlines()
+    assert shown[:4] == ["--app-name=agentbox", "--urgency=critical", "--", "agentbox: run failed"]
+    assert "the lead's plan turn failed" in shown[4]
+
+
 def test_notify_send_absent_is_silent(project: Path, run_id: str) -> None:
     write_config("notify:\n  desktop: true\n")
     saver = Saver(ProjectPaths(project), run_id)  # PATH without notify-send, no display
