@@ -245,8 +245,8 @@ def run(args: argparse.Namespace) -> int:
         person.stop()
     if not args.quiet:
         print(f"run {final.id}: {final.status}" + (f" — {final.status_reason}" if final.status_reason else ""))
-        if final.result and final.result.get("artifact"):
-            print(f"result: {final.result['artifact']}")
+        if final.result and final.result.artifact:
+            print(f"result: {final.result.artifact}")
     return 0 if final.status == "done" else 1
 
 
@@ -309,7 +309,7 @@ def status(args: argparse.Namespace) -> int:
             for what, command in answer_commands(run, cp):
                 print(f"      {what + ':':<11} {command}")
     if run.result:
-        print(f"\nresult: {run.result.get('artifact') or ''}\n{run.result.get('summary', '')[:600]}")
+        print(f"\nresult: {run.result.artifact or ''}\n{run.result.summary[:600]}")
     if not alive and run.status not in TERMINAL_RUN_STATES:
         print(f"\nthe engine is not running: `agentbox run --resume {run.id}` continues it")
     return 0

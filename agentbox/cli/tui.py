@@ -59,9 +59,9 @@ def _printed_demo(project: ProjectPaths, *, keep: bool) -> int:
     final = asyncio.run(run_demo(project, _printer(False)))
     print(f"\nrun {final.id}: {final.status}")
     if final.result:
-        where = (f"synthesis: {final.result.get('artifact')}" if keep else
+        where = (f"synthesis: {final.result.artifact}" if keep else
                  "synthesis (the demo project is removed on exit; `agentbox demo --no-tui --keep` keeps it):")
-        print(f"{where}\n\n{final.result.get('summary', '')}")
+        print(f"{where}\n\n{final.result.summary}")
     return 0 if final.status == "done" else 1
 
 

@@ -337,7 +337,10 @@ class Notifier:
         try:
             store.atomic_write_json(self._dir / CURSOR_FILE, data)
         except (OSError, AgentboxError) as exc:  # kept in memory; the next write may succeed
-            problem = Problem(f"could not record notification progress: {getattr(exc, 'message', exc)}", "-", "cursor")
+            if not self.has_channels:
+                return  # nothing could be sent twice: not worth a line in the log
+            reason = exc.message if isinstance(exc, AgentboxError) else exc.strerror or str(exc)
+            problem = Problem(f"could not record notification progress: {reason}", "-", "cursor")
             if problem not in self._problems:
                 self._problems.append(problem)
 

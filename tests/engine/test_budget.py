@@ -115,7 +115,7 @@ def test_no_task_budget_never_pauses(project: Path) -> None:
 def test_run_budget_left(project: Path, spent: int, extra: int, left: bool) -> None:
     engine = engine_for(project, total=1000)
     engine.run.totals.tokens = spent
-    engine.run.mode_state["budget_extra"] = extra
+    engine.run.budget_extra = extra
     assert engine.run.run_budget_left() is left
 
 

@@ -85,7 +85,7 @@ def wait_taken(paths: ProjectPaths, run_id: str, proc: object, timeout: float = 
         state = rs.load(run_id)
         if state.status in ("done", "failed", "cancelled"):
             return False
-        if state.engine and state.engine.get("pid") == proc.pid:  # type: ignore[attr-defined]
+        if state.engine and state.engine.pid == proc.pid:
             return True
         assert proc.poll() is None, proc.stderr.read().decode()  # type: ignore[attr-defined]
         time.sleep(0.01)

@@ -45,7 +45,7 @@ def test_example_crew_chats_until_the_host_is_done(project: Path) -> None:
     paths = ProjectPaths(project)
     run = RunStore(paths).load(RunStore(paths).latest_id())
     assert run.status == "done" and run.result is not None
-    assert run.result["terminated_by"] == "done_signal" and run.result["final_by"] == "host"
+    assert run.result.terminated_by == "done_signal" and run.result.final_by == "host"
     messages = pool(paths, run.id)
     assert [m["n"] for m in messages] == [0, 1, 2, 3, 4]
     assert [m["role"] for m in messages] == ["host", "architect", "host", "skeptic", "host"]
@@ -66,7 +66,7 @@ def test_round_robin_ends_at_max_rounds_and_sends_only_unseen_messages(project: 
     paths = chat_crew(project, "talker", ["a", "b", "c"], selection="round_robin", max_rounds=2)
     run = drive(paths, create(paths, "discuss", "group_chat"))
     assert run.status == "done", run.status_reason
-    assert run.result is not None and run.result["terminated_by"] == "max_rounds"
+    assert run.result is not None and run.result.terminated_by == "max_rounds"
     messages = pool(paths, run.id)
     assert [m["role"] for m in messages] == ["a", "b", "c", "a", "b", "c"]
     assert messages[1]["done"] is True  # b is not the done role: recorded, ignored
@@ -96,8 +96,8 @@ def test_lead_selects_speakers_and_its_done_signal_ends_the_chat(project: Path) 
                       done_role="lead", max_rounds=5)
     run = drive(paths, create(paths, "decide", "group_chat"))
     assert run.status == "done", run.status_reason
-    assert run.result is not None and run.result["terminated_by"] == "done_signal"
-    assert run.result["rounds"] == 3 and run.result["summary"] == "Settled: ship it."
+    assert run.result is not None and run.result.terminated_by == "done_signal"
+    assert run.result.rounds == 3 and run.result.summary == "Settled: ship it."
     messages = pool(paths, run.id)
     assert [m["role"] for m in messages] == ["lead", "carol", "lead", "bob", "lead"]
     log = events(paths, run.id)
@@ -115,7 +115,7 @@ def test_lead_selects_ends_at_max_rounds_without_done(project: Path) -> None:
     paths = chat_crew(project, "panel", ["lead", "bob"], selection="lead_selects", lead="lead", max_rounds=2)
     run = drive(paths, create(paths, "decide", "group_chat"))
     assert run.status == "done" and run.result is not None
-    assert run.result["terminated_by"] == "max_rounds" and run.result["messages"] == 4
+    assert run.result.terminated_by == "max_rounds" and run.result.messages == 4
 
 
 def test_a_tiny_run_budget_breaks_the_circuit(project: Path) -> None:

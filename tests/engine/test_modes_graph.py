@@ -194,7 +194,7 @@ def test_a_node_question_waits_for_the_human_answer(project: Path) -> None:
     paths = graph_project(project, [node("docs", "writer")], [], {"writer": {"profile": "worker", "writes": []}})
     run = drive(paths, create(paths, "document", "graph"), answer_when_open("question", "French"))
     assert run.status == "done" and run.result is not None
-    assert run.result["summary"] == "written in French" and run.tasks["docs"].attempts == 2
+    assert run.result.summary == "written in French" and run.tasks["docs"].attempts == 2
 
 
 def test_a_failure_with_no_edge_blocks_the_node_until_the_human_decides(project: Path) -> None:

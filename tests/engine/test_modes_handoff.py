@@ -44,8 +44,8 @@ def test_example_crew_hands_over_and_answers(project: Path) -> None:
     store = RunStore(paths)
     run = store.load(store.latest_id())
     assert run.status == "done" and run.result is not None
-    assert run.result["answered_by"] == "frontdesk" and run.result["handoffs"] == 2
-    assert [h["to"] for h in run.mode_state["trail"]] == ["specialist", "frontdesk"]
+    assert run.result.answered_by == "frontdesk" and run.result.handoffs == 2
+    assert [h.to for h in run.mode_state.trail] == ["specialist", "frontdesk"]
     assert (project / "docs" / "greeting-notes.md").is_file()  # the specialist's write scope
     assert "Hello!" in (store.artifacts_dir(run.id) / "final.md").read_text()
     assert "frontdesk → specialist" in (store.artifacts_dir(run.id) / "transcript.md").read_text()
@@ -63,7 +63,7 @@ def test_max_handoffs_ends_the_run_failed(project: Path) -> None:
     paths = handoff_crew(project, "relay", ["a", "b", "c"], max_handoffs=4, max_ping_pong=5)
     run = drive(paths, create(paths, "pass it on", "handoff"))
     assert run.status == "failed" and run.result is not None
-    assert run.result["terminated_by"] == "max_handoffs" and run.result["handoffs"] == 4
+    assert run.result.terminated_by == "max_handoffs" and run.result.handoffs == 4
     log = events(paths, run.id)
     assert [e["to"] for e in of_type(log, "handoff")] == ["b", "c", "a", "b"]
     assert len(of_type(log, "handoff.refused")) == 1
@@ -85,12 +85,12 @@ def test_ping_pong_becomes_a_checkpoint_and_continue_passes_the_note(project: Pa
     paths = handoff_crew(project, "ping", ["a", "b", "c"], max_handoffs=10, max_ping_pong=2)
     run = drive(paths, create(paths, "decide", "handoff"), answer_when_open("ping_pong", "continue settle it"))
     assert run.status == "done", run.status_reason
-    assert run.result is not None and run.result["summary"] == "settled by b"
+    assert run.result is not None and run.result.summary == "settled by b"
     log = events(paths, run.id)
     checkpoints = [e for e in of_type(log, "checkpoint") if "ping_pong" in e["what"]]
     assert len(checkpoints) == 1
     assert [e["to"] for e in of_type(log, "handoff")] == ["b", "a", "b"]  # the third one was held, then routed
-    assert run.mode_state["trail"][-1]["note"] == "settle it"
+    assert run.mode_state.trail[-1].note == "settle it"
 
 
 def test_ping_pong_answer_naming_a_role_reroutes(project: Path) -> None:
@@ -98,7 +98,7 @@ def test_ping_pong_answer_naming_a_role_reroutes(project: Path) -> None:
     paths = handoff_crew(project, "ping", ["a", "b", "c"], max_handoffs=10, max_ping_pong=2)
     run = drive(paths, create(paths, "decide", "handoff"), answer_when_open("ping_pong", "c please decide"))
     assert run.status == "done" and run.result is not None
-    assert run.result["answered_by"] == "c"
+    assert run.result.answered_by == "c"
     assert "Note from the human: please decide" in turn_prompts(paths, "c")[0]
 
 
@@ -107,7 +107,7 @@ def test_ping_pong_stop_cancels_the_run(project: Path) -> None:
     paths = handoff_crew(project, "ping", ["a", "b"], max_handoffs=10, max_ping_pong=1)
     run = drive(paths, create(paths, "decide", "handoff"), answer_when_open("ping_pong", "stop"))
     assert run.status == "cancelled" and run.result is not None
-    assert run.result["terminated_by"] == "human" and run.mode_state["hop"] == 1
+    assert run.result.terminated_by == "human" and run.mode_state.hop == 1
 
 
 def test_unknown_target_gets_one_correction_then_counts_as_a_contract_defect(project: Path) -> None:
@@ -147,7 +147,7 @@ def test_a_tiny_run_budget_breaks_the_circuit(project: Path) -> None:
 
     run = drive(paths, run_id, human)
     assert statuses == ["circuit_broken"]
-    assert run.status == "done" and run.result is not None and run.result["answered_by"] == "b"
+    assert run.status == "done" and run.result is not None and run.result.answered_by == "b"
 
 
 def test_kill_9_mid_handoff_then_resume_loses_and_repeats_nothing(project: Path) -> None:
@@ -165,10 +165,10 @@ def test_kill_9_mid_handoff_then_resume_loses_and_repeats_nothing(project: Path)
               and of_type(log, "dispatch")[-1]["seq"] > of_type(log, "handoff")[-1]["seq"])
     run = finish_engine(paths, run_id)
     assert run.status == "done", run.status_reason
-    assert run.result is not None and run.result["answered_by"] == "c" and run.result["handoffs"] == 2
+    assert run.result is not None and run.result.answered_by == "c" and run.result.handoffs == 2
     log = events(paths, run_id)
     assert [e["to"] for e in of_type(log, "handoff")] == ["b", "c"]
     assert [e["seq"] for e in log] == list(range(1, len(log) + 1))
     assert of_type(log, "recover"), "the resumed engine re-ran the interrupted turn"
     assert [len(sessions_of(paths, role)) for role in "abc"] == [1, 1, 1]  # b's turn resumed in its session
-    assert [h["to"] for h in run.mode_state["trail"]] == ["b", "c"]
+    assert [h.to for h in run.mode_state.trail] == ["b", "c"]

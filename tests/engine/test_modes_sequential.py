@@ -50,11 +50,11 @@ def test_example_crew_sequential_run_reviews_every_step_and_hands_results_on(pro
     # A sensible result: the work is in the project and the result names what each step handed on.
     assert '"""Greetings for the demo crew."""' in (project / "src" / "greet.py").read_text()
     assert 'greet("Ada") == "Hello, Ada!"' in (project / "tests" / "test_greet.py").read_text()
-    result = Path(run.result["artifact"]).read_text()
+    result = Path(run.result.artifact).read_text()
     assert result.startswith("# add a greeting\n")
     assert "- step1-builder (builder): Added the module and function docstrings" in result
     assert "- step2-tester (tester): Added tests/test_greet.py asserting the exact greeting. [tests/test_greet.py]" in result
-    assert run.result["summary"] == "Added tests/test_greet.py asserting the exact greeting."
+    assert run.result.summary == "Added tests/test_greet.py asserting the exact greeting."
 
 
 def test_without_a_reviewer_the_engine_accepts_each_step(project: Path) -> None:
@@ -71,4 +71,4 @@ def test_without_a_reviewer_the_engine_accepts_each_step(project: Path) -> None:
     (step3,) = prompts_of(paths, str(run.tasks["step3-builder"].session_id))
     assert "- step1-builder (builder): did step1-builder" in step3
     assert "- step2-tester (tester): did step2-tester" in step3
-    assert RunStore(paths).load(run_id).mode_state["reviewer"] is None
+    assert RunStore(paths).load(run_id).mode_state.reviewer is None

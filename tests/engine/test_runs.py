@@ -67,7 +67,7 @@ async def test_hierarchical_run_in_process(project: Path) -> None:
     manifest = RunStore(paths).manifest(run_id)
     assert {e["task"] for e in manifest if e["task"]} == {"t1", "t2", "t3"}
     assert all(e["role"] in ("builder", "tester", "lead") for e in manifest)
-    synthesis = Path(run.result["artifact"])
+    synthesis = Path(run.result.artifact)
     assert synthesis.read_text().startswith("# Synthesis")
     assert run.totals.turns == 1 + 3 + 3 + 1 and run.totals.tokens == 8 * 120
     assert run.engine is None and not RunStore(paths).engine_running(run_id)
@@ -82,7 +82,7 @@ async def test_sequential_run_in_process(project: Path) -> None:
     assert all(t.state == "approved" and t.verdicts[-1].by == "reviewer" for t in run.tasks.values())
     prompt = prompts_of(paths, run.tasks["step2-tester"].session_id)[0]
     assert "step1-builder (builder): did step1-builder" in prompt
-    assert run.result["summary"] == "did step3-builder"
+    assert run.result.summary == "did step3-builder"
     assert_log_consistent(paths, run_id)
 
 

@@ -39,7 +39,7 @@ async def test_a_key_the_agent_prints_is_masked_everywhere(project: Path, agent_
     run_id = create(proj)
     run = await drive(proj, run_id)
     assert run.status == "done", run.status
-    summaries = [t.submission["summary"] for t in run.tasks.values() if t.submission]
+    summaries = [t.submission.summary for t in run.tasks.values() if t.submission]
     assert summaries and all("key ****" in s for s in summaries), summaries  # the agent did print it
     status = run_cli("status", run_id, "--json", cwd=project)
     assert status.code == 0 and "****" in status.out and secret not in status.out + status.err

@@ -191,7 +191,7 @@ def build_run(project: ProjectPaths, stage: str) -> Run:
 
 def _build(b: RunBuilder, stage: str) -> Run:
     b.engine.ledger.event("engine.started", "engine pid 4242 took the run", None)
-    b.run.mode_state["started"] = True
+    b.run.mode_started = True
     b.engine.mode.start()
     b.settle()
     plan = b.start("plan")

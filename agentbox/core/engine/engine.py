@@ -211,7 +211,7 @@ class Engine:
         elif not self.run.run_budget_left():
             new, why = ("circuit_broken", "run token budget exhausted") if not self.in_flight() else ("running", "budget spent: finishing running turns")
         elif self.in_flight() or self._dispatchable():
-            new, why = (run.mode_state.get("phase") == "planning" and "planning") or "running", None
+            new, why = "planning" if run.mode_state.phase == "planning" else "running", None
         elif self.run.open_checkpoints():
             new, why = "waiting_user", f"{len(self.run.open_checkpoints())} checkpoint(s) wait for the human"
         elif self.pending():

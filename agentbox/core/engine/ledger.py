@@ -6,8 +6,8 @@ checkpoint opened or answered, the run's status. Each change that matters to a r
 an event in the run's outbox, saved with the state; the few that log nothing (a turn
 enqueued, a pid learned) mark the ledger `dirty`, so the loop knows to save.
 
-One part of the run is not the ledger's yet: each mode's own bookkeeping (`run.mode_state`,
-an untyped dict) is changed by the mode itself, through `ModeBase.state`.
+A mode's own progress (`run.mode_state`, the typed model of the run's mode) changes the
+same way: the mode hands new values to `change_mode_state`, which validates them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,19 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from agentbox.core.engine.models import Checkpoint, Failure, Job, Run, RunStatus, Task, Verdict
+from agentbox.core.engine.mode_state import ModeState
+from agentbox.core.engine.models import (
+    Checkpoint,
+    EngineHolder,
+    Failure,
+    Job,
+    Run,
+    RunResult,
+    RunStatus,
+    Task,
+    Verdict,
+)
+from agentbox.core.engine.replies import NodeResult, Submission
 from agentbox.core.runtimes.base import Usage, add_usage
 from agentbox.core.tasks import TaskEvent, transition
 
@@ -170,7 +182,7 @@ class RunLedger:
         """A note passed to the task's worker on its next work turn."""
         task.note = note
 
-    def record_submission(self, task: Task, submission: dict[str, Any]) -> None:
+    def record_submission(self, task: Task, submission: Submission | NodeResult) -> None:
         """The worker's submission of `task`."""
         task.submission = submission
 
@@ -220,7 +232,7 @@ class RunLedger:
 
     def raise_run_budget(self, tokens: int) -> None:
         """Add `tokens` to the run's token budget."""
-        self.run.mode_state["budget_extra"] = int(self.run.mode_state.get("budget_extra", 0)) + tokens
+        self.run.budget_extra += tokens
 
     # ------------------------------------------------------------------ the run
     def set_paused(self, paused: bool) -> None:
@@ -233,7 +245,7 @@ class RunLedger:
         self.run.status = status
         self.run.status_reason = why
 
-    def finish(self, status: RunStatus, why: str, result: dict[str, Any] | None = None) -> None:
+    def finish(self, status: RunStatus, why: str, result: RunResult | None = None) -> None:
         """End the run (done, failed, cancelled)."""
         self.set_status(status, why)
         self.run.finished = self.clock()
@@ -248,11 +260,24 @@ class RunLedger:
 
     def held_by(self, pid: int | None) -> None:
         """The engine process `pid` runs the run (None: no engine holds it)."""
-        self.run.engine = None if pid is None else {"pid": pid, "started": self.clock()}
+        self.run.engine = None if pid is None else EngineHolder(pid=pid, started=self.clock())
 
     def mode_started(self) -> bool:
         """Mark the mode started; False when it already was (a resumed run)."""
-        if self.run.mode_state.get("started"):
+        if self.run.mode_started:
             return False
-        self.run.mode_state["started"] = True
+        self.run.mode_started = True
         return True
+
+    # ------------------------------------------------------------------ the mode's own state
+    @property
+    def mode_state(self) -> ModeState:
+        """The mode's own progress (read it; change it with `change_mode_state`)."""
+        return self.run.mode_state
+
+    def change_mode_state(self, **changes: Any) -> None:
+        """Set fields of the mode's state to new values (each validated; an unknown field raises)."""
+        state = self.run.mode_state
+        for name, value in changes.items():
+            setattr(state, name, value)
+        self.dirty = True

@@ -12,8 +12,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from agentbox.core.engine.mode_state import ChatMessage, Delivery, HandoffAnswer, HandoffHop
 from agentbox.core.engine.models import Run, Task
-from agentbox.core.engine.replies import FORMAT_HINTS
+from agentbox.core.engine.replies import FORMAT_HINTS, NodeResult
 
 NODE_RESULT_EXAMPLES: tuple[dict[str, Any], ...] = (
     {"summary": "Implemented greet() in src/greet.py.", "artifacts": ["src/greet.py"],
@@ -40,13 +41,13 @@ def _listing(items: Sequence[str]) -> str:
 # ----------------------------------------------------------------------------- group chat
 
 
-def chat_line(message: dict[str, Any]) -> str:
+def chat_line(message: ChatMessage) -> str:
     """One pool message as a speaker sees it: `[3] critic: ...`."""
-    return f"[{message['n']}] {message['role']}: {message['message']}"
+    return f"[{message.n}] {message.role}: {message.message}"
 
 
 def speech_prompt(run: Run, role: str, *, n: int, round_no: int, max_rounds: int, speakers: Sequence[str],
-                  selection: str, lead: str | None, done_role: str | None, unseen: Sequence[dict[str, Any]],
+                  selection: str, lead: str | None, done_role: str | None, unseen: Sequence[ChatMessage],
                   first_turn: bool) -> str:
     """Ask one member for its next message to the pool (only what it has not seen is sent)."""
     parts = [f"[agentbox:speech role={role} round={round_no} n={n}]"]
@@ -76,18 +77,18 @@ def speech_prompt(run: Run, role: str, *, n: int, round_no: int, max_rounds: int
     return "\n\n".join(parts)
 
 
-def chat_transcript(run: Run, messages: Sequence[dict[str, Any]], ended: str) -> str:
+def chat_transcript(run: Run, messages: Sequence[ChatMessage], ended: str) -> str:
     """The whole chat as markdown."""
     lines = [f"# Group chat transcript ({run.id})", "", f"Goal: {run.contract.goal}", ""]
     for message in messages:
         flags = []
-        if message.get("next_speaker"):
-            flags.append(f"next: {message['next_speaker']}")
-        if message.get("done"):
+        if message.next_speaker:
+            flags.append(f"next: {message.next_speaker}")
+        if message.done:
             flags.append("done")
         suffix = f" _({', '.join(flags)})_" if flags else ""
-        lines += [f"## [{message['n']}] {message['role']} — round {message['round']}{suffix}", "",
-                  str(message["message"]).strip(), ""]
+        lines += [f"## [{message.n}] {message.role} — round {message.round}{suffix}", "",
+                  message.message.strip(), ""]
     lines.append(f"_Ended: {ended}_")
     return "\n".join(lines) + "\n"
 
@@ -95,15 +96,15 @@ def chat_transcript(run: Run, messages: Sequence[dict[str, Any]], ended: str) ->
 # ----------------------------------------------------------------------------- handoff
 
 
-def handoff_prompt(run: Run, role: str, *, hop: int, roles: dict[str, str], trail: Sequence[dict[str, Any]],
+def handoff_prompt(run: Run, role: str, *, hop: int, roles: dict[str, str], trail: Sequence[HandoffHop],
                    message: str | None, note: str | None, handoffs_left: int) -> str:
     """Ask the active role to answer, or to hand the conversation on."""
     parts = [f"[agentbox:handoff role={role} hop={hop}]", f"Goal: {run.contract.goal}"]
     if trail:
         parts.append("Handoffs so far:\n" + "\n".join(
-            f"- {h['from']} → {h['to']}: {str(h['message'])[:300]}" for h in trail))
+            f"- {h.source} → {h.to}: {h.message[:300]}" for h in trail))
     if message and trail:
-        parts.append(f"{trail[-1]['from']} handed the conversation to you ({role}):\n{message}")
+        parts.append(f"{trail[-1].source} handed the conversation to you ({role}):\n{message}")
     if note:
         parts.append(f"Note from the human: {note}")
     others = "\n".join(f"- {name}: {desc}" for name, desc in roles.items() if name != role)
@@ -117,15 +118,15 @@ def handoff_prompt(run: Run, role: str, *, hop: int, roles: dict[str, str], trai
     return "\n\n".join(parts)
 
 
-def handoff_transcript(run: Run, trail: Sequence[dict[str, Any]], final: dict[str, Any] | None, ended: str) -> str:
+def handoff_transcript(run: Run, trail: Sequence[HandoffHop], final: HandoffAnswer | None, ended: str) -> str:
     """The handoff chain as markdown."""
     lines = [f"# Handoff transcript ({run.id})", "", f"Goal: {run.contract.goal}", ""]
     for index, hop in enumerate(trail, start=1):
-        lines += [f"## {index}. {hop['from']} → {hop['to']}", "", str(hop["message"]).strip(), ""]
-        if hop.get("note"):
-            lines += [f"_Note from the human: {hop['note']}_", ""]
+        lines += [f"## {index}. {hop.source} → {hop.to}", "", hop.message.strip(), ""]
+        if hop.note:
+            lines += [f"_Note from the human: {hop.note}_", ""]
     if final is not None:
-        lines += [f"## Answer by {final['role']}", "", str(final["message"]).strip(), ""]
+        lines += [f"## Answer by {final.role}", "", final.message.strip(), ""]
     lines.append(f"_Ended: {ended}_")
     return "\n".join(lines) + "\n"
 
@@ -134,14 +135,13 @@ def handoff_transcript(run: Run, trail: Sequence[dict[str, Any]], final: dict[st
 
 
 def _task_line(task: Task, artifacts_dir: str) -> str:
-    sub = task.submission or {}
-    files = ", ".join(sub.get("artifacts") or []) or "none listed"
-    return (f"- {task.node} ({task.id}, {task.assignee}): {str(sub.get('summary', '')).strip()} "
+    files = ", ".join(task.submitted_artifacts) or "none listed"
+    return (f"- {task.node} ({task.id}, {task.assignee}): {task.submitted_summary} "
             f"[artifacts: {files}; hand-on dir: {artifacts_dir}/{task.id}/]")
 
 
 def node_prompt(run: Run, task: Task, *, artifacts_dir: str, upstream: Sequence[Task],
-                failures: Sequence[tuple[Task, dict[str, Any]]], previous: Task | None,
+                failures: Sequence[tuple[Task, Delivery]], previous: Task | None,
                 routes: Sequence[str], note: str | None) -> str:
     """Ask a node's role to do the node's one thing and report its outcome."""
     scope = ", ".join(task.writes) if task.writes else "(read-only: do not modify files)"
@@ -154,11 +154,11 @@ def node_prompt(run: Run, task: Task, *, artifacts_dir: str, upstream: Sequence[
     if upstream:
         parts.append("Input from upstream nodes:\n" + "\n".join(_task_line(t, artifacts_dir) for t in upstream))
     for source, delivery in failures:
-        sub = source.submission or {}
-        reason = delivery.get("reason") or "no reason given"
+        reason = delivery.reason or "no reason given"
+        remediation = source.submission.remediation if isinstance(source.submission, NodeResult) else None
         parts.append(f"Node {source.node} failed ({reason}) and sent the work here: "
-                     f"{str(sub.get('summary', '')).strip()}\n"
-                     f"Remediation: {sub.get('remediation') or '(none given)'}\n"
+                     f"{source.submitted_summary}\n"
+                     f"Remediation: {remediation or '(none given)'}\n"
                      f"Its report: {_task_line(source, artifacts_dir)[2:]}")
     if previous is not None:
         parts.append(f"Your previous run of this node:\n{_task_line(previous, artifacts_dir)}")
@@ -180,11 +180,10 @@ def graph_result(run: Run, order: Sequence[str], latest: dict[str, Task]) -> str
         if task is None:
             lines += [f"## {name}", "", "_not run_", ""]
             continue
-        sub = task.submission or {}
-        outcome = sub.get("outcome", "success")
+        outcome = task.submission.outcome if isinstance(task.submission, NodeResult) else "success"
         lines += [f"## {name} ({task.id}, {task.assignee}, {task.state}, outcome {outcome})", "",
-                  str(sub.get("summary", "")).strip()]
-        if sub.get("artifacts"):
-            lines.append("Artifacts: " + ", ".join(sub["artifacts"]))
+                  task.submitted_summary]
+        if task.submitted_artifacts:
+            lines.append("Artifacts: " + ", ".join(task.submitted_artifacts))
         lines.append("")
     return "\n".join(lines) + "\n"

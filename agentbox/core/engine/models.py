@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    computed_field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from agentbox.core.config import (
     GraphSettings,
@@ -21,6 +29,9 @@ from agentbox.core.config import (
     Mode,
     SequentialSettings,
 )
+from agentbox.core.engine.mode_state import STATE_BY_MODE, HierarchicalState, ModeState
+from agentbox.core.engine.replies import BlockingIssue, ChecklistItem, NodeResult, Submission
+from agentbox.core.graph_model import Graph
 from agentbox.core.ids import ID_PATTERN, ID_RULE, check_id, is_valid_id  # noqa: F401  (re-exported)
 from agentbox.core.tasks import TaskState, is_terminal
 
@@ -77,7 +88,7 @@ class Contract(Model):
     """The mode's settings at creation (the model of `mode`'s crew.yaml section)."""
     roles: dict[str, str] = Field(default_factory=dict)
     """Role → profile at creation."""
-    graph: dict[str, Any] | None = None
+    graph: Graph | None = None
     """Graph mode: the validated work graph (nodes and edges)."""
     graph_file: str | None = None
     """Graph mode: the path the work graph was read from."""
@@ -102,6 +113,11 @@ class Contract(Model):
             data.setdefault("graph_file", fields.pop("file"))
         data["settings"] = model.model_validate(fields)
         return data
+
+    @field_serializer("graph")
+    def _graph_as_written(self, graph: Graph | None) -> dict[str, Any] | None:
+        """The graph with the keys of its file (an edge's `from`, not the attribute name `from_`)."""
+        return None if graph is None else graph.model_dump(by_alias=True)
 
     def settings_as(self, kind: type[S]) -> S:
         """The settings as the model `kind` of the run's mode."""
@@ -136,10 +152,15 @@ class Verdict(Model):
     """reviewer role, or `human`."""
     at: float
     evidence: list[str] = Field(default_factory=list)
-    blocking_issues: list[dict[str, Any]] = Field(default_factory=list)
-    checklist: list[dict[str, Any]] = Field(default_factory=list)
+    blocking_issues: list[BlockingIssue] = Field(default_factory=list)
+    checklist: list[ChecklistItem] = Field(default_factory=list)
     confidence: float | None = None
     note: str | None = None
+
+    @field_serializer("checklist")
+    def _checklist_as_written(self, checklist: list[ChecklistItem]) -> list[dict[str, Any]]:
+        """Each item with the `pass` key the reviewer wrote (not the attribute name `pass_`)."""
+        return [item.model_dump(by_alias=True) for item in checklist]
 
 
 class Task(Model):
@@ -158,7 +179,8 @@ class Task(Model):
     session_id: SessionId | None = None
     """The worker's agentbox session for this task (rework resumes it)."""
     review_session_id: SessionId | None = None
-    submission: dict[str, Any] | None = None
+    submission: Submission | NodeResult | None = Field(default=None, union_mode="left_to_right")
+    """The worker's last submission (a graph node's report in graph mode)."""
     verdicts: list[Verdict] = Field(default_factory=list)
     failures: list[Failure] = Field(default_factory=list)
     tokens: int = 0
@@ -187,6 +209,16 @@ class Task(Model):
     def is_terminal(self) -> bool:
         """Approved or cancelled: nothing more happens to it."""
         return is_terminal(self.state)
+
+    @property
+    def submitted_summary(self) -> str:
+        """What the last submission says was done ("" before the first one)."""
+        return self.submission.summary if self.submission is not None else ""
+
+    @property
+    def submitted_artifacts(self) -> list[str]:
+        """The files the last submission lists ([] before the first one)."""
+        return self.submission.artifacts if self.submission is not None else []
 
 
 class Checkpoint(Model):
@@ -243,6 +275,39 @@ class Totals(Model):
     unknown_usage_turns: int = 0
 
 
+class EngineHolder(Model):
+    """The engine process running a run."""
+
+    pid: int = Field(gt=1, le=MAX_PID)
+    started: float
+    """When it took the run."""
+
+
+class RunResult(Model):
+    """What a finished run produced; each mode fills the fields that apply to it."""
+
+    summary: str = ""
+    """The answer or synthesis, shortened."""
+    artifact: str | None = None
+    """Path of the run's main artifact (synthesis.md, result.md, final.md)."""
+    transcript: str | None = None
+    """Group chat and handoff: path of the transcript."""
+    terminated_by: str | None = None
+    """Group chat and handoff: what ended the run (done_signal, max_rounds, answer, max_handoffs, human)."""
+    rounds: int | None = None
+    """Group chat: rounds held."""
+    messages: int | None = None
+    """Group chat: messages in the pool."""
+    final_by: str | None = None
+    """Group chat: the member whose message is the final answer."""
+    handoffs: int | None = None
+    """Handoff: handoffs routed."""
+    answered_by: str | None = None
+    """Handoff: the role that answered."""
+    nodes: dict[str, TaskId] | None = None
+    """Graph: each node's latest run."""
+
+
 class Run(Model):
     """Everything in run.json."""
 
@@ -262,14 +327,18 @@ class Run(Model):
     totals: Totals = Field(default_factory=Totals)
     retries: dict[str, int] = Field(default_factory=dict)
     """Failure fingerprint → automatic retries made."""
-    mode_state: dict[str, Any] = Field(default_factory=dict)
-    """Per-mode progress (phase, round, cursor, chat offset...)."""
+    mode_state: ModeState = Field(default_factory=HierarchicalState, discriminator="mode")
+    """The mode's own progress (the model of the contract's mode; see `mode_state`)."""
+    mode_started: bool = False
+    """The mode's start has run (a resumed run does not start it again)."""
+    budget_extra: int = 0
+    """Tokens a person added to the run's token budget after a run_budget checkpoint."""
     sessions: dict[str, SessionId] = Field(default_factory=dict)
     """Named sessions of the run (e.g. the lead's) → agentbox session id."""
-    engine: dict[str, Any] | None = None
-    """pid and start time of the engine process running it."""
+    engine: EngineHolder | None = None
+    """The engine process running it."""
     paused: bool = False
-    result: dict[str, Any] | None = None
+    result: RunResult | None = None
     outbox: list[dict[str, Any]] = Field(default_factory=list)
     """Events saved with the state and not yet confirmed in events.jsonl (crash safety)."""
     next_ids: dict[str, int] = Field(default_factory=dict)
@@ -282,7 +351,7 @@ class Run(Model):
     def token_budget(self) -> int | None:
         """The run's token budget now: crew.yaml's `tokens_total` plus what a person added; None is unlimited."""
         total = self.contract.limits.budget.tokens_total
-        return None if total is None else int(total) + int(self.mode_state.get("budget_extra", 0))
+        return None if total is None else total + self.budget_extra
 
     def run_budget_left(self) -> bool:
         """False once the run's token budget (with what a person added) is spent."""
@@ -306,9 +375,37 @@ class Run(Model):
         """Turns running now."""
         return [j for j in self.jobs.values() if j.started]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_state_of_mode(cls, data: Any) -> Any:
+        """Read `mode_state` as the model of the contract's mode.
+
+        A run.json written before the mode states were typed kept two run-level keys in the
+        mode's dict: `started` moves to `mode_started` and `budget_extra` to `budget_extra`.
+        """
+        if not isinstance(data, dict):
+            return data
+        contract = data.get("contract")
+        mode = contract.mode if isinstance(contract, Contract) else (
+            contract.get("mode") if isinstance(contract, dict) else None)
+        state = data.get("mode_state", {})
+        if mode not in STATE_BY_MODE or not isinstance(state, dict):
+            return data
+        fields = dict(state)
+        data = dict(data)
+        if "started" in fields:
+            data.setdefault("mode_started", fields.pop("started"))
+        if "budget_extra" in fields:
+            data.setdefault("budget_extra", fields.pop("budget_extra"))
+        fields.setdefault("mode", mode)
+        data["mode_state"] = fields
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        """Keys match ids; the outbox holds events with seqs the run has given out."""
+        """Keys match ids; the mode state is the contract's mode's; the outbox holds events with seqs the run has given out."""
+        if self.mode_state.mode != self.contract.mode:
+            raise ValueError(f"mode_state is for {self.mode_state.mode} in a {self.contract.mode} run")
         for name, table in (("tasks", self.tasks), ("checkpoints", self.checkpoints), ("jobs", self.jobs)):
             for key, item in table.items():
                 if key != item.id:

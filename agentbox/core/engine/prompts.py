@@ -10,18 +10,17 @@ import json
 from collections.abc import Iterable
 
 from agentbox.core.engine.models import Run, Task
-from agentbox.core.engine.replies import FORMAT_HINTS
+from agentbox.core.engine.replies import FORMAT_HINTS, BlockingIssue
 
 
 def _acceptance(task: Task) -> str:
     return "\n".join(f"- [{a.id}] {a.criterion}" for a in task.acceptance) or "- (none given)"
 
 
-def _issue_line(issue: dict[str, object]) -> str:
+def _issue_line(issue: BlockingIssue) -> str:
     """One blocking issue of a verdict: `- [a2] major: detail`, without the brackets when it names no criterion."""
-    criterion = issue.get("acceptance_id")
-    label = f"[{criterion}] " if criterion not in (None, "") else ""
-    return f"- {label}{issue.get('severity')}: {issue.get('detail')}"
+    label = f"[{issue.acceptance_id}] " if issue.acceptance_id else ""
+    return f"- {label}{issue.severity}: {issue.detail}"
 
 
 def _scope(writes: list[str]) -> str:
@@ -49,9 +48,8 @@ def upstream(tasks: Iterable[Task], artifacts_dir: str) -> str:
     """What finished tasks handed on: their summaries and artifact paths."""
     lines = []
     for task in tasks:
-        sub = task.submission or {}
-        files = ", ".join(sub.get("artifacts", [])) or "none"
-        lines.append(f"- {task.id} ({task.assignee}): {sub.get('summary', '').strip()} [artifacts: {files}]")
+        files = ", ".join(task.submitted_artifacts) or "none"
+        lines.append(f"- {task.id} ({task.assignee}): {task.submitted_summary} [artifacts: {files}]")
     if not lines:
         return ""
     return f"Upstream work (artifacts are under {artifacts_dir} or the project):\n" + "\n".join(lines)
@@ -72,7 +70,7 @@ def work_prompt(run: Run, task: Task, artifacts_dir: str, upstream_text: str, no
     if kind == "rework":
         verdict = task.verdicts[-1]
         issues = "\n".join(_issue_line(i) for i in verdict.blocking_issues)
-        failing = "\n".join(f"- [{c.get('acceptance_id')}] {c.get('item')}: {c.get('evidence')}" for c in verdict.checklist if not c.get("pass"))
+        failing = "\n".join(f"- [{c.acceptance_id}] {c.item}: {c.evidence}" for c in verdict.checklist if not c.pass_)
         parts.append(f"The review rejected your submission ({verdict.by}). Fix these:\n{issues or ''}\n{failing or ''}".strip())
         if verdict.note:
             parts.append(f"Reviewer note: {verdict.note}")
@@ -84,7 +82,7 @@ def work_prompt(run: Run, task: Task, artifacts_dir: str, upstream_text: str, no
 
 def review_prompt(run: Run, task: Task) -> str:
     """Ask the reviewer for a verdict on a submission."""
-    sub = task.submission or {}
+    sub = task.submission.model_dump() if task.submission is not None else {}
     ids = ", ".join(a.id for a in task.acceptance)
     return "\n\n".join([
         f"[agentbox:review task={task.id} assignee={task.assignee}]",

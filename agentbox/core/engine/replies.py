@@ -188,6 +188,36 @@ class ChatTurn(_Reply):
     """True when this member considers the discussion finished."""
 
 
+class NodeResult(_Reply):
+    """In graph mode: a node's report, what it did and whether it succeeded (with a reason when it failed)."""
+
+    summary: NonEmpty
+    """What was done (or found); handed on to the next nodes."""
+    artifacts: list[str] = Field(default_factory=list)
+    """Paths of the files produced or changed."""
+    evidence: list[str] = Field(default_factory=list)
+    """What shows the outcome: commands run and their results, files read."""
+    outcome: Literal["success", "fail"] = "success"
+    """`success` follows the node's success edges; `fail` its fail edge for `fail_reason`."""
+    fail_reason: str | None = None
+    """Why the node failed, matched exactly against the graph's fail edges."""
+    remediation: str | None = None
+    """For a failure: what the node that gets the work back should change."""
+    question: str | None = None
+    """Set when the agent needs a human decision to go on (a domain_gap)."""
+
+    @field_validator("fail_reason", "remediation", "question")
+    @classmethod
+    def _blank_is_none(cls, value: str | None) -> str | None:
+        return (value.strip() or None) if value is not None else None
+
+    @model_validator(mode="after")
+    def _reason_needs_fail(self) -> NodeResult:
+        if self.fail_reason is not None and self.outcome != "fail":
+            raise ValueError("fail_reason is only for outcome: fail")
+        return self
+
+
 REPLY_MODELS: tuple[type[BaseModel], ...] = (Plan, Submission, Verdict, Handoff, ChatTurn)
 """The top-level replies an agent can be asked for."""
 
@@ -327,7 +357,7 @@ def corrective_prompt(model_cls: type[BaseModel], reasons: Sequence[str]) -> str
 
 __all__ = [
     "FORMAT_HINTS", "REPLY_MODELS", "Acceptance", "BlockingIssue", "ChatTurn", "ChecklistItem",
-    "Handoff", "NonEmpty", "Plan", "PlannedTask", "ReplyError", "Submission",
+    "Handoff", "NodeResult", "NonEmpty", "Plan", "PlannedTask", "ReplyError", "Submission",
     "TaskId", "Verdict", "corrective_prompt", "example_json",
     "extract_json", "parse_reply", "validation_reasons",
 ]

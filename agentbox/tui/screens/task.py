@@ -58,8 +58,8 @@ def task_summary(task: Task) -> Group:
         for column in ("#", "verdict", "by", "at", "conf.", "issues / note"):
             table.add_column(column, overflow="fold")
         for index, verdict in enumerate(task.verdicts, 1):
-            issues = "; ".join(f"[{b.get('acceptance_id') or '-'}] {b.get('detail', '')}" for b in verdict.blocking_issues)
-            failing = [c.get("acceptance_id") for c in verdict.checklist if not c.get("pass", True)]
+            issues = "; ".join(f"[{b.acceptance_id or '-'}] {b.detail}" for b in verdict.blocking_issues)
+            failing = [c.acceptance_id for c in verdict.checklist if not c.pass_]
             detail = issues or verdict.note or "; ".join(verdict.evidence[:2])
             if failing:
                 detail += f" (failing: {', '.join(str(f) for f in failing)})"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from agentbox.core.engine import budgets, prompts
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.mode_context import ModeContext
+from agentbox.core.engine.mode_state import ModeState
 from agentbox.core.engine.models import Checkpoint, Job, Run, Task, Verdict
 from agentbox.core.engine.replies import Submission
 from agentbox.core.engine.replies import Verdict as VerdictReply
@@ -16,11 +17,17 @@ from agentbox.core.engine.scheduler import deps_state
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState, round_can_close
 
+StateT = TypeVar("StateT", bound=ModeState)
 
-class ModeDriver:
-    """Base driver: the task lifecycle (work → submission → review → approval) and its hooks."""
+
+class ModeDriver(Generic[StateT]):
+    """Base driver: the task lifecycle (work → submission → review → approval) and its hooks.
+
+    `StateT` is the model of the mode's own progress (`state_model`), kept in `run.mode_state`.
+    """
 
     name = "base"
+    state_model: type[StateT]
 
     def __init__(self, ctx: ModeContext) -> None:
         self.ctx = ctx
@@ -32,9 +39,16 @@ class ModeDriver:
         return self.ctx.run
 
     @property
-    def state(self) -> dict[str, Any]:
-        """This mode's persisted progress."""
-        return self.ctx.run.mode_state
+    def state(self) -> StateT:
+        """This mode's persisted progress (read it here; change it with `update_state`)."""
+        state = self.ctx.ledger.mode_state
+        if not isinstance(state, self.state_model):
+            raise TypeError(f"a {self.run.contract.mode} run has no {self.state_model.__name__}")
+        return state
+
+    def update_state(self, **changes: Any) -> None:
+        """Give fields of this mode's progress new values, through the ledger (each one validated)."""
+        self.ctx.ledger.change_mode_state(**changes)
 
     # ------------------------------------------------------------------ hooks (override)
     def start(self) -> None:
@@ -147,7 +161,7 @@ class ModeDriver:
         if reply.question:
             self.ask_human(task, job.role, reply.question, f"domain_gap: {reply.question}")
             return
-        self.ctx.ledger.record_submission(task, reply.model_dump())
+        self.ctx.ledger.record_submission(task, reply)
         self.record_artifacts(task, reply.artifacts, job, result)
         self.ctx.ledger.transition(task, TaskEvent.SUBMIT, reply.summary[:200])
         self.ctx.ledger.event("submission", f"{task.id} submitted by {job.role}", reply.summary[:300], task=task.id,
@@ -185,10 +199,9 @@ class ModeDriver:
         reply = self.ctx.structured(job, result, VerdictReply, lambda v: check_verdict(v, ids))
         if reply is None:
             return
-        checklist = [c.model_dump(by_alias=True) for c in reply.checklist]
         verdict = Verdict(verdict=reply.verdict, by=job.role, at=self.ctx.clock(),
                           evidence=[c.evidence for c in reply.checklist if c.pass_ and c.evidence],
-                          blocking_issues=[b.model_dump() for b in reply.blocking_issues], checklist=checklist,
+                          blocking_issues=list(reply.blocking_issues), checklist=list(reply.checklist),
                           confidence=reply.confidence)
         self.ctx.ledger.add_verdict(task, verdict)
         self.ctx.ledger.event("verdict", f"{task.id}: {reply.verdict} by {job.role}",

@@ -1,4 +1,4 @@
-"""Graph mode: run the work graph of the run contract (seed 004).
+"""Graph mode: run the work graph of the run contract.
 
 Every run of a node is a Task (`task.node`, `task.round`: 1 for the first run of the
 node, 2 for the second...), so the queue, the scheduler (max_workers, the role's write
@@ -33,62 +33,32 @@ summaries go to `artifacts/result.md`), `failed` when one was cancelled.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing import Any
 
 from agentbox.core import graph as graph_mod
 from agentbox.core.engine import mode_prompts
 from agentbox.core.engine.failures import FailureKind, fingerprint
-from agentbox.core.engine.models import Acceptance, Failure, Job, Task, Verdict
+from agentbox.core.engine.mode_state import Delivery, GraphState
+from agentbox.core.engine.models import Acceptance, Failure, Job, RunResult, Task, Verdict
 from agentbox.core.engine.modes.base import ModeDriver
-from agentbox.core.engine.replies import NonEmpty
+from agentbox.core.engine.replies import NodeResult
 from agentbox.core.graph_model import Edge, Graph
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState, round_can_close
 
 
-class NodeResult(BaseModel):
-    """A node's report: what it did and whether it succeeded (with a reason when it failed)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    summary: NonEmpty
-    """What was done (or found); handed on to the next nodes."""
-    artifacts: list[str] = Field(default_factory=list)
-    """Paths of the files produced or changed."""
-    evidence: list[str] = Field(default_factory=list)
-    """What shows the outcome: commands run and their results, files read."""
-    outcome: Literal["success", "fail"] = "success"
-    """`success` follows the node's success edges; `fail` its fail edge for `fail_reason`."""
-    fail_reason: str | None = None
-    """Why the node failed, matched exactly against the graph's fail edges."""
-    remediation: str | None = None
-    """For a failure: what the node that gets the work back should change."""
-    question: str | None = None
-    """Set when the agent needs a human decision to go on (a domain_gap)."""
-
-    @field_validator("fail_reason", "remediation", "question")
-    @classmethod
-    def _blank_is_none(cls, value: str | None) -> str | None:
-        return (value.strip() or None) if value is not None else None
-
-    @model_validator(mode="after")
-    def _reason_needs_fail(self) -> NodeResult:
-        if self.fail_reason is not None and self.outcome != "fail":
-            raise ValueError("fail_reason is only for outcome: fail")
-        return self
-
-
-class GraphMode(ModeDriver):
+class GraphMode(ModeDriver[GraphState]):
     """Nodes as tasks, edges as deliveries, backward edges through the failure ledger."""
 
     name = "graph"
+    state_model = GraphState
 
-    @cached_property
+    @property
     def graph(self) -> Graph:
-        """The validated work graph of the run contract."""
-        return Graph.model_validate(self.run.contract.graph or {})
+        """The validated work graph of the run contract (`start` fails a run without one)."""
+        if self.run.contract.graph is None:
+            raise TypeError("a graph run without a work graph")
+        return self.run.contract.graph
 
     @cached_property
     def order(self) -> list[str]:
@@ -112,12 +82,12 @@ class GraphMode(ModeDriver):
     # ------------------------------------------------------------------ state
     def latest(self, node: str) -> Task | None:
         """The node's latest run."""
-        runs = self.state["activations"].get(node) or []
+        runs = self.state.activations.get(node)
         return self.run.tasks.get(runs[-1]) if runs else None
 
     def _live(self, node: str) -> bool:
         task = self.latest(node)
-        return bool(self.state["pending"].get(node)) or (task is not None and not task.is_terminal)
+        return bool(self.state.pending.get(node)) or (task is not None and not task.is_terminal)
 
     def _waiting(self, node: str) -> bool:
         """True while a forward ancestor of `node` may still deliver to it."""
@@ -136,29 +106,30 @@ class GraphMode(ModeDriver):
         if missing:
             self.ctx.ledger.finish("failed", f"the graph names roles the crew no longer has: {', '.join(missing)}")
             return
-        self.state.update(phase="running", activations={}, pending={}, inputs={})
+        self.update_state(phase="running", activations={}, pending={}, inputs={})
         entry = graph_mod.entry(self.graph)
         name = f"graph {self.graph.name}" if self.graph.name else "the graph"
         self.ctx.ledger.event("graph.started", f"{name} starts at {entry}",
                           f"{len(self.graph.nodes)} node(s), {len(self.graph.edges)} edge(s)")
-        self._deliver(entry, {"from": None, "task": None, "condition": "entry", "reason": None, "kind": "forward"})
+        self._deliver(entry, Delivery(condition="entry"))
         self.advance()
 
     # ------------------------------------------------------------------ deliveries
-    def _deliver(self, node: str, delivery: dict[str, Any]) -> None:
+    def _deliver(self, node: str, delivery: Delivery) -> None:
         """Hand a delivery to a node's waiting run, or start a new run, or hold it until the current ends."""
         task = self.latest(node)
+        state = self.state
         if task is None or task.is_terminal:
             self._activate(node, [delivery])
         elif task.state == TaskState.QUEUED and task.attempts == 0 and not self._has_job(task):
-            self.state["inputs"].setdefault(task.id, []).append(delivery)
+            self.update_state(inputs={**state.inputs, task.id: [*state.inputs.get(task.id, []), delivery]})
             self._ledger(task, delivery)
         else:
-            self.state["pending"].setdefault(node, []).append(delivery)
+            self.update_state(pending={**state.pending, node: [*state.pending.get(node, []), delivery]})
 
-    def _activate(self, node_name: str, deliveries: list[dict[str, Any]]) -> Task:
+    def _activate(self, node_name: str, deliveries: list[Delivery]) -> Task:
         node = graph_mod.get_node(self.graph, node_name)
-        runs = self.state["activations"].setdefault(node_name, [])
+        runs = self.state.activations.get(node_name, [])
         round_no = len(runs) + 1
         task_id = node_name if round_no == 1 else f"{node_name}.{round_no}"
         while task_id in self.run.tasks:
@@ -167,23 +138,24 @@ class GraphMode(ModeDriver):
         writes = [] if role is None else ["**"] if role.writes is None else list(role.writes)
         task = Task(id=task_id, assignee=node.role, brief=node.brief, node=node_name, round=round_no,
                     acceptance=[Acceptance(id="a1", criterion=node.brief)], writes=writes)
-        why = ", ".join(f"{d['from']} ({d['condition']}{': ' + d['reason'] if d.get('reason') else ''})"
-                        for d in deliveries if d.get("from")) or "the entry node"
+        why = ", ".join(f"{d.source} ({d.condition}{': ' + d.reason if d.reason else ''})"
+                        for d in deliveries if d.source) or "the entry node"
         self.ctx.ledger.add_task(task, f"node {node_name} run {round_no}, from {why}")
-        runs.append(task_id)
-        self.state["inputs"][task_id] = list(deliveries)
-        backward = next((d for d in deliveries if d.get("kind") == "backward"), None)
+        state = self.state
+        self.update_state(activations={**state.activations, node_name: [*runs, task_id]},
+                          inputs={**state.inputs, task_id: list(deliveries)})
+        backward = next((d for d in deliveries if d.kind == "backward"), None)
         if backward is not None:
             self._ledger(task, backward)  # one pass round a loop counts once
         return task
 
-    def _ledger(self, task: Task, delivery: dict[str, Any]) -> None:
+    def _ledger(self, task: Task, delivery: Delivery) -> None:
         """A backward delivery counts as a retry of its loop (or escalates to the human)."""
-        if delivery.get("kind") != "backward" or task.state != TaskState.QUEUED:
+        if delivery.kind != "backward" or task.state != TaskState.QUEUED:
             return
-        reason = f": {delivery['reason']}" if delivery.get("reason") else ""
-        message = f"graph loop {delivery['from']} -> {task.node} ({delivery['condition']}{reason})"
-        source_job = str(delivery.get("job") or "graph")
+        reason = f": {delivery.reason}" if delivery.reason else ""
+        message = f"graph loop {delivery.source} -> {task.node} ({delivery.condition}{reason})"
+        source_job = delivery.job or "graph"
         route = Job(id=source_job, kind="node", role=task.assignee, task=task.id, data={"graph_route": True})
         self.ctx.fail(route, FailureKind.IMPLEMENTATION_DEFECT, message)
 
@@ -191,9 +163,9 @@ class GraphMode(ModeDriver):
         """Start runs for held deliveries, and queue the runs whose ancestors are done."""
         for node in self.order:
             task = self.latest(node)
-            held = self.state["pending"].get(node)
+            held = self.state.pending.get(node)
             if held and (task is None or task.is_terminal):
-                del self.state["pending"][node]
+                self.update_state(pending={n: d for n, d in self.state.pending.items() if n != node})
                 self._activate(node, held)
         for node in self.order:
             task = self.latest(node)
@@ -216,13 +188,12 @@ class GraphMode(ModeDriver):
         upstream = []
         for pred in graph_mod.forward_predecessors(self.graph, node):
             latest = self.latest(pred)
-            if latest is not None and latest.state == TaskState.APPROVED \
-                    and (latest.submission or {}).get("outcome", "success") == "success":
+            if latest is not None and latest.state == TaskState.APPROVED and _succeeded(latest):
                 upstream.append(latest)
-        inputs = self.state["inputs"].get(task.id, [])
-        failures = [(self.run.tasks[d["task"]], d) for d in inputs
-                    if d.get("condition") == "fail" and d.get("task") in self.run.tasks]
-        runs = self.state["activations"].get(node, [])
+        inputs = self.state.inputs.get(task.id, [])
+        failures = [(self.run.tasks[d.task], d) for d in inputs
+                    if d.condition == "fail" and d.task is not None and d.task in self.run.tasks]
+        runs = self.state.activations.get(node, [])
         index = runs.index(task.id) if task.id in runs else len(runs)
         previous = self.run.tasks.get(runs[index - 1]) if index > 0 else None
         routes = []
@@ -246,7 +217,7 @@ class GraphMode(ModeDriver):
         if reply.question:
             self.ask_human(task, job.role, reply.question, reply.question)
             return
-        self.ctx.ledger.record_submission(task, reply.model_dump())
+        self.ctx.ledger.record_submission(task, reply)
         self.record_artifacts(task, reply.artifacts, job, result)
         self.ctx.ledger.transition(task, TaskEvent.SUBMIT, reply.summary[:200])
         node = str(task.node)
@@ -280,8 +251,8 @@ class GraphMode(ModeDriver):
                                                      note=note))
 
     def _fire(self, edge: Edge, task: Task, job: Job, reason: str | None) -> None:
-        self._deliver(edge.to, {"from": edge.from_, "task": task.id, "condition": edge.condition, "reason": reason,
-                                "kind": edge.kind, "job": job.id})
+        self._deliver(edge.to, Delivery(source=edge.from_, task=task.id, condition=edge.condition, reason=reason,
+                                        kind=edge.kind, job=job.id))
 
     def _block(self, job: Job, task: Task, reason: str, reply: NodeResult) -> None:
         node = str(task.node)
@@ -312,17 +283,17 @@ class GraphMode(ModeDriver):
 
     def on_task_cancelled(self, task: Task) -> None:
         """A cancelled run drops what it held; the graph goes on without it."""
-        if task.node is not None and self.latest(task.node) is task:
-            self.state["pending"].pop(task.node, None)
+        if task.node is not None and self.latest(task.node) is task and task.node in self.state.pending:
+            self.update_state(pending={n: d for n, d in self.state.pending.items() if n != task.node})
         self.advance()
 
     # ------------------------------------------------------------------ end
     def tick(self) -> None:
         """Queue what became ready; finish when nothing is live."""
-        if self.state.get("phase") != "running":
+        if self.state.phase != "running":
             return
         self.advance()
-        if self.run.jobs or self.state["pending"]:
+        if self.run.jobs or self.state.pending:
             return
         if not round_can_close(t.state for t in self.run.tasks.values()):
             return
@@ -331,10 +302,15 @@ class GraphMode(ModeDriver):
         path = self.write_artifact("result.md", mode_prompts.graph_result(self.run, self.order, latest), role="engine",
                                    what="result.md of the work graph")
         ran = [t for n in self.order if (t := latest.get(n)) is not None and t.state == TaskState.APPROVED]
-        summary = str((ran[-1].submission or {}).get("summary", "")) if ran else ""
-        self.state["phase"] = "done"
-        result = {"summary": summary[:4000], "artifact": str(path), "nodes": {n: t.id for n, t in latest.items()}}
+        summary = ran[-1].submitted_summary if ran else ""
+        self.update_state(phase="done")
+        result = RunResult(summary=summary[:4000], artifact=str(path), nodes={n: t.id for n, t in latest.items()})
         if cancelled:
             self.ctx.ledger.finish("failed", f"the graph stopped: {', '.join(cancelled)} cancelled", result)
         else:
             self.ctx.ledger.finish("done", f"every node's latest run is approved ({len(latest)} node(s) ran)", result)
+
+
+def _succeeded(task: Task) -> bool:
+    """The node run reported success (a routed failure is approved too, but hands no result on)."""
+    return not (isinstance(task.submission, NodeResult) and task.submission.outcome == "fail")

@@ -23,11 +23,12 @@ Two hard bounds, enforced here and not left to the agents:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from agentbox.core.config import HandoffSettings
 from agentbox.core.engine import mode_prompts
-from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Job, Task
+from agentbox.core.engine.mode_state import HandoffAnswer, HandoffEnding, HandoffHop, HandoffState
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Job, RunResult, Task
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import Handoff
 from agentbox.core.invoke import InvokeResult
@@ -36,10 +37,11 @@ STOP_WORDS = {"stop", "cancel", "no", "end"}
 CONTINUE_WORDS = {"continue", "yes", "y", "ok", "go", "retry"}
 
 
-class HandoffMode(ModeDriver):
+class HandoffMode(ModeDriver[HandoffState]):
     """One active role at a time; answer or hand off, under the handoff bounds."""
 
     name = "handoff"
+    state_model = HandoffState
 
     @property
     def settings(self) -> HandoffSettings:
@@ -71,16 +73,16 @@ class HandoffMode(ModeDriver):
         if first not in roles:
             self.ctx.ledger.finish("failed", f"handoff cannot start: unknown start role {first!r}")
             return
-        self.state.update(phase="active", hop=0, active=first, trail=[], ping_pong=0)
+        self.update_state(phase="active", hop=0, active=first, trail=[], ping_pong=0)
         self._ask(first, None, None)
 
     def _ask(self, role: str, message: str | None, note: str | None) -> None:
-        hop = int(self.state["hop"])
-        prompt = mode_prompts.handoff_prompt(self.run, role, hop=hop, roles=self._roles(), trail=self.state["trail"],
+        hop = self.state.hop
+        prompt = mode_prompts.handoff_prompt(self.run, role, hop=hop, roles=self._roles(), trail=self.state.trail,
                                              message=message, note=note,
                                              handoffs_left=self.max_handoffs - hop)
         writes = self.ctx.crew.roles[role].writes
-        self.state["active"] = role
+        self.update_state(active=role)
         self.ctx.ledger.enqueue("handoff", role, prompt, session_key=f"handoff:{role}", original_prompt=prompt,
                             hop=hop, writes=["**"] if writes is None else list(writes))
 
@@ -96,22 +98,22 @@ class HandoffMode(ModeDriver):
 
     def on_success(self, job: Job, result: InvokeResult) -> None:
         """An answer ends the run; a handoff is routed, refused at the bound, or held for the human."""
-        if job.kind != "handoff" or self.state.get("phase") != "active":
+        if job.kind != "handoff" or self.state.phase != "active":
             return
-        if int(job.data.get("hop", -1)) != int(self.state["hop"]):
+        if job.data.get("hop") != self.state.hop:
             self.ctx.ledger.event("handoff.stale", f"late turn of {job.role} ignored", None, role=job.role)
             return
         reply = self.ctx.structured(job, result, Handoff, self._check(job.role))
         if reply is None:
             return
         if reply.action == "answer":
-            self.ctx.ledger.event("answer", f"{job.role} answered after {self.state['hop']} handoff(s)",
+            self.ctx.ledger.event("answer", f"{job.role} answered after {self.state.hop} handoff(s)",
                               reply.message[:300], role=job.role, session=result.session_id)
-            self._end("done", "answer", f"{job.role} answered", {"role": job.role, "message": reply.message})
+            self._end("done", "answer", f"{job.role} answered", HandoffAnswer(role=job.role, message=reply.message))
             return
         target = str(reply.to)
-        hop = {"from": job.role, "to": target, "message": reply.message, "hop": int(self.state["hop"]) + 1}
-        if int(self.state["hop"]) >= self.max_handoffs:
+        hop = HandoffHop(source=job.role, to=target, message=reply.message, hop=self.state.hop + 1)
+        if self.state.hop >= self.max_handoffs:
             self.ctx.ledger.event("handoff.refused", f"{job.role} → {target} refused: {self.max_handoffs} handoff(s) "
                               "used", reply.message[:300], role=job.role, human_required=False)
             self._end("failed", "max_handoffs", f"max_handoffs ({self.max_handoffs}) reached without an answer",
@@ -119,87 +121,84 @@ class HandoffMode(ModeDriver):
             return
         streak = self._streak(job.role, target)
         if streak > self.max_ping_pong:
-            self.state["held"] = hop
+            self.update_state(held=hop)
             self.ctx.ledger.checkpoint(
                 "ping_pong",
                 f"{job.role} and {target} have handed the conversation back and forth {streak - 1} times "
                 f"(limit {self.max_ping_pong}). {job.role} now hands off to {target}: {reply.message[:300]}\n"
                 f"Answer 'continue' (optionally with a note for {target}), a role name to hand over to "
                 "that role instead, or 'stop'.",
-                options=["continue", "stop"], role=job.role, data={"hop": hop})
+                options=["continue", "stop"], role=job.role, data={"hop": hop.model_dump()})
             return
         self._route(hop, streak, None)
 
     def _streak(self, source: str, target: str) -> int:
         """The ping-pong count this handoff would make: consecutive handoffs within one pair."""
-        trail = self.state["trail"]
-        if trail and {trail[-1]["from"], trail[-1]["to"]} == {source, target}:
-            return int(self.state.get("ping_pong", 0)) + 1
+        trail = self.state.trail
+        if trail and {trail[-1].source, trail[-1].to} == {source, target}:
+            return self.state.ping_pong + 1
         return 1
 
-    def _route(self, hop: dict[str, Any], streak: int, note: str | None) -> None:
+    def _route(self, hop: HandoffHop, streak: int, note: str | None) -> None:
         if note:
-            hop = {**hop, "note": note}
-        self.state["trail"].append(hop)
-        self.state["hop"] = int(hop["hop"])
-        self.state["ping_pong"] = streak
-        self.ctx.ledger.event("handoff", f"{hop['from']} → {hop['to']} (handoff {hop['hop']}/{self.max_handoffs})",
-                          str(hop["message"])[:300], role=hop["from"], to=hop["to"], hop=hop["hop"])
-        self._ask(hop["to"], str(hop["message"]), note)
+            hop = hop.model_copy(update={"note": note})
+        self.update_state(trail=[*self.state.trail, hop], hop=hop.hop, ping_pong=streak)
+        self.ctx.ledger.event("handoff", f"{hop.source} → {hop.to} (handoff {hop.hop}/{self.max_handoffs})",
+                          hop.message[:300], role=hop.source, to=hop.to, hop=hop.hop)
+        self._ask(hop.to, hop.message, note)
 
     def on_answer(self, checkpoint: Checkpoint, text: str) -> None:
         """The human's answer to a ping-pong: stop, re-route, or continue with a note."""
-        if checkpoint.kind != "ping_pong" or self.state.get("phase") != "active":
+        if checkpoint.kind != "ping_pong" or self.state.phase != "active":
             return
-        hop = dict(self.state.pop("held", None) or checkpoint.data.get("hop") or {})
+        hop = self.state.held or HandoffHop.model_validate(checkpoint.data["hop"])
+        self.update_state(held=None)
         words = text.split()
         first = words[0].lower()
         if first in STOP_WORDS:
             self._end("cancelled", "human", f"stopped by the human at {checkpoint.id} (ping-pong)", None, last=hop)
             return
-        if words[0] in self.ctx.crew.roles and words[0] != hop["from"]:
-            hop["to"], note = words[0], " ".join(words[1:]) or None
+        if words[0] in self.ctx.crew.roles and words[0] != hop.source:
+            hop, note = hop.model_copy(update={"to": words[0]}), " ".join(words[1:]) or None
         elif first in CONTINUE_WORDS:
             note = " ".join(words[1:]) or None
         else:
             note = text
-        if int(self.state["hop"]) >= self.max_handoffs:
+        if self.state.hop >= self.max_handoffs:
             self._end("failed", "max_handoffs", f"max_handoffs ({self.max_handoffs}) reached without an answer",
                       None, last=hop)
             return
         self._route(hop, 0, note)
 
-    def _end(self, status: str, terminated_by: str, why: str, final: dict[str, Any] | None,
-             last: dict[str, Any] | None = None) -> None:
-        self.state["phase"] = "ended"
-        self.state["ended"] = {"status": status, "terminated_by": terminated_by, "why": why, "final": final,
-                               "last": last}
-        self._finalize()
+    def _end(self, status: Literal["done", "failed", "cancelled"],
+             terminated_by: Literal["answer", "max_handoffs", "human"], why: str, final: HandoffAnswer | None,
+             last: HandoffHop | None = None) -> None:
+        ended = HandoffEnding(status=status, terminated_by=terminated_by, why=why, final=final, last=last)
+        self.update_state(phase="ended", ended=ended)
+        self._finalize(ended)
 
-    def _finalize(self) -> None:
+    def _finalize(self, ended: HandoffEnding) -> None:
         """Write the answer and the transcript as artifacts, finish the run."""
-        ended = self.state["ended"]
-        final, last = ended["final"], ended.get("last")
-        trail = list(self.state["trail"]) + ([{**last, "note": "not routed"}] if last else [])
-        transcript = self.write_artifact("transcript.md", mode_prompts.handoff_transcript(self.run, trail, final, ended["why"]),
+        final, last = ended.final, ended.last
+        trail = [*self.state.trail, *([last.model_copy(update={"note": "not routed"})] if last else [])]
+        transcript = self.write_artifact("transcript.md", mode_prompts.handoff_transcript(self.run, trail, final, ended.why),
                                          role="engine", what="transcript.md of the handoff run")
-        result: dict[str, Any] = {"transcript": str(transcript), "terminated_by": ended["terminated_by"],
-                                  "handoffs": int(self.state["hop"])}
         if final is not None:
             final_path = self.write_artifact(
-                "final.md", f"# Answer\n\n{str(final['message']).strip()}\n\n"
-                f"_{final['role']}, after {self.state['hop']} handoff(s)_\n",
-                role=final["role"], what="final.md of the handoff run")
-            result.update(summary=str(final["message"]).strip()[:4000], artifact=str(final_path),
-                          answered_by=final["role"])
+                "final.md", f"# Answer\n\n{final.message.strip()}\n\n"
+                f"_{final.role}, after {self.state.hop} handoff(s)_\n",
+                role=final.role, what="final.md of the handoff run")
+            summary, artifact, answered_by = final.message, str(final_path), final.role
         else:
-            result.update(summary=str((last or {}).get("message", "")).strip()[:4000], artifact=str(transcript))
-        self.ctx.ledger.finish(ended["status"], ended["why"], result)
+            summary, artifact, answered_by = (last.message if last else ""), str(transcript), None
+        self.ctx.ledger.finish(ended.status, ended.why, RunResult(
+            summary=summary.strip()[:4000], artifact=artifact, transcript=str(transcript),
+            terminated_by=ended.terminated_by, handoffs=self.state.hop, answered_by=answered_by))
 
     def tick(self) -> None:
         """Finish an ended run; fail one whose next turn was cancelled."""
-        phase = self.state.get("phase")
-        if phase == "ended" and self.run.status not in TERMINAL_RUN_STATES:
-            self._finalize()
+        phase, ended = self.state.phase, self.state.ended
+        if phase == "ended" and ended is not None and self.run.status not in TERMINAL_RUN_STATES:
+            self._finalize(ended)
         elif phase == "active" and not self.run.jobs and not self.run.open_checkpoints():
             self.ctx.ledger.finish("failed", "the handoff cannot go on: the next turn was cancelled")

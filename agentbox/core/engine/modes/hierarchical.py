@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from agentbox.core.config import HierarchicalSettings
 from agentbox.core.engine import prompts
-from agentbox.core.engine.models import Acceptance, Checkpoint, Job, Task
+from agentbox.core.engine.mode_state import HierarchicalState
+from agentbox.core.engine.models import Acceptance, Checkpoint, Job, RunResult, Task
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import Plan
 from agentbox.core.engine.reply_rules import check_plan
@@ -14,10 +15,11 @@ from agentbox.core.scopes import glob_static_prefix
 APPROVE_WORDS = {"approve", "approved", "yes", "y", "ok", "go"}
 
 
-class HierarchicalMode(ModeDriver):
+class HierarchicalMode(ModeDriver[HierarchicalState]):
     """plan → (plan approval) → queue → execute in parallel → review → rework/approve → synthesis."""
 
     name = "hierarchical"
+    state_model = HierarchicalState
 
     @property
     def settings(self) -> HierarchicalSettings:
@@ -44,7 +46,7 @@ class HierarchicalMode(ModeDriver):
 
     def start(self) -> None:
         """Ask the lead for a plan."""
-        self.state["phase"] = "planning"
+        self.update_state(phase="planning")
         self._ask_plan(None)
 
     def _ask_plan(self, feedback: str | None) -> None:
@@ -84,8 +86,7 @@ class HierarchicalMode(ModeDriver):
         self.ctx.ledger.event("plan", f"plan of {len(plan.tasks)} task(s) accepted", plan.notes, role=job.role,
                           session=result.session_id, tokens=result.usage.total_tokens)
         if self.settings.plan_approval:
-            self.state["phase"] = "plan_approval"
-            self.state["proposed_plan"] = plan.model_dump()
+            self.update_state(phase="plan_approval", proposed_plan=plan)
             listing = "\n".join(f"- {t.id} → {t.assignee}: {t.brief}" for t in plan.tasks)
             self.ctx.ledger.checkpoint("plan_approval", f"Approve this plan? Answer 'approve', or feedback to re-plan.\n{listing}",
                                    options=["approve"], role=self.lead)
@@ -98,18 +99,19 @@ class HierarchicalMode(ModeDriver):
                         acceptance=[Acceptance(id=a.id, criterion=a.criterion) for a in planned.acceptance],
                         writes=list(planned.writes), depends_on=list(planned.depends_on))
             self.ctx.ledger.add_task(task, "from the lead's plan")
-        self.state["phase"] = "executing"
+        self.update_state(phase="executing")
         self.release_dependents()
 
     def on_answer(self, checkpoint: Checkpoint, text: str) -> None:
         """Plan approval: approve releases the plan; anything else is feedback for a new plan."""
         if checkpoint.kind != "plan_approval":
             return
-        proposed = self.state.pop("proposed_plan", None)
-        if text.split()[0].lower() in APPROVE_WORDS and proposed:
-            self._release(Plan.model_validate(proposed))
+        proposed = self.state.proposed_plan
+        self.update_state(proposed_plan=None)
+        if text.split()[0].lower() in APPROVE_WORDS and proposed is not None:
+            self._release(proposed)
         else:
-            self.state["phase"] = "planning"
+            self.update_state(phase="planning")
             self._ask_plan(f"The human's feedback: {text}")
 
     def tick(self) -> None:
@@ -118,7 +120,7 @@ class HierarchicalMode(ModeDriver):
         A plan or synthesis turn the human cancelled at a retry escalation leaves nothing to
         run: the run fails.
         """
-        phase = self.state.get("phase")
+        phase = self.state.phase
         if phase in ("planning", "synthesis") and not self.run.jobs and not self.run.open_checkpoints():
             self.ctx.ledger.finish("failed", f"the lead's {'plan' if phase == 'planning' else 'synthesis'} turn "
                                          "was cancelled: the run cannot go on")
@@ -131,7 +133,7 @@ class HierarchicalMode(ModeDriver):
         if not approved:
             self.ctx.ledger.finish("failed", "every task was cancelled")
             return
-        self.state["phase"] = "synthesis"
+        self.update_state(phase="synthesis")
         self.ctx.ledger.event("round.closed", f"round closed: {len(approved)} task(s) approved", None)
         prompt = prompts.synthesis_prompt(self.run)
         self.ctx.ledger.enqueue("synthesis", self.lead, prompt, session_key="lead", original_prompt=prompt)
@@ -139,5 +141,6 @@ class HierarchicalMode(ModeDriver):
     def _handle_synthesis(self, result: InvokeResult) -> None:
         path = self.write_artifact("synthesis.md", result.text.strip() + "\n", role=self.lead,
                                    what=f"synthesis.md by {self.lead}", session=result.session_id)
-        self.state["phase"] = "done"
-        self.ctx.ledger.finish("done", "round closed and synthesised", {"summary": result.text.strip()[:4000], "artifact": str(path)})
+        self.update_state(phase="done")
+        self.ctx.ledger.finish("done", "round closed and synthesised",
+                               RunResult(summary=result.text.strip()[:4000], artifact=str(path)))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from agentbox.core import store
 from agentbox.core.config import SequentialSettings
-from agentbox.core.engine.models import Acceptance, Task, Verdict
+from agentbox.core.engine.mode_state import SequentialState
+from agentbox.core.engine.models import Acceptance, RunResult, Task, Verdict
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.tasks import TaskEvent, TaskState
 
@@ -20,17 +21,18 @@ STEP_CRITERION = ("The step does its role's part of the goal within the files th
 """What every pipeline step is reviewed against (acceptance id a1)."""
 
 
-class SequentialMode(ModeDriver):
+class SequentialMode(ModeDriver[SequentialState]):
     """One task per step, each depending on the previous one; steps are reviewed when the crew has a reviewer."""
 
     name = "sequential"
+    state_model = SequentialState
 
     def start(self) -> None:
         """Create the pipeline's tasks, choose its reviewer once for the run, and start the first step."""
         crew = self.ctx.crew
         steps = list(self.run.contract.settings_as(SequentialSettings).steps or crew.roles)
         named = crew.hierarchical.reviewer
-        self.state["reviewer"] = named if named in crew.roles else None
+        self.update_state(reviewer=named if named in crew.roles else None)
         previous: str | None = None
         for index, role_name in enumerate(steps, start=1):
             role = crew.roles[role_name]
@@ -45,13 +47,13 @@ class SequentialMode(ModeDriver):
                         writes=writes, depends_on=[previous] if previous else [])
             self.ctx.ledger.add_task(task, f"pipeline step {index} of {len(steps)}")
             previous = task.id
-        self.state["phase"] = "executing"
+        self.update_state(phase="executing")
         self.release_dependents()
 
     @property
     def reviewer(self) -> str | None:
         """The role reviewing the steps, None when the engine accepts them."""
-        return self.state.get("reviewer")
+        return self.state.reviewer
 
     def reviewer_for(self, task: Task) -> str:
         """The crew's reviewer (a step is never reviewed by its own role)."""
@@ -72,8 +74,8 @@ class SequentialMode(ModeDriver):
         if self.reviewer is not None and self.reviewer != task.assignee:
             super().after_submit(task)
             return
-        sub = task.submission or {}
-        evidence = list(sub.get("evidence") or []) or [f"submission: {sub.get('summary', '')}"]
+        submitted = list(task.submission.evidence) if task.submission is not None else []
+        evidence = submitted or [f"submission: {task.submitted_summary}"]
         self.ctx.ledger.transition(task, TaskEvent.START_REVIEW, "pipeline step without a reviewer: the engine checks it")
         self.ctx.ledger.transition(task, TaskEvent.APPROVE, "pipeline step accepted: valid submission", evidence=evidence)
         self.ctx.ledger.add_verdict(task, Verdict(verdict="approve", by="pipeline", at=self.ctx.clock(),
@@ -82,20 +84,18 @@ class SequentialMode(ModeDriver):
 
     def tick(self) -> None:
         """Finish when the last step is approved; the result lists what every step handed on."""
-        if self.state.get("phase") != "executing" or not self.all_closed():
+        if self.state.phase != "executing" or not self.all_closed():
             return
         steps = list(self.run.tasks.values())
         last = steps[-1]
         if last.state != TaskState.APPROVED:
             self.ctx.ledger.finish("failed", f"step {last.id} was cancelled")
             return
-        summary = str((last.submission or {}).get("summary", "")).strip()
         lines = [f"# {self.run.contract.goal}", ""]
         for step in steps:
-            sub = step.submission or {}
-            files = ", ".join(sub.get("artifacts") or []) or "no files"
-            lines.append(f"- {step.id} ({step.assignee}): {str(sub.get('summary', '')).strip()} [{files}]")
+            files = ", ".join(step.submitted_artifacts) or "no files"
+            lines.append(f"- {step.id} ({step.assignee}): {step.submitted_summary} [{files}]")
         path = self.ctx.store.artifacts_dir(self.run.id) / "result.md"
         store.atomic_write_text(path, "\n".join(lines) + "\n")
-        self.state["phase"] = "done"
-        self.ctx.ledger.finish("done", "every step completed", {"summary": summary, "artifact": str(path)})
+        self.update_state(phase="done")
+        self.ctx.ledger.finish("done", "every step completed", RunResult(summary=last.submitted_summary, artifact=str(path)))
