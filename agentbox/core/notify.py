@@ -37,7 +37,7 @@ from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
 from agentbox.core.errors import AgentboxError
 from agentbox.core.notify_channels import desktop_command, post_webhook, run_hook, show_desktop
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.user_config import UserConfig, load_user_config
+from agentbox.core.user_config import HookCommand, UserConfig, load_user_config
 
 HookName = Literal["on_checkpoint", "on_run_end", "on_failure"]
 CURSOR_FILE = "notified.json"
@@ -179,7 +179,7 @@ class Notifier:
         self.desktop = desktop_command(self.environ) if self.config.notify.desktop else None
         self.webhook = self.config.notify.webhook
         hooks = self.config.hooks
-        self.hooks: dict[HookName, Any] = {"on_checkpoint": hooks.on_checkpoint, "on_run_end": hooks.on_run_end,
+        self.hooks: dict[HookName, HookCommand | None] = {"on_checkpoint": hooks.on_checkpoint, "on_run_end": hooks.on_run_end,
                                            "on_failure": hooks.on_failure}
         self._dir = project.run_dir(run_id)
         self._cond = threading.Condition()
@@ -213,8 +213,9 @@ class Notifier:
 
         The engine executing the run (whose pid `run.engine` names) gets its notifications
         delivered in the background. Any other save — the engine letting go, or a command
-        applied with no engine running — waits for the delivery under way to end, and for a
-        finished run also delivers what is left, since no engine will come back for it.
+        applied with no engine running — starts nothing new for a run that goes on (its next
+        engine will), and for a finished run delivers what is left before it returns, since
+        no engine will come back for it.
         """
         live = run.engine is not None and run.engine.pid == os.getpid()
         finished = run.status in TERMINAL_RUN_STATES
