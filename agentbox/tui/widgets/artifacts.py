@@ -11,7 +11,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
-from textual.reactive import reactive
+from textual.reactive import var
 from textual.widgets import Static, Tree
 from textual.widgets.tree import TreeNode
 
@@ -58,7 +58,8 @@ class ArtifactTree(QuietTree[dict[str, Any]]):
 class ArtifactsPanel(Horizontal):
     """Tree of artifacts and a preview of the highlighted one."""
 
-    manifest: reactive[tuple[dict[str, Any], ...]] = reactive((), always_update=True)
+    manifest: var[tuple[dict[str, Any], ...]] = var((), always_update=True)
+    """The tree and the preview repaint what the new entries change."""
 
     def __init__(self, root: Path, **kwargs: Any) -> None:
         super().__init__(**kwargs)

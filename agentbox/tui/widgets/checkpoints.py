@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.reactive import reactive
+from textual.reactive import var
 from textual.widgets import Static
 
-from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Run
 from agentbox.tui import model
 
 SHOWN = 3
@@ -16,15 +16,25 @@ SHOWN = 3
 class CheckpointBar(Static):
     """Open checkpoints of the run: hidden when none wait, bold and coloured when one does."""
 
-    run: reactive[Run | None] = reactive(None, always_update=True)
+    run: var[Run | None] = var(None, always_update=True)
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._shown: Text | None = None
 
     def watch_run(self, run: Run | None) -> None:
-        """Show the open checkpoints (or hide the bar)."""
+        """Show the open checkpoints (or hide the bar); nothing is redrawn when they did not change."""
         waiting = model.open_checkpoints(run) if run and run.status not in TERMINAL_RUN_STATES else []
         self.set_class(bool(waiting), "-open")
+        text = self._text(waiting)
+        if text != self._shown:  # an update lays the screen out again, and runs are saved often
+            self._shown = text
+            self.update(text)
+
+    @staticmethod
+    def _text(waiting: list[Checkpoint]) -> Text:
         if not waiting:
-            self.update("")
-            return
+            return Text("")
         lines = []
         for cp in waiting[:SHOWN]:
             line = Text.assemble(("⚑ WAITING ON YOU ", "bold reverse"), (f" {cp.id} ", "bold"), (cp.kind, "italic"))
@@ -34,4 +44,4 @@ class CheckpointBar(Static):
             lines.append(line)
         footer = f"{len(waiting) - SHOWN} more waiting · " if len(waiting) > SHOWN else ""
         lines.append(Text(f"{footer}press a to answer", style="bold"))
-        self.update(Text("\n").join(lines))
+        return Text("\n").join(lines)

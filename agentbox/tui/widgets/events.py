@@ -81,7 +81,11 @@ class EventLog(RichLog):
         batch = list(records)
         for record in batch[-MAX_LINES:]:
             self._kept.append(record)
-            self.write(event_line(record))
+            self.write(event_line(record), scroll_end=False)
         self.records_shown += len(batch)
-        if batch and self.auto_scroll:
+        if batch and self.auto_scroll and self._size_known:
+            # the log's size is known, so its new end is too: scroll there now, in the frame
+            # that shows the new lines, not in a second frame after it
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        elif batch and self.auto_scroll:
             self.call_after_refresh(self.scroll_end, animate=False, immediate=True)

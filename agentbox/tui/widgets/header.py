@@ -15,7 +15,7 @@ from agentbox.tui import model
 class RunHeader(Widget):
     """Goal, mode, state, elapsed, tokens and cost against the budget; a click opens the run switcher."""
 
-    run: reactive[Run | None] = reactive(None, always_update=True, layout=True)
+    run: reactive[Run | None] = reactive(None, always_update=True)
     run_ids: reactive[tuple[str, ...]] = reactive(())
     now: reactive[float] = reactive(0.0)
 
@@ -25,6 +25,12 @@ class RunHeader(Widget):
     def __init__(self, project_name: str, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.project_name = project_name
+
+    def watch_run(self, old: Run | None, new: Run | None) -> None:
+        """Lay the screen out again only when the header's height may change (a run saved
+        several times a second must not cost a layout each time)."""
+        if _lines_shape(old) != _lines_shape(new):
+            self.refresh(layout=True)
 
     def render(self) -> Group:
         width = max(20, self.size.width or 80)
@@ -53,6 +59,11 @@ class RunHeader(Widget):
     def on_click(self) -> None:
         """Open the run switcher."""
         self.post_message(self.SwitcherRequested())
+
+
+def _lines_shape(run: Run | None) -> str | None:
+    """What the header's line count depends on: a run or not, and its goal (which wraps)."""
+    return None if run is None else run.contract.goal
 
 
 def _append_if_fits(line: Text, extra: Text, width: int) -> None:

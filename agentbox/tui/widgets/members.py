@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.text import Text
 from textual import events
-from textual.reactive import reactive
+from textual.reactive import var
 from textual.widgets import DataTable
 
 from agentbox.core.engine.models import Run
@@ -20,11 +20,13 @@ NARROW_COLUMNS = ("role", "profile", "state", "task", "session", "tokens", "cpu"
 class MembersTable(DataTable[Any]):
     """Members of the crew; the highlighted row is the target of talk, history and attach."""
 
-    run: reactive[Run | None] = reactive(None, always_update=True)
-    crew: reactive[CrewInfo | None] = reactive(None, always_update=True)
-    sessions: reactive[dict[str, Any]] = reactive(dict, always_update=True)
-    samples: reactive[dict[str, Any]] = reactive(dict, always_update=True)
-    narrow: reactive[bool] = reactive(False)
+    # inputs of the rows, not of the paint: a change schedules one rebuild, which repaints
+    # only when the rows it makes differ from the ones shown
+    run: var[Run | None] = var(None, always_update=True)
+    crew: var[CrewInfo | None] = var(None, always_update=True)
+    sessions: var[dict[str, Any]] = var(dict, always_update=True)
+    samples: var[dict[str, Any]] = var(dict, always_update=True)
+    narrow: var[bool] = var(False)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)

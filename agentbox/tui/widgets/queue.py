@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.reactive import reactive
+from textual.reactive import var
 from textual.widgets.tree import TreeNode
 
 from agentbox.core.engine.models import Run, Task
@@ -33,7 +33,8 @@ def task_label(task: Task) -> Text:
 class QueueTree(QuietTree[str]):
     """Tasks by state; a task node's data is its id, a group node's is `state:<state>`."""
 
-    run: reactive[Run | None] = reactive(None, always_update=True)
+    run: var[Run | None] = var(None, always_update=True)
+    """The tree repaints the groups whose tasks changed, nothing when none did."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__("tasks", **kwargs)  # type: ignore[arg-type]
