@@ -237,6 +237,31 @@ def test_ensure_finds_everything_again_after_a_crash(repo: Path) -> None:
     assert commit_turn(half.path, message="after a crash", **ROLE) is not None
 
 
+def test_a_moved_project_finds_its_worktrees_again_with_their_files(repo: Path, tmp_path: Path) -> None:
+    start(repo)
+    tree = ensure_task_worktree(repo, "r1", "t1")
+    write(tree.path, "draft.txt", "mid-turn\n")
+    moved = tmp_path / "moved"
+    os.rename(repo, moved)
+    again = ensure_task_worktree(moved, "r1", "t1")
+    assert again.origin == WorktreeOrigin.EXISTING
+    assert (again.path / "draft.txt").read_text() == "mid-turn\n"
+    assert commit_turn(again.path, message="after the move", **ROLE) is not None
+
+
+def test_a_merge_in_progress_cannot_be_a_base(repo: Path) -> None:
+    sh(repo, "checkout", "-q", "-b", "side")
+    write(repo, "a.txt", "side\n")
+    sh(repo, "commit", "-qam", "side")
+    sh(repo, "checkout", "-q", "main")
+    write(repo, "a.txt", "main\n")
+    sh(repo, "commit", "-qam", "main")
+    sh(repo, "merge", "-q", "side", ok=False)
+    with pytest.raises(UsageError, match=r"\(unmerged: a.txt\)") as caught:
+        snapshot_base(repo)
+    assert "merge in progress" in (caught.value.hint or "")
+
+
 def test_a_task_branch_that_exists_is_not_moved(repo: Path) -> None:
     start(repo)
     first = work(repo, "t1", {"x.txt": "x\n"})
@@ -430,6 +455,7 @@ def test_delivery_merges_into_the_checked_out_branch(repo: Path) -> None:
     work(repo, "t1", {"x.txt": "x\n", "a.txt": "A\n"})
     merge_task(repo, "r1", "t1")
     user_head = head(repo)
+    sh(repo, "read-tree", "-m", "-u", "HEAD", integration_branch("r1"))  # a delivery killed before moving the branch
     done = deliver(repo, "r1", into=None, squash=False, base=base)
     assert (done.into, done.worktree, done.already) == ("main", repo, False)
     assert head(repo) == done.commit

@@ -187,6 +187,13 @@ def rev(cwd: Path, name: str) -> str | None:
     return out.text or None if out.returncode == 0 else None
 
 
+def ref_commits(cwd: Path, refs: list[str]) -> list[str | None]:
+    """The commit each full ref name points at (None where there is no such ref), in one call."""
+    out = git(cwd, "for-each-ref", "--format=%(refname)%00%(objectname)", *refs)
+    found = dict(line.split("\0", 1) for line in out.text.splitlines() if "\0" in line)
+    return [found.get(ref) for ref in refs]
+
+
 def is_ancestor(cwd: Path, older: str, newer: str) -> bool:
     """True when commit `older` is `newer` or one of its ancestors."""
     return git(cwd, "merge-base", "--is-ancestor", older, newer, ok=(0, 1)).returncode == 0
@@ -207,11 +214,12 @@ def commit_tree(cwd: Path, tree: str, parents: list[str], message: str, env: Map
 
 def update_refs(cwd: Path, commands: list[str], *, message: str = "agentbox") -> None:
     """Apply `update-ref --stdin` commands (`update REF NEW OLD`, `create REF NEW`, `delete
-    REF OLD`) as one transaction: all of them or none, each checked against its old value."""
+    REF OLD`) as one transaction: all of them or none, each checked against its old value
+    (so one that met another git's lock is simply tried again)."""
     if not commands:
         return
     script = "start\n" + "".join(f"{line}\n" for line in commands) + "prepare\ncommit\n"
-    git(cwd, "update-ref", "-m", message, "--stdin", stdin=script.encode("utf-8"))
+    git(cwd, "update-ref", "-m", message, "--stdin", stdin=script.encode("utf-8"), retry_on_lock=True)
 
 
 def merge_tree(cwd: Path, ours: str, theirs: str) -> tuple[str, list[str]]:

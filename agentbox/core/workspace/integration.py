@@ -102,9 +102,17 @@ def snapshot_base(root: Path) -> Base:
         user_index = info.git_dir / "index"
         if user_index.exists():
             shutil.copyfile(user_index, index)
-        stash = git(root, "stash", "create", env={"GIT_INDEX_FILE": str(index)}).text
+        made = git(root, "stash", "create", env={"GIT_INDEX_FILE": str(index)}, ok=(0, 1))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    if made.returncode != 0:
+        lines = (made.text + "\n" + made.error_text).splitlines()
+        unmerged = sorted({line.split(": ")[0] for line in lines if line.endswith(": needs merge")
+                           or ": unmerged (" in line})
+        reason = f"unmerged: {', '.join(unmerged[:10])}" if unmerged else (lines[-1] if lines else "")
+        raise UsageError(f"cannot record your uncommitted changes as the run's base ({reason})",
+                         "finish or abort the merge in progress (or commit), then start the run")
+    stash = made.text
     if not stash:
         return Base(info.head, info.branch, False, info.head)
     where = info.branch or "a detached HEAD"

@@ -34,8 +34,8 @@ from agentbox.core.workspace.gitcmd import (
     ident_env,
     is_ancestor,
     merge_tree,
+    ref_commits,
     rev,
-    tree_of,
     update_refs,
 )
 from agentbox.core.workspace.layout import (
@@ -121,6 +121,8 @@ def ensure_task_worktree(root: Path, run_id: str, task_id: str) -> Worktree:
         return Worktree(path, branch, base, WorktreeOrigin.EXISTING)
     origin = _place_worktree(root, common, run_id, task_id, path)
     _drop_stale_index_lock(path)
+    if _attached(path, branch):  # it only had to be found again (a moved project): keep its files
+        return Worktree(path, branch, base, WorktreeOrigin.EXISTING)
     git(path, "read-tree", "--reset", "-u", heads(branch), timeout=CHECKOUT_TIMEOUT_S)
     git(path, "symbolic-ref", "-m", "agentbox: task worktree", "HEAD", heads(branch))
     return Worktree(path, branch, base, origin)
@@ -129,10 +131,10 @@ def ensure_task_worktree(root: Path, run_id: str, task_id: str) -> Worktree:
 def _ensure_task_refs(root: Path, run_id: str, task_id: str) -> str:
     """Create the task's base ref and branch at the integration head; the base commit."""
     base_ref, branch_ref = task_base_ref(run_id, task_id), heads(task_branch(run_id, task_id))
-    base, head = rev(root, base_ref), rev(root, branch_ref)
+    found = ref_commits(root, [base_ref, branch_ref, heads(integration_branch(run_id))])
+    base, head, integration = found
     if base and head:
         return base
-    integration = rev(root, heads(integration_branch(run_id)))
     if integration is None:
         raise UsageError(f"run {run_id} has no integration branch {integration_branch(run_id)}",
                          "the run's base must be recorded before its tasks get worktrees")
@@ -167,17 +169,16 @@ def _drop_stale_index_lock(path: Path) -> None:
 
 def _place_worktree(root: Path, common: Path, run_id: str, task_id: str, path: Path) -> WorktreeOrigin:
     """Leave a registered worktree at `path` (HEAD anywhere): the one there, a spare, or a new one."""
-    _repair_spares(root, common, run_id)
     if os.path.lexists(path):
-        admin = admin_dir(path)
-        if admin is not None and admin.is_dir():
-            git(root, "worktree", "repair", str(path))
+        if (path / ".git").is_file():
+            git(root, "worktree", "repair", str(path), ok=(0, 1))
+            admin = admin_dir(path)
+            if admin is None or not admin.is_dir():
+                raise StateError(f"the worktree of task {task_id} ({path}) lost its git admin dir",
+                                 "look at its files, move them away, then resume the run")
             if (read_small(admin / "locked") or "").startswith("initializing"):
                 (admin / "locked").unlink(missing_ok=True)
             return WorktreeOrigin.NEW
-        if admin is not None:
-            raise StateError(f"the worktree of task {task_id} ({path}) lost its git admin dir {admin}",
-                             "look at its files, move them away, then resume the run")
         shutil.rmtree(path)  # no .git file: git never finished making it, no turn ever ran in it
     forget_missing_worktrees(common)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -187,7 +188,7 @@ def _place_worktree(root: Path, common: Path, run_id: str, task_id: str, path: P
             os.rename(spare, path)
         except FileNotFoundError:
             continue  # taken meanwhile
-        git(root, "worktree", "repair", str(path))
+        _point_admin_at(path)
         return WorktreeOrigin.SPARE
     head = rev(root, heads(task_branch(run_id, task_id)))
     assert head is not None
@@ -195,24 +196,48 @@ def _place_worktree(root: Path, common: Path, run_id: str, task_id: str, path: P
     return WorktreeOrigin.NEW
 
 
-def _repair_spares(root: Path, common: Path, run_id: str) -> None:
-    """Point the admin dirs of the run's spares at where the spares are now (a crash may
-    have come between renaming one and telling git)."""
-    spares = worktrees_dir(common, run_id) / SPARE_DIR
-    found = [str(p) for p in sorted(spares.iterdir())] if spares.is_dir() else []
-    if found:
-        git(root, "worktree", "repair", *found)
+def _point_admin_at(path: Path) -> None:
+    """Tell git a worktree of agentbox's now lives at `path` (after a rename): its admin
+    dir's `gitdir` file names the worktree's `.git` file (gitrepository-layout)."""
+    admin = admin_dir(path)
+    if admin is None or not admin.is_dir():
+        return
+    wanted = f"{path / '.git'}\n"
+    if read_small(admin / "gitdir") != wanted:
+        partial = admin / "gitdir.agentbox"
+        partial.write_text(wanted, encoding="utf-8", errors="surrogateescape")
+        os.replace(partial, admin / "gitdir")
+
+
+def _our_worktree_dirs(common: Path) -> list[Path]:
+    """Every directory where agentbox keeps a worktree: tasks' and spares, of every run."""
+    found: list[Path] = []
+    top = common / "agentbox" / "worktrees"
+    for run_dir in sorted(top.iterdir()) if top.is_dir() else []:
+        for entry in sorted(run_dir.iterdir()) if run_dir.is_dir() else []:
+            if entry.name == SPARE_DIR:
+                found += sorted(entry.iterdir())
+            else:
+                found.append(entry)
+    return found
 
 
 def forget_missing_worktrees(common: Path) -> list[Path]:
-    """Remove the admin dirs of agentbox worktrees whose directory is gone (what
-    `git worktree prune` does, for agentbox's own worktrees only: a worktree of the person's
-    on an unmounted disk is left alone). Returns the worktree paths forgotten."""
+    """Set git's records of agentbox's worktrees right: one renamed by a call that died
+    before telling git is pointed at again, one whose directory is gone is forgotten (what
+    `git worktree prune` does, for agentbox's own only: a worktree of the person's on an
+    unmounted disk is left alone). Returns the worktree paths forgotten."""
+    named = {}
+    for directory in _our_worktree_dirs(common):
+        admin = admin_dir(directory)
+        if admin is not None:
+            named[admin] = directory
+            _point_admin_at(directory)
     forgotten = []
     ours = common / "agentbox"
     for admin in sorted((common / "worktrees").iterdir()) if (common / "worktrees").is_dir() else []:
         gitdir = read_small(admin / "gitdir")
-        if gitdir is None:
+        if gitdir is None or admin in named or (admin / "locked").exists():  # in use, being made, or locked
             continue
         worktree = Path(gitdir.strip()).parent
         if worktree.is_relative_to(ours) and not os.path.lexists(worktree):
@@ -246,10 +271,11 @@ def commit_turn(worktree: Path, *, author_name: str, author_email: str, message:
     _drop_stale_index_lock(worktree)
     git(worktree, "add", "-A", timeout=CHECKOUT_TIMEOUT_S)
     tree = git(worktree, "write-tree").text
-    head = rev(worktree, "HEAD")
-    if head is None:
+    found = git(worktree, "rev-parse", "HEAD^{commit}", "HEAD^{tree}", ok=(0, 128))
+    if found.returncode != 0:
         raise StateError(f"{worktree} has no HEAD commit", "ensure the task's worktree first")
-    if tree == tree_of(worktree, head):
+    head, head_tree = found.text.split("\n")[:2]
+    if tree == head_tree:
         return head if turn_id is not None and _turn_of(worktree, head) == turn_id else None
     text = message.rstrip("\n") + "\n"
     if turn_id is not None:
@@ -330,7 +356,7 @@ def remove_task_worktree(root: Path, run_id: str, task_id: str, *, keep_spare: b
     spare = worktrees_dir(common, run_id) / SPARE_DIR / f"{task_id}-{uuid.uuid4().hex[:8]}"
     spare.parent.mkdir(parents=True, exist_ok=True)
     os.rename(path, spare)
-    git(root, "worktree", "repair", str(spare))
+    _point_admin_at(spare)
 
 
 def remove_spares(root: Path, run_id: str) -> list[Path]:
