@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +33,7 @@ from agentbox.core.workspace import (
     integration_branch,
     merge_task,
     orphans,
+    recover_run,
     remove_spares,
     remove_task_worktree,
     repo_info,
@@ -235,6 +240,52 @@ def test_ensure_finds_everything_again_after_a_crash(repo: Path) -> None:
     (admin / "index.lock").write_text("")
     write(half.path, "y.txt", "y\n")
     assert commit_turn(half.path, message="after a crash", **ROLE) is not None
+
+
+TASK_SCRIPT = """
+import sys
+from pathlib import Path
+from agentbox.core.workspace import commit_turn, ensure_task_worktree, merge_task, remove_task_worktree
+repo, run_id = Path(sys.argv[1]), sys.argv[2]
+for task_id in sys.argv[3:]:
+    tree = ensure_task_worktree(repo, run_id, task_id)
+    (tree.path / f"{task_id}.txt").write_text(task_id)
+    commit_turn(tree.path, author_name="w", author_email="w@x", message=task_id, turn_id=f"{task_id}-1")
+    merge_task(repo, run_id, task_id)
+    remove_task_worktree(repo, run_id, task_id)
+"""
+
+
+def test_killed_at_any_point_a_run_resumes_and_merges_every_task_exactly_once(repo: Path) -> None:
+    start(repo)
+    pick = random.Random(11)
+    every: list[str] = []
+    for attempt in range(10):
+        tasks = [f"k{attempt}t{i}" for i in range(3)]
+        every += tasks
+        child = subprocess.Popen([sys.executable, "-c", TASK_SCRIPT, str(repo), "r1", *tasks],
+                                 start_new_session=True, stderr=subprocess.DEVNULL)
+        time.sleep(pick.uniform(0.1, 0.4))  # the child starts in ~0.15 s, a task takes ~0.05 s
+        os.killpg(child.pid, signal.SIGKILL)  # the engine and every git it runs
+        child.wait()
+        recover_run(repo, "r1")
+        for task_id in tasks:  # what `run --resume` does for each task
+            tree = ensure_task_worktree(repo, "r1", task_id)
+            write(tree.path, f"{task_id}.txt", task_id)
+            commit_turn(tree.path, message=task_id, turn_id=f"{task_id}-1", **ROLE)
+            assert not merge_task(repo, "r1", task_id).conflicts
+            remove_task_worktree(repo, "r1", task_id)
+    integration = integration_branch("r1")
+    merges = sh(repo, "log", "--first-parent", "--format=%s", integration).splitlines()
+    assert sorted(m.split()[3] for m in merges if m.startswith("agentbox: merge task")) == sorted(every)
+    names = set(sh(repo, "ls-tree", "--name-only", integration).split())
+    assert {f"{t}.txt" for t in every} <= names
+    for task_id in every:
+        assert sh(repo, "rev-list", "--count", f"{task_branch('r1', task_id)}",
+                  f"^{task_heads(repo, 'r1', task_id).base}") == "1\n", "one commit per turn"
+    remove_spares(repo, "r1")
+    assert "agentbox" not in sh(repo, "worktree", "list", "--porcelain")
+    assert sh(repo, "status", "--porcelain") == ""
 
 
 def test_a_moved_project_finds_its_worktrees_again_with_their_files(repo: Path, tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from agentbox.core.workspace.provision import (
     copy_setup_files,
     sandbox_git_view,
 )
+from agentbox.core.workspace.recovery import recover_run
 from agentbox.core.workspace.worktrees import (
     SyncResult,
     TaskHeads,
@@ -53,7 +54,7 @@ __all__ = [
     "MergeConflictError", "MergeResult", "Orphan", "OrphanKind", "Refusal", "RepoInfo", "SandboxGitView",
     "SetupCopy", "SyncResult", "TaskHeads", "Worktree", "WorktreeOrigin", "changed_files", "clean",
     "commit_turn", "copy_setup_files", "deliver", "diff_text", "ensure_integration_branch",
-    "ensure_task_worktree", "integration_branch", "merge_task", "orphans", "remove_spares",
+    "ensure_task_worktree", "integration_branch", "merge_task", "orphans", "recover_run", "remove_spares",
     "remove_task_worktree", "repo_info", "sandbox_git_view", "snapshot_base", "sync_task",
     "task_branch", "task_heads",
 ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,8 @@ from agentbox.core.workspace.layout import (
 
 CHECKOUT_TIMEOUT_S = 600.0
 """Longest a checkout of a whole tree may take."""
+STALE_ADD_S = 60.0
+"""A `git worktree add` still initializing after this long was killed."""
 TURN_TRAILER = "Agentbox-Turn"
 """Commit trailer naming the turn a commit holds (so a repeated call finds it)."""
 
@@ -209,7 +212,7 @@ def _point_admin_at(path: Path) -> None:
         os.replace(partial, admin / "gitdir")
 
 
-def _our_worktree_dirs(common: Path) -> list[Path]:
+def agentbox_worktree_dirs(common: Path) -> list[Path]:
     """Every directory where agentbox keeps a worktree: tasks' and spares, of every run."""
     found: list[Path] = []
     top = common / "agentbox" / "worktrees"
@@ -228,7 +231,7 @@ def forget_missing_worktrees(common: Path) -> list[Path]:
     `git worktree prune` does, for agentbox's own only: a worktree of the person's on an
     unmounted disk is left alone). Returns the worktree paths forgotten."""
     named = {}
-    for directory in _our_worktree_dirs(common):
+    for directory in agentbox_worktree_dirs(common):
         admin = admin_dir(directory)
         if admin is not None:
             named[admin] = directory
@@ -237,13 +240,27 @@ def forget_missing_worktrees(common: Path) -> list[Path]:
     ours = common / "agentbox"
     for admin in sorted((common / "worktrees").iterdir()) if (common / "worktrees").is_dir() else []:
         gitdir = read_small(admin / "gitdir")
-        if gitdir is None or admin in named or (admin / "locked").exists():  # in use, being made, or locked
+        if gitdir is None or admin in named or _locked(admin):
             continue
         worktree = Path(gitdir.strip()).parent
         if worktree.is_relative_to(ours) and not os.path.lexists(worktree):
             shutil.rmtree(admin, ignore_errors=True)
             forgotten.append(worktree)
     return forgotten
+
+
+def _locked(admin: Path) -> bool:
+    """True when a worktree is locked, or being made by a `git worktree add` (which locks it
+    as "initializing" until done) that has not been dead for a minute."""
+    reason = read_small(admin / "locked")
+    if reason is None:
+        return False
+    if not reason.startswith("initializing"):
+        return True
+    try:
+        return time.time() - (admin / "locked").stat().st_mtime < STALE_ADD_S
+    except FileNotFoundError:
+        return False
 
 
 def uncommitted(path: Path) -> list[str]:
