@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("AGENTBOX_VERIFY_JOURNAL", "1")  # every journalled save is read back and compared (run_store)
 TOOLS_BIN = REPO / ".tools" / "bin"
 
 

@@ -107,20 +107,18 @@ class Person:
         sys.stdout.flush()
 
     def _watch(self) -> None:
-        import os
-
         from agentbox.core import runs as runs_mod
-        from agentbox.core.engine.run_store import RUN_FILE, RunStore
+        from agentbox.core.engine.run_store import RunStore
         from agentbox.core.errors import AgentboxError
 
-        state_file = RunStore(self.project).dir(self.run_id) / RUN_FILE
-        seen: tuple[int, int] | None = None
+        store = RunStore(self.project)
+        seen: tuple[int, ...] | None = None
         run = None
         while not self._stop.is_set():
             try:
-                info = os.stat(state_file)
-                if run is None or (info.st_mtime_ns, info.st_size) != seen:  # re-read only what changed
-                    seen, run = (info.st_mtime_ns, info.st_size), runs_mod.load(self.project, self.run_id)
+                stamp = store.state_stamp(self.run_id)
+                if run is None or stamp != seen:  # re-read only what changed
+                    seen, run = stamp, runs_mod.load(self.project, self.run_id)
             except (AgentboxError, OSError, ValueError):
                 self._stop.wait(self.POLL_S)
                 continue

@@ -29,6 +29,7 @@ from agentbox.core.engine.run_store import (
     MANIFEST_FILE,
     RUN_FILE,
     RunStore,
+    is_journal,
     manifest_problem,
 )
 from agentbox.core.paths import CREW_FILE, PROFILE_FILE, ProjectPaths
@@ -42,7 +43,7 @@ STEP_MS = 10
 # ----------------------------------------------------------------------------- facts
 @dataclass(frozen=True, order=True)
 class RunChanged:
-    """A run's state file (run.json) was written, created or removed."""
+    """A run's state changed: run.json was written, created or removed, or its journal appended."""
 
     run_id: str
 
@@ -114,7 +115,7 @@ def classify(project: ProjectPaths, path: str | Path, profiles_dir: Path | None 
     top = parts[0]
     if top == "runs" and len(parts) >= 3:
         run_id, name = parts[1], parts[2]
-        if name == RUN_FILE and len(parts) == 3:
+        if (name == RUN_FILE or is_journal(name)) and len(parts) == 3:
             return RunChanged(run_id)
         if name == EVENTS_FILE and len(parts) == 3:
             return EventsAppended(run_id)
@@ -203,18 +204,19 @@ _SAVE_TIME = re.compile(rb'"updated":[-+0-9.eE]+,"finished":')
 
 
 def read_run_if_changed(project: ProjectPaths, run_id: str, last_digest: bytes | None) -> tuple[Run | None, bytes]:
-    """The run, or None when run.json differs from `last_digest` only by its save time.
+    """The run, or None when its state differs from `last_digest` only by run.json's save time.
 
     A running engine saves its state several times a second even when nothing happened;
     hashing the bytes is far cheaper than validating a big run again. If the file's
     layout ever changes, every read simply counts as a change.
     """
     runs = RunStore(project)
-    raw = runs.read_raw(run_id)  # bounded, regular file only; "no run" / damaged errors
-    digest = hashlib.blake2b(_SAVE_TIME.sub(b'"finished":', raw, count=1), digest_size=16).digest()
-    if digest == last_digest:
-        return None, digest
-    return runs.parse(run_id, raw), digest
+    state = runs.read_state(run_id)  # bounded, regular files only; "no run" / damaged errors
+    digest = hashlib.blake2b(_SAVE_TIME.sub(b'"finished":', state.snapshot, count=1), digest_size=16)
+    digest.update(state.journal)  # a journal line is only written for a real change
+    if digest.digest() == last_digest:
+        return None, digest.digest()
+    return runs.parse_state(run_id, state), digest.digest()
 
 
 def read_events(project: ProjectPaths, run_id: str, offset: int) -> tuple[list[dict[str, Any]], int]:

@@ -39,12 +39,15 @@ def agentbox(*args):
 first = agentbox("run", "fill the disk", "--quiet")
 run_id = sorted(p.name for p in (root / ".agent-box" / "runs").iterdir())[0]
 run_dir = root / ".agent-box" / "runs" / run_id
-paused = json.loads((run_dir / "run.json").read_text())
+from agentbox.core.engine.run_store import RunStore  # run.json with its journal replayed
+from agentbox.core.paths import ProjectPaths
+state = lambda: RunStore(ProjectPaths(root)).load(run_id).model_dump(mode="json")
+paused = state()
 fill = root / "src" / "t2" / "fill"
 filled = fill.stat().st_size if fill.exists() else 0
 fill.unlink(missing_ok=True)
 second = agentbox("run", "--resume", run_id, "--quiet")
-final = json.loads((run_dir / "run.json").read_text())
+final = state()
 events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
 prompts = []
 for turns in (root / ".agent-box" / "sessions").glob("*/*.turns.jsonl"):

@@ -27,6 +27,7 @@ PROJECT = ProjectPaths(Path("/repo"))
 @pytest.mark.parametrize(("path", "fact"), [
     (BOX / "runs/r1/run.json", watch.RunChanged("r1")),
     (BOX / "runs/r1", watch.RunChanged("r1")),
+    (BOX / "runs/r1/journal-7.jsonl", watch.RunChanged("r1")),  # a save after the snapshot
     (BOX / "runs/r1/events.jsonl", watch.EventsAppended("r1")),
     (BOX / "runs/r1/artifacts/greet/notes.md", watch.ArtifactsChanged("r1")),
     (BOX / "runs/r1/artifacts/manifest.jsonl", watch.ArtifactsChanged("r1")),

@@ -92,7 +92,7 @@ class Engine:
 
     def save(self) -> None:
         """Persist the state and flush the decision log, then let the notifier read what is new in it."""
-        self.store.save(self.run)
+        self.store.save(self.run, self.ledger.changes)
         self.ledger.dirty = False
         if self.notifier.after_save(self.run):  # it logged a delivery problem: persist that too
             self.save()

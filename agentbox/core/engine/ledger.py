@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from agentbox.core.engine.changes import Changes
 from agentbox.core.engine.mode_state import ModeState
 from agentbox.core.engine.models import (
     Checkpoint,
@@ -45,10 +46,21 @@ class RunLedger:
         self.wake = wake
         self.dirty = False
         """Something changed that no event records (saved with the next state write)."""
+        self.changes = Changes()
+        """The tasks, checkpoints and turns changed since the last save (what the save journals)."""
 
     def reload(self, run: Run) -> None:
         """Take over `run` as read from disk (the engine validated it under its lock)."""
         self.run = run
+        self.changes = Changes()
+
+    def _task(self, task: Task) -> Task:
+        self.changes.tasks.add(task.id)
+        return task
+
+    def _job(self, job: Job) -> Job:
+        self.changes.jobs.add(job.id)
+        return job
 
     # ------------------------------------------------------------------ the log
     def event(self, type_: str, what: str, why: str | None = None, *, task: str | None = None,
@@ -78,13 +90,13 @@ class RunLedger:
     def add_task(self, task: Task, why: str) -> Task:
         """Register a new task (queued)."""
         task.created = task.updated = self.clock()
-        self.run.tasks[task.id] = task
+        self.run.tasks[self._task(task).id] = task
         self.event("task.created", f"{task.id} → {task.assignee}: {task.brief[:120]}", why, task=task.id, role=task.assignee)
         return task
 
     def transition(self, task: Task, event: TaskEvent, why: str, *, evidence: Any = None, human: bool = False) -> None:
         """Apply a task state change through the transition table (illegal ones raise)."""
-        before = task.state
+        before = self._task(task).state
         task.state = transition(task.state, event, evidence=evidence)
         task.updated = self.clock()
         self.event(f"task.{event.value}", f"{task.id}: {before} → {task.state}", why, task=task.id,
@@ -97,7 +109,7 @@ class RunLedger:
         """Add a pending turn; the scheduler starts it when the rules allow."""
         job = Job(id=self.next_id("job"), kind=kind, role=role, task=task, session_id=session_id,  # type: ignore[arg-type]
                   prompt=prompt, attempt=attempt, corrective=corrective, data={"not_before": not_before, **data})
-        self.run.jobs[job.id] = job
+        self.run.jobs[self._job(job).id] = job
         self.dirty = True
         self.wake()
         return job
@@ -105,36 +117,40 @@ class RunLedger:
     def drop_jobs(self, task_id: str) -> None:
         """Forget the pending turns of a task (cancelled, paused, decided by a human)."""
         for job in [j for j in self.run.pending_jobs() if j.task == task_id]:
-            del self.run.jobs[job.id]
+            del self.run.jobs[self._job(job).id]
 
     def forget_job(self, job_id: str) -> None:
         """A turn ended or was stopped: it is no longer pending or running."""
         self.run.jobs.pop(job_id, None)
+        self.changes.jobs.add(job_id)
 
     def drop_pending(self) -> None:
         """Forget every pending turn (the run is cancelled; running ones are stopped by the loop)."""
         self.run.jobs = {k: j for k, j in self.run.jobs.items() if j.started}
+        self.changes.all_jobs = True
 
     def forget_all_jobs(self) -> None:
         """The run ended: no turn is pending or running any more."""
         self.run.jobs = {}
+        self.changes.all_jobs = True
 
     def start_job(self, job: Job, dispatched: Task | None) -> str:
         """Mark `job` started (one more attempt of the task it `dispatched`, if any); returns its session."""
         if dispatched is not None:
-            dispatched.attempts += 1
+            self._task(dispatched).attempts += 1
         session = self.session_for(job)
-        job.started = self.clock()
+        self._job(job).started = self.clock()
         return session
 
     def learned_pid(self, job: Job, pid: int, create_time: float | None) -> None:
         """The turn's process started (recorded so a new engine can find it after a crash)."""
+        self._job(job)
         job.pid, job.pid_create_time = pid, create_time
         self.dirty = True
 
     def requeue_interrupted(self, job: Job, prompt: str) -> None:
         """A turn a crash interrupted waits to be resumed with `prompt`."""
-        job.started = 0.0
+        self._job(job).started = 0.0
         job.pid = job.pid_create_time = None
         job.prompt = prompt
 
@@ -144,6 +160,9 @@ class RunLedger:
             return job.session_id
         task = self.run.tasks.get(job.task or "")
         new = str(uuid.uuid4())
+        self._job(job)
+        if task is not None:
+            self._task(task)
         if job.kind == "work" and task is not None:
             task.session_id = task.session_id or new
             job.session_id = task.session_id
@@ -162,6 +181,7 @@ class RunLedger:
         cp = Checkpoint(id=self.next_id("cp"), kind=kind, question=question, options=options or [],  # type: ignore[arg-type]
                         task=task, role=role, created=self.clock(), data=data or {})
         self.run.checkpoints[cp.id] = cp
+        self.changes.checkpoints.add(cp.id)
         self.event("checkpoint", f"{cp.id} ({kind}) waits for the human", question[:300], task=task, role=role,
                    human_required=True, checkpoint=cp.id)
         return cp
@@ -169,29 +189,31 @@ class RunLedger:
     def close_checkpoint(self, cp: Checkpoint, answer: str) -> None:
         """Mark `cp` answered with `answer` (no event: the caller says why)."""
         cp.status, cp.answer, cp.answered_at = "answered", answer, self.clock()
+        self.changes.checkpoints.add(cp.id)
 
     def record_failure(self, task: Task, failure: Failure) -> None:
         """A typed failure of `task` (its history; the routing is decided elsewhere)."""
-        task.failures.append(failure)
+        self._task(task).failures.append(failure)
 
     def add_verdict(self, task: Task, verdict: Verdict) -> None:
         """A review outcome of `task` (a reviewer's, the human's, the engine's)."""
-        task.verdicts.append(verdict)
+        self._task(task).verdicts.append(verdict)
 
     def leave_note(self, task: Task, note: str | None) -> None:
         """A note passed to the task's worker on its next work turn."""
-        task.note = note
+        self._task(task).note = note
 
     def record_submission(self, task: Task, submission: Submission | NodeResult) -> None:
         """The worker's submission of `task`."""
-        task.submission = submission
+        self._task(task).submission = submission
 
     def bind_session(self, task: Task, session_id: str) -> None:
         """`task`'s work goes on in the agentbox session `session_id` (a rework resumes it)."""
-        task.session_id = session_id
+        self._task(task).session_id = session_id
 
     def take_note(self, task: Task) -> str | None:
         """The note waiting for the task's next work turn, which consumes it."""
+        self._task(task)
         note, task.note = task.note, None
         return note
 
@@ -201,11 +223,11 @@ class RunLedger:
 
     def raise_task_budget(self, task: Task, tokens: int) -> None:
         """Add `tokens` to the task's token budget."""
-        task.budget_extra += tokens
+        self._task(task).budget_extra += tokens
 
     def hold_review(self, task: Task, held: bool) -> None:
         """The task's submitted work waits for a budget decision before its review (or no longer does)."""
-        task.review_pending = held
+        self._task(task).review_pending = held
 
     def account(self, task: Task | None, usage: Usage) -> None:
         """Add a finished turn's usage to the run's totals and to its task."""
@@ -215,6 +237,7 @@ class RunLedger:
         add_usage(totals, usage)
         totals.tokens += tokens or 0
         if task is not None:
+            self._task(task)
             if tokens is None:
                 task.unknown_usage_turns += 1
             else:

@@ -14,6 +14,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
     computed_field,
     field_serializer,
     field_validator,
@@ -29,7 +31,7 @@ from agentbox.core.config import (
     Mode,
     SequentialSettings,
 )
-from agentbox.core.engine.mode_state import STATE_BY_MODE, HierarchicalState, ModeState
+from agentbox.core.engine.mode_state import ModeState
 from agentbox.core.engine.replies import BlockingIssue, ChecklistItem, NodeResult, Submission
 from agentbox.core.graph_model import Graph
 from agentbox.core.ids import ID_PATTERN, ID_RULE, check_id, is_valid_id  # noqa: F401  (re-exported)
@@ -157,11 +159,6 @@ class Verdict(Model):
     confidence: float | None = None
     note: str | None = None
 
-    @field_serializer("checklist")
-    def _checklist_as_written(self, checklist: list[ChecklistItem]) -> list[dict[str, Any]]:
-        """Each item with the `pass` key the reviewer wrote (not the attribute name `pass_`)."""
-        return [item.model_dump(by_alias=True) for item in checklist]
-
 
 class Task(Model):
     """One unit of work with an assignee, acceptance criteria and a write scope."""
@@ -275,6 +272,16 @@ class Totals(Model):
     unknown_usage_turns: int = 0
 
 
+class _OldRunKeys(Model):
+    """The run-level keys a run.json written before the mode states were typed kept in `mode_state`."""
+
+    started: bool = False
+    budget_extra: int = 0
+
+
+RUN_KEYS_IN_OLD_MODE_STATE = tuple(_OldRunKeys.model_fields)
+
+
 class EngineHolder(Model):
     """The engine process running a run."""
 
@@ -312,6 +319,8 @@ class Run(Model):
     """Everything in run.json."""
 
     id: RunId
+    saves: int = Field(default=0, ge=0)
+    """How many times the state was saved; run.json's journal is `journal-<saves>.jsonl` (kept second: found by a scan)."""
     contract: Contract
     status: RunStatus = "planning"
     status_reason: str | None = None
@@ -327,7 +336,7 @@ class Run(Model):
     totals: Totals = Field(default_factory=Totals)
     retries: dict[str, int] = Field(default_factory=dict)
     """Failure fingerprint → automatic retries made."""
-    mode_state: ModeState = Field(default_factory=HierarchicalState, discriminator="mode")
+    mode_state: ModeState = Field(default_factory=dict, validate_default=True, discriminator="mode")  # type: ignore[arg-type]
     """The mode's own progress (the model of the contract's mode; see `mode_state`)."""
     mode_started: bool = False
     """The mode's start has run (a resumed run does not start it again)."""
@@ -375,37 +384,36 @@ class Run(Model):
         """Turns running now."""
         return [j for j in self.jobs.values() if j.started]
 
-    @model_validator(mode="before")
+    @field_validator("mode_state", mode="wrap")
     @classmethod
-    def _mode_state_of_mode(cls, data: Any) -> Any:
+    def _state_of_mode(cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> ModeState:
         """Read `mode_state` as the model of the contract's mode.
 
         A run.json written before the mode states were typed kept two run-level keys in the
-        mode's dict: `started` moves to `mode_started` and `budget_extra` to `budget_extra`.
+        mode's dict, `started` and `budget_extra`: they are set aside for `_consistent` to move
+        to the run. (A field validator, not a model one: the rest of run.json stays on
+        pydantic's fast path for JSON.)
         """
-        if not isinstance(data, dict):
-            return data
-        contract = data.get("contract")
-        mode = contract.mode if isinstance(contract, Contract) else (
-            contract.get("mode") if isinstance(contract, dict) else None)
-        state = data.get("mode_state", {})
-        if mode not in STATE_BY_MODE or not isinstance(state, dict):
-            return data
-        fields = dict(state)
-        data = dict(data)
-        if "started" in fields:
-            data.setdefault("mode_started", fields.pop("started"))
-        if "budget_extra" in fields:
-            data.setdefault("budget_extra", fields.pop("budget_extra"))
-        fields.setdefault("mode", mode)
-        data["mode_state"] = fields
-        return data
+        contract = info.data.get("contract")
+        if not isinstance(value, dict) or not isinstance(contract, Contract):
+            return handler(value)
+        fields = dict(value)
+        run_keys = {key: fields.pop(key) for key in RUN_KEYS_IN_OLD_MODE_STATE if key in fields}
+        fields.setdefault("mode", contract.mode)
+        state = handler(fields)
+        state.old_run_keys = run_keys
+        return state
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         """Keys match ids; the mode state is the contract's mode's; the outbox holds events with seqs the run has given out."""
         if self.mode_state.mode != self.contract.mode:
             raise ValueError(f"mode_state is for {self.mode_state.mode} in a {self.contract.mode} run")
+        if self.mode_state.old_run_keys:
+            moved = _OldRunKeys.model_validate(self.mode_state.old_run_keys)
+            self.mode_started = self.mode_started or moved.started
+            self.budget_extra = self.budget_extra or moved.budget_extra
+            self.mode_state.old_run_keys = {}
         for name, table in (("tasks", self.tasks), ("checkpoints", self.checkpoints), ("jobs", self.jobs)):
             for key, item in table.items():
                 if key != item.id:
