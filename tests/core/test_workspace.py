@@ -517,6 +517,15 @@ def test_delivery_merges_into_the_checked_out_branch(repo: Path) -> None:
     assert deliver(repo, "r1", into=None, squash=False, base=base).already
 
 
+def test_a_file_only_touched_is_not_a_change_that_blocks_delivery(repo: Path) -> None:
+    base = start(repo)
+    work(repo, "t1", {"a.txt": "the run's\n"})
+    merge_task(repo, "r1", "t1")
+    os.utime(repo / "a.txt", (1, 1))  # stat data out of date, content the same
+    deliver(repo, "r1", into=None, squash=False, base=base)
+    assert (repo / "a.txt").read_text() == "the run's\n"
+
+
 def test_delivery_refuses_to_overwrite_uncommitted_changes(repo: Path) -> None:
     base = start(repo)
     work(repo, "t1", {"a.txt": "the run's\n"})

@@ -167,7 +167,8 @@ def deliver(root: Path, run_id: str, *, into: str | None, squash: bool, base: Ba
     `squash`; never rewrites the branch's history.
 
     Only the run's own work arrives: when the base snapshots uncommitted changes, those
-    stay the person's (the merge is computed against the snapshot). Where the branch is
+    stay the person's (the merge is computed against the snapshot; a merge commit still has
+    the snapshot commit in the history it brings, a squashed one does not). Where the branch is
     checked out, its working tree and index are updated by a two-tree `read-tree -m -u`,
     which refuses to overwrite uncommitted changes (a UsageError with a hint). A conflict
     with the branch is a MergeConflictError naming the paths; either way nothing changed.
@@ -206,8 +207,11 @@ def deliver(root: Path, run_id: str, *, into: str | None, squash: bool, base: Ba
     parents = [target] if squash else [target, integration]
     commit = commit_tree(root, tree, parents, text, _person_ident(root))
     if checked_out is not None:
-        git(checked_out, "update-index", "-q", "--refresh", ok=(0, 1))
         check = git(checked_out, "read-tree", "-m", "-u", target, commit, ok=(0, 128))
+        if check.returncode != 0 and "not uptodate" in check.error_text:
+            # stat data only out of date (a file touched, not changed): refresh it, as `git status` would
+            git(checked_out, "update-index", "-q", "--refresh", ok=(0, 1))
+            check = git(checked_out, "read-tree", "-m", "-u", target, commit, ok=(0, 128))
         if check.returncode != 0:
             problems = [line.strip() for line in check.error_text.splitlines() if line.strip()]
             raise UsageError(
