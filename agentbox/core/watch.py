@@ -201,6 +201,8 @@ async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = No
 # ----------------------------------------------------------------------------- incremental reads
 _SAVE_TIME = re.compile(rb'"updated":[-+0-9.eE]+,"finished":')
 """run.json's top-level save time (compact JSON; only the run's own `updated` precedes `finished`)."""
+_SAVES = re.compile(rb'^(\{"id":"[^"\\]*","saves":)\d+')
+"""run.json's save counter (second in the file), which every save moves."""
 
 
 def read_run_if_changed(project: ProjectPaths, run_id: str, last_digest: bytes | None) -> tuple[Run | None, bytes]:
@@ -212,7 +214,8 @@ def read_run_if_changed(project: ProjectPaths, run_id: str, last_digest: bytes |
     """
     runs = RunStore(project)
     state = runs.read_state(run_id)  # bounded, regular files only; "no run" / damaged errors
-    digest = hashlib.blake2b(_SAVE_TIME.sub(b'"finished":', state.snapshot, count=1), digest_size=16)
+    snapshot = _SAVES.sub(rb"\1", _SAVE_TIME.sub(b'"finished":', state.snapshot, count=1), count=1)
+    digest = hashlib.blake2b(snapshot, digest_size=16)
     digest.update(state.journal)  # a journal line is only written for a real change
     if digest.digest() == last_digest:
         return None, digest.digest()

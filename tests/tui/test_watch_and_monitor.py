@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentbox.core import store, watch
+from agentbox.core.engine.changes import Changes
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.monitor import ProcessMonitor, agent_pids
 from agentbox.core.paths import ProjectPaths
@@ -234,12 +235,13 @@ def test_members_busy_first_with_their_task(project_at) -> None:  # type: ignore
 def test_a_save_that_changes_nothing_is_not_read_again(project_at) -> None:  # type: ignore[no-untyped-def]
     project = project_at("executing")
     store = RunStore(project)
+    store.save(store.load(RUN_ID))  # a snapshot, as an engine's first save writes
     run, digest = watch.read_run_if_changed(project, RUN_ID, None)
     assert run is not None and run.id == RUN_ID
-    store.save(store.load(RUN_ID))  # an engine loop saving the same state: only `updated` moves
+    store.save(store.load(RUN_ID))  # the same state saved again: only `updated` and the save count move
     assert watch.read_run_if_changed(project, RUN_ID, digest) == (None, digest)
     changed = store.load(RUN_ID)
     changed.status_reason = "something happened"
-    store.save(changed)
+    store.save(changed, Changes(full=False))  # journalled
     again, new_digest = watch.read_run_if_changed(project, RUN_ID, digest)
     assert again is not None and again.status_reason == "something happened" and new_digest != digest
