@@ -15,7 +15,6 @@ from agentbox.tui import gc_tuning
 from agentbox.tui import messages as msg
 from agentbox.tui.commands import AgentboxCommands
 from agentbox.tui.screens.dashboard import DashboardScreen
-from agentbox.tui.screens.profiles import ProfilesScreen
 
 DEMO_HINT = ("This is the demo crew at work. The builder will ask you a question: "
              "press a to answer it. ctrl+p lists every action.")
@@ -46,6 +45,8 @@ class AgentboxApp(App[None]):
     def get_default_screen(self) -> Screen[None]:
         """The dashboard, or the profiles with the way to create a project."""
         if self.project is None:
+            from agentbox.tui.screens.profiles import ProfilesScreen  # outside a project only
+
             return ProfilesScreen(intro=True)
         return DashboardScreen(self.project, run_id=self.run_id, clock=self.clock, live=self.live,
                                sample_interval_s=self.sample_interval_s)

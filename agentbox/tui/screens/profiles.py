@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Markdown, Static
+from textual.widgets import DataTable, Footer, Static
 
 from agentbox.tui import loaders
 from agentbox.tui import messages as msg
@@ -43,6 +43,9 @@ class ProfilesScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="profiles"):
             if self.intro:
+                # markdown-it and its friends (2 MB) are loaded only outside a project
+                from textual.widgets import Markdown
+
                 yield Markdown(NO_PROJECT, id="no-project")
             yield DataTable(id="profile-list", cursor_type="row")
             yield Static(id="profile-detail")
