@@ -33,7 +33,12 @@ from agentbox.core.workspace.layout import (
     split_task_branch,
     worktrees_dir,
 )
-from agentbox.core.workspace.worktrees import forget_missing_worktrees, trash_worktree, uncommitted
+from agentbox.core.workspace.worktrees import (
+    forget_missing_worktrees,
+    handed_out,
+    trash_worktree,
+    uncommitted,
+)
 
 
 @dataclass(frozen=True)
@@ -208,7 +213,7 @@ def _plan_run(root: Path, run_id: str, state: _RunState, tips: list[str], force:
                 continue
             left = []
         else:
-            left = uncommitted(path) if admin is not None else []
+            left = uncommitted(path) if admin is not None and handed_out(admin) else []
         if left and not force:
             if task_id is not None:
                 kept_tasks.add(task_id)

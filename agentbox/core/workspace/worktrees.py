@@ -164,6 +164,12 @@ def _attached(path: Path, branch: str) -> bool:
             and read_small(admin / "HEAD") == f"ref: {heads(branch)}\n")
 
 
+def handed_out(admin: Path) -> bool:
+    """True when a worktree's HEAD is on a branch: only then can a turn have run in it (a
+    worktree is attached last when made, and detached first when parked)."""
+    return (read_small(admin / "HEAD") or "").startswith("ref: ")
+
+
 def _drop_stale_index_lock(path: Path) -> None:
     admin = admin_dir(path)
     if admin is not None:
@@ -357,7 +363,7 @@ def remove_task_worktree(root: Path, run_id: str, task_id: str, *, keep_spare: b
         forget_missing_worktrees(common)
         return
     _drop_stale_index_lock(path)
-    left = uncommitted(path)
+    left = uncommitted(path) if handed_out(admin) else []
     if left and not discard_uncommitted:
         raise StateError(f"task {task_id}'s worktree has uncommitted changes: {', '.join(left[:5])}",
                          "commit the turn first, or discard the changes (a cancelled task)")
