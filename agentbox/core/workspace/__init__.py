@@ -5,8 +5,11 @@ tracked files (`snapshot_base`), on an integration branch `agentbox/<run>`. Each
 task works on `agentbox/<run>@<task>` in a worktree inside the git dir
 (`ensure_task_worktree`); agentbox commits each turn (`commit_turn`), shows what it
 changed (`changed_files`, `diff_text`), merges it on approval without touching a working
-tree (`merge_task`), and the person brings the run into their branch (`deliver`).
-`clean` and `orphans` deal with what is left. The layout of refs and directories is drawn
+tree (`merge_task`; after a conflict `sync_task` brings the integrated work into the task
+for its rework), and the person brings the run into their branch (`deliver`). A finished
+task's worktree is parked for the run's next task (`remove_task_worktree`), so most tasks
+pay a switch, not a checkout. `recover_run` clears what a killed engine's git calls left;
+`clean` and `orphans` deal with what finished runs left. The layout of refs and directories is drawn
 in `agentbox.core.workspace.layout`; how a sandbox sees git, in `.provision`.
 
 Every git call runs with hooks, fsmonitor, signing and external drivers off and the
