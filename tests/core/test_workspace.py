@@ -131,6 +131,14 @@ def user_state(repo: Path) -> dict[str, object]:
 # ----------------------------------------------------------------------------- repository facts
 
 
+def test_the_package_needs_nothing_of_agentboxs_but_errors_and_ids() -> None:
+    from tests.core.test_import_contracts import GRAPH
+
+    used = {target for name, targets in GRAPH.items() if name.startswith("agentbox.core.workspace")
+            for target in targets if not target.startswith("agentbox.core.workspace")}
+    assert used == {"agentbox.core.errors", "agentbox.core.ids"}
+
+
 def test_repo_info_says_when_worktrees_are_possible(repo: Path, tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
