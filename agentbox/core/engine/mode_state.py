@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from agentbox.core.engine.replies import Plan
 from agentbox.core.graph_model import EdgeKind
@@ -24,6 +24,17 @@ class State(BaseModel):
     """Base: attribute docstrings become descriptions; every assignment is validated; stray keys are dropped."""
 
     model_config = ConfigDict(use_attribute_docstrings=True, extra="ignore", validate_assignment=True)
+
+    _old_run_keys: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @property
+    def old_run_keys(self) -> dict[str, Any]:
+        """Run-level keys a run.json written before the states were typed kept here, until `Run` moves them out."""
+        return self._old_run_keys
+
+    @old_run_keys.setter
+    def old_run_keys(self, keys: dict[str, Any]) -> None:
+        self._old_run_keys = keys
 
 
 def _renamed(data: Any, old: str, new: str) -> Any:

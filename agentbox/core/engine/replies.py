@@ -134,7 +134,9 @@ class BlockingIssue(_Reply):
 
 
 class ChecklistItem(_Reply):
-    """One acceptance criterion as checked by the reviewer."""
+    """One acceptance criterion as checked by the reviewer (written with the JSON key `pass`, as read)."""
+
+    model_config = ConfigDict(serialize_by_alias=True)
 
     item: NonEmpty
     """What was checked."""
