@@ -20,7 +20,9 @@ QUICK_COMMANDS = frozenset({"invoke", "sessions", "status", "runs", "profile", "
 
 Their start-up makes a few hundred thousand objects (modules, the config models, the
 YAML loader) and none of them is garbage, so collecting them again and again costs a
-short command ~5-10% of its time. Commands that stay (run, tui, mcp, attach) keep it.
+short command ~5-10% of its time, and the collections at the interpreter's exit as much
+again (run as the program, the command freezes what it made before it ends). Commands
+that stay (run, tui, mcp, attach) keep the collector as it is.
 """
 
 
@@ -42,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(target, args)
     finally:
         if pause_gc:
+            if argv is None:  # the process ends with the command: its last collections need not walk it all
+                gc.freeze()
             gc.enable()
 
 
