@@ -1,27 +1,70 @@
-"""A tree that repaints, instead of laying the screen out again, when only its style changed."""
+"""A tree whose restyles are cheap: focus in and out repaints from its line cache, no screen layout."""
 
 from __future__ import annotations
 
 from typing import TypeVar
 
+from rich.style import Style
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widgets import Tree
 
 DataT = TypeVar("DataT")
+
+
+class StyleMemo:
+    """Which styles a widget's cached lines were rendered with, per pseudo-class state (focus, hover).
+
+    Textual tells a widget its style changed without saying what changed. Focus moving in
+    or out is such a change, and it happens on every Tab; a theme change is another. A
+    widget whose line cache is already keyed by its pseudo-class state only has to throw
+    the cache away when the styles seen in *this* state differ from the last time it was
+    in it, which is what `changed` answers.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[object, tuple[Style, ...]] = {}
+
+    def changed(self, state: object, styles: tuple[Style, ...]) -> bool:
+        """True when `styles` differ from those last seen in `state` (every state is then forgotten)."""
+        if self._seen.get(state) == styles:
+            return False
+        self._seen = {state: styles}
+        return True
 
 
 class QuietTree(Tree[DataT]):
     """Textual's tree, minus the rebuild and screen layout on every restyle.
 
     Textual's tree answers any style update by rebuilding its lines and asking for a layout
-    of the whole screen. Focus moving into or out of it is such an update (the cursor and
-    the border change colour), so every Tab across the dashboard laid the screen out again.
-    Colours never change the tree's size: here a restyle only re-renders the visible lines
-    (its line cache is keyed by the node versions bumped below).
+    of the whole screen, and every Tab is such an update. Colours never change the tree's
+    size, and its line cache is keyed by the focus state: so a restyle only drops the cache
+    when the styles really changed (a new theme), and otherwise just repaints.
     """
 
+    STYLED_PARTS = ("tree--label", "tree--guides", "tree--guides-hover", "tree--guides-selected", "tree--cursor",
+                    "tree--highlight", "tree--highlight-line")
+    """The component classes a tree line is drawn with."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._style_memo = StyleMemo()
+        self._restyled = True
+
     def notify_style_update(self) -> None:
-        """Drop the rendered lines; keep the tree's lines and size."""
+        """Repaint; whether the lines must be re-rendered is decided at the paint (below), once
+        the part styles (cursor, guides) have been worked out too."""
         super(Tree, self).notify_style_update()
-        self._line_cache.clear()
-        self._updates += 1
+        self._restyled = True
         self.refresh()
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """The lines in `crop`; the line cache is dropped first if the styles really changed."""
+        if self._restyled:
+            self._restyled = False
+            styles = (self.rich_style,
+                      *(self.get_component_rich_style(part, partial=True) for part in self.STYLED_PARTS))
+            if self._style_memo.changed(self.get_pseudo_class_state(), styles):
+                self._line_cache.clear()
+                self._updates += 1
+        return super().render_lines(crop)
