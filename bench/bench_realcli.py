@@ -17,8 +17,9 @@ The fake server answers without Nagle's delay (TCP_NODELAY), as real model serve
 with it, each small write of a streamed answer or of a 404 can wait 40 ms for a delayed
 ACK, which makes every turn slower and hides what agentbox adds.
 
-Medians over --runs rounds; in every round the two variants run back to back, their
-order alternating, so drift hits them alike. Everything happens in a temporary
+Medians over --runs rounds (three times as many for a CLI whose turn takes under 2 s); in
+every round the variants run back to back, their order alternating, so drift hits them
+alike. Everything happens in a temporary
 AGENT_BOX_HOME, HOME and project; the user's real home is not touched. A CLI missing from
 .tools/bin is skipped; a turn that fails is a failure (non-zero exit).
 
@@ -188,24 +189,36 @@ class Bench:
         return time.perf_counter() - started, len(self.server.requests()) - before
 
 
+QUICK_TURN_S = 2.0
+"""Turns shorter than this (in the first, dropped round) are measured over three times the rounds."""
+
+
 def compare(bench: Bench, variants: dict[str, Callable[[str], Callable[[], None]]],
-            runs: int) -> dict[str, tuple[float, float]]:
-    """Median seconds and median requests per turn of each variant, interleaved, the first round dropped."""
+            runs: int) -> tuple[int, dict[str, tuple[float, float]]]:
+    """(rounds measured, median seconds and median requests per turn of each variant), interleaved;
+    the first round warms up and is dropped."""
     seconds: dict[str, list[float]] = {key: [] for key in variants}
     requests: dict[str, list[int]] = {key: [] for key in variants}
-    for index in range(runs + 1):
+    index = 0
+    while index <= runs:
         order = list(variants) if index % 2 == 0 else list(reversed(variants))
+        warm_up: list[float] = []
         for key in order:
             took, made = bench.requests_of(variants[key](f"hi {index}"))
             if index:
                 seconds[key].append(took)
                 requests[key].append(made)
-    return {key: (statistics.median(seconds[key]), statistics.median(requests[key])) for key in variants}
+            else:
+                warm_up.append(took)
+        if warm_up and max(warm_up) < QUICK_TURN_S:
+            runs *= 3
+        index += 1
+    return runs, {key: (statistics.median(seconds[key]), statistics.median(requests[key])) for key in variants}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=5, help="measured rounds per CLI (default 5)")
+    parser.add_argument("--runs", type=int, default=8, help="measured rounds per CLI (default 8)")
     parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated CLIs (default: all four)")
     args = parser.parse_args()
     tools = [t for t in args.tools.split(",") if t]
@@ -221,21 +234,22 @@ def main() -> int:
                     continue
                 try:
                     name = bench.profile(tool, f"bench-{tool}")
-                    found = compare(bench, {"by_hand": lambda p, n=name: bench.by_hand(n, p),
-                                            "cli": lambda p, n=name: bench.cli(n, p),
-                                            "library": lambda p, n=name: bench.library(n, p)}, args.runs)
+                    rounds, found = compare(bench, {"by_hand": lambda p, n=name: bench.by_hand(n, p),
+                                                    "cli": lambda p, n=name: bench.cli(n, p),
+                                                    "library": lambda p, n=name: bench.library(n, p)}, args.runs)
                     (hand_s, hand_n), (cli_s, _), (lib_s, _) = found["by_hand"], found["cli"], found["library"]
                     ratio = cli_s / hand_s
-                    lines.append(f"  {tool:<9} by hand {hand_s:6.2f} s   agentbox invoke {cli_s:6.2f} s   "
+                    lines.append(f"  {tool:<9} ({rounds:2} rounds) by hand {hand_s:6.2f} s   agentbox invoke {cli_s:6.2f} s   "
                                  f"ratio {ratio:5.3f}  (goal <= {P7_GOAL})  {'ok' if ratio <= P7_GOAL else 'MISSED'}"
                                  f"   library invoke() {lib_s:6.2f} s  ratio {lib_s / hand_s:5.3f}"
                                  f"   {hand_n:g} requests per turn")
                     if tool == "hermes":
                         bare = bench.profile(tool, "bench-hermes-model-only", hermes_config="model-only")
-                        found = compare(bench, {"model_only": lambda p, n=bare: bench.by_hand(n, p),
-                                                "template": lambda p, n=name: bench.by_hand(n, p)}, args.runs)
+                        rounds, found = compare(bench, {"model_only": lambda p, n=bare: bench.by_hand(n, p),
+                                                        "template": lambda p, n=name: bench.by_hand(n, p)}, args.runs)
                         (bare_s, bare_n), (template_s, template_n) = found["model_only"], found["template"]
-                        lines.append(f"  hermes by hand: the model block alone {bare_s:6.2f} s ({bare_n:g} requests), "
+                        lines.append(f"  hermes    ({rounds:2} rounds) by hand, the model block alone {bare_s:6.2f} s "
+                                     f"({bare_n:g} requests), "
                                      f"the template's config {template_s:6.2f} s ({template_n:g} requests)   "
                                      f"ratio {template_s / bare_s:5.3f}")
                 except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
@@ -244,7 +258,7 @@ def main() -> int:
             bench.loop.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"bench_realcli: medians of {args.runs} rounds, new sessions, against the fake model server")
+    print("bench_realcli: medians, new sessions, against the fake model server")
     print("\n".join(lines))
     for failure in failures:
         print(f"FAIL: {failure}", file=sys.stderr)
