@@ -90,6 +90,8 @@ def test_an_old_handoff_run_reads_its_hops(project: Path) -> None:
     assert state.trail[-1].note == "settle it" and state.hop == 3
     assert state.ended is not None and state.ended.final is not None and state.ended.final.role == "b"
     assert run.result is not None and run.result.answered_by == "b" and run.result.handoffs == 3
+    held = next(cp for cp in run.checkpoints.values() if cp.kind == "ping_pong").data.hop
+    assert held is not None and (held.source, held.to, held.hop) == ("a", "b", 3)
 
 
 def test_an_old_graph_run_reads_its_graph_and_deliveries(project: Path) -> None:
@@ -156,6 +158,23 @@ def test_an_old_run_cut_short_loads_its_mode_state(project: Path, mode: str, old
     assert check(run.mode_state) and run.mode_started
     assert run.budget_extra == old_state.get("budget_extra", 0)
     assert run.engine == EngineHolder(pid=4242, started=1.5)
+    assert reloaded(project, run) == run
+
+
+def test_old_turn_extras_and_an_escalated_turn_load_typed(project: Path) -> None:
+    data = old_run("handoff")
+    data["jobs"] = {"job-9": {"id": "job-9", "kind": "handoff", "role": "b", "prompt": "p", "data": {
+        "not_before": 12.5, "session_key": "handoff:b", "original_prompt": "p0", "hop": 2, "writes": ["src/**"]}}}
+    data["checkpoints"]["cp-9"] = {"id": "cp-9", "kind": "retry_escalation", "question": "?", "task": None, "data": {
+        "fingerprint": "fp-1", "job": {"kind": "handoff", "role": "b", "task": None, "session_id": "s-1", "prompt": "p0",
+                                       "data": {"session_key": "handoff:b", "hop": 2, "writes": ["src/**"]}}}}
+    run = load(project, data)
+    job = run.jobs["job-9"]
+    assert (job.data.not_before, job.data.session_key, job.data.hop, job.data.writes) == (12.5, "handoff:b", 2, ["src/**"])
+    assert job.original_prompt == "p0"
+    escalated = run.checkpoints["cp-9"].data
+    assert escalated.fingerprint == "fp-1" and escalated.job is not None
+    assert (escalated.job.kind, escalated.job.prompt, escalated.job.data.hop) == ("handoff", "p0", 2)
     assert reloaded(project, run) == run
 
 

@@ -19,10 +19,13 @@ from typing import Any
 from agentbox.core.engine.changes import Changes
 from agentbox.core.engine.mode_state import ModeState
 from agentbox.core.engine.models import (
+    ChangedPath,
     Checkpoint,
+    CheckpointData,
     EngineHolder,
     Failure,
     Job,
+    JobData,
     Run,
     RunResult,
     RunStatus,
@@ -104,11 +107,11 @@ class RunLedger:
 
     # ------------------------------------------------------------------ jobs
     def enqueue(self, kind: str, role: str, prompt: str, *, task: str | None = None,
-                session_id: str | None = None, not_before: float = 0.0, attempt: int = 1,
-                corrective: bool = False, **data: Any) -> Job:
+                session_id: str | None = None, attempt: int = 1, corrective: bool = False,
+                data: JobData | None = None) -> Job:
         """Add a pending turn; the scheduler starts it when the rules allow."""
         job = Job(id=self.next_id("job"), kind=kind, role=role, task=task, session_id=session_id,  # type: ignore[arg-type]
-                  prompt=prompt, attempt=attempt, corrective=corrective, data={"not_before": not_before, **data})
+                  prompt=prompt, attempt=attempt, corrective=corrective, data=data or JobData())
         self.run.jobs[self._job(job).id] = job
         self.dirty = True
         self.wake()
@@ -170,16 +173,16 @@ class RunLedger:
             task.review_session_id = task.review_session_id or new
             job.session_id = task.review_session_id
         else:
-            key = job.data.get("session_key") or job.role
+            key = job.data.session_key or job.role
             job.session_id = self.run.sessions.setdefault(key, new)
         return job.session_id
 
     # ------------------------------------------------------------------ checkpoints and counters
     def checkpoint(self, kind: str, question: str, *, options: list[str] | None = None, task: str | None = None,
-                   role: str | None = None, data: dict[str, Any] | None = None) -> Checkpoint:
+                   role: str | None = None, data: CheckpointData | None = None) -> Checkpoint:
         """Open a question for the human; the run waits on it (other work continues)."""
         cp = Checkpoint(id=self.next_id("cp"), kind=kind, question=question, options=options or [],  # type: ignore[arg-type]
-                        task=task, role=role, created=self.clock(), data=data or {})
+                        task=task, role=role, created=self.clock(), data=data or CheckpointData())
         self.run.checkpoints[cp.id] = cp
         self.changes.checkpoints.add(cp.id)
         self.event("checkpoint", f"{cp.id} ({kind}) waits for the human", question[:300], task=task, role=role,
@@ -216,6 +219,20 @@ class RunLedger:
         self._task(task)
         note, task.note = task.note, None
         return note
+
+    def record_git(self, task: Task, *, branch: str, base: str, head: str, changed: list[ChangedPath]) -> None:
+        """Where a worktree task's branch stands and what it changed, from git."""
+        self._task(task)
+        task.branch, task.base, task.head, task.changed_files = branch, base, head, list(changed)
+
+    def record_merge(self, task: Task, commit: str) -> None:
+        """The task's work was merged into the run's integration branch as `commit`."""
+        self._task(task).merged = commit
+
+    def record_delivery(self, commit: str) -> None:
+        """The run's integration branch reached the person's branch at `commit`."""
+        if self.run.git is not None:
+            self.run.git = self.run.git.model_copy(update={"delivered": commit})
 
     def command_applied(self, command_id: str) -> None:
         """The inbox command `command_id` was applied (never again)."""

@@ -31,7 +31,7 @@ from agentbox.core.config import (
     Mode,
     SequentialSettings,
 )
-from agentbox.core.engine.mode_state import ModeState
+from agentbox.core.engine.mode_state import HandoffHop, ModeState
 from agentbox.core.engine.replies import BlockingIssue, ChecklistItem, NodeResult, Submission
 from agentbox.core.graph_model import Graph
 from agentbox.core.ids import ID_PATTERN, ID_RULE, check_id, is_valid_id  # noqa: F401  (re-exported)
@@ -218,6 +218,54 @@ class Task(Model):
         return self.submission.artifacts if self.submission is not None else []
 
 
+class JobData(Model):
+    """What a turn carries besides its prompt: when it may start, what a retry sends, and its mode's bookkeeping."""
+
+    not_before: float = 0.0
+    """It starts no earlier than this (a back-off after an environment failure)."""
+    original_prompt: str | None = None
+    """The prompt before any correction or resume note: what a retry sends again (None: the job's prompt)."""
+    session_key: str | None = None
+    """The run's named session a turn without a task runs in (`lead`, `chat:<role>`, `node:<name>`...)."""
+    writes: list[str] | None = None
+    """The write scope of a turn without a task (a handoff turn); None: read-only."""
+    hop: int | None = None
+    """Handoff: the hop the turn answers (a late turn of an earlier hop is ignored)."""
+    n: int | None = None
+    """Group chat: the number the speech will have in the pool (a late speech is ignored)."""
+    round: int | None = None
+    """Group chat: the round of the speech."""
+    graph_route: bool = False
+    """Graph: not a turn but a loop's delivery passing through failure routing."""
+
+    def for_retry(self, original_prompt: str | None, *, not_before: float = 0.0) -> JobData:
+        """The same extras for another turn of the same work: it sends `original_prompt` again, from `not_before` on."""
+        return self.model_copy(update={"not_before": not_before, "original_prompt": original_prompt})
+
+
+class EscalatedTurn(Model):
+    """The turn a retry_escalation stopped: what a person's `retry` runs again."""
+
+    kind: JobKind
+    role: str
+    task: TaskId | None = None
+    session_id: SessionId | None = None
+    prompt: str
+    """The turn's original prompt."""
+    data: JobData = Field(default_factory=JobData)
+
+
+class CheckpointData(Model):
+    """What a checkpoint keeps for its answer, by kind."""
+
+    fingerprint: str | None = None
+    """retry_escalation: the failure that was retried too often (a `retry` resets its count)."""
+    job: EscalatedTurn | None = None
+    """retry_escalation: the turn to run again."""
+    hop: HandoffHop | None = None
+    """ping_pong: the handoff held until the person answers."""
+
+
 class Checkpoint(Model):
     """Something that waits on a human."""
 
@@ -231,7 +279,7 @@ class Checkpoint(Model):
     answer: str | None = None
     created: float = 0.0
     answered_at: float | None = None
-    data: dict[str, Any] = Field(default_factory=dict)
+    data: CheckpointData = Field(default_factory=CheckpointData)
 
 
 class Job(Model):
@@ -250,7 +298,12 @@ class Job(Model):
     """Attempt of this same job (environment retries)."""
     corrective: bool = False
     """This turn is the one corrective re-prompt after an invalid structured reply."""
-    data: dict[str, Any] = Field(default_factory=dict)
+    data: JobData = Field(default_factory=JobData)
+
+    @property
+    def original_prompt(self) -> str:
+        """The prompt a retry of this turn sends again (before any correction or resume note)."""
+        return self.data.original_prompt or self.prompt
 
     @property
     def works_on_task(self) -> bool:

@@ -36,7 +36,7 @@ def interrupted_turns(run: Run) -> list[ResumeTurn]:
     decisions = []
     for job in run.running_jobs():
         task = run.tasks.get(job.task or "")
-        decisions.append(ResumeTurn(job.id, interrupted_prompt(job.data.get("original_prompt", job.prompt)),
+        decisions.append(ResumeTurn(job.id, interrupted_prompt(job.original_prompt),
                                     task is not None and task.state == TaskState.EXECUTING and job.works_on_task))
     return decisions
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel
 
 from agentbox.core.engine.failures import FailureKind, counts_against_task, fingerprint
 from agentbox.core.engine.ledger import RunLedger
-from agentbox.core.engine.models import Failure, Job, Run
+from agentbox.core.engine.models import CheckpointData, EscalatedTurn, Failure, Job, JobData, Run
 from agentbox.core.engine.replies import ReplyError, corrective_prompt, parse_reply
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState
@@ -93,10 +93,9 @@ class FailureRouter:
         if not job.corrective:
             self.ledger.event("reply.invalid", f"{job.role}'s {model.__name__} is invalid; one corrective re-prompt",
                          "; ".join(problems), task=job.task, role=job.role, session=result.session_id)
-            data = {k: v for k, v in job.data.items() if k != "not_before"}
-            data["original_prompt"] = job.data.get("original_prompt", job.prompt)
             self.ledger.enqueue(job.kind, job.role, corrective_prompt(model, problems), task=job.task,
-                                  session_id=result.session_id, corrective=True, **data)
+                                session_id=result.session_id, corrective=True,
+                                data=job.data.for_retry(job.original_prompt))
             return None
         self.fail(job, FailureKind.CONTRACT_DEFECT, f"invalid {model.__name__}: " + "; ".join(problems))
         return None
@@ -111,8 +110,7 @@ class FailureRouter:
                                                 at=self.ledger.clock(), job=job.id))
         ledger.event("failure", f"{kind.value} in {job.kind} turn of {job.role}", message[:500], task=job.task,
                      role=job.role, session=job.session_id, fingerprint=fp)
-        original = job.data.get("original_prompt", job.prompt)
-        data = {k: v for k, v in job.data.items() if k not in ("not_before", "original_prompt")}
+        original, data = job.original_prompt, job.data
         delays = self.backoff(self.ledger.run.contract.limits.retry_max_s)
         decision = route_failure(self.ledger.run, job, kind, message, fp, delays)
         if isinstance(decision, Escalate):
@@ -121,8 +119,8 @@ class FailureRouter:
             if task is not None and task.state == TaskState.EXECUTING:
                 ledger.transition(task, TaskEvent.REQUEUE, "environment failure: retry after back-off")
             ledger.enqueue(job.kind, job.role, original, task=job.task, session_id=job.session_id,
-                           not_before=self.ledger.clock() + decision.delay_s, attempt=decision.attempt,
-                           original_prompt=original, **data)
+                           attempt=decision.attempt,
+                           data=data.for_retry(original, not_before=self.ledger.clock() + decision.delay_s))
             ledger.event("retry", f"retry {decision.attempt - 1}/{ENV_RETRIES} of {job.kind} turn in "
                          f"{decision.delay_s:.1f} s",
                          "environment failures are retried with back-off and not counted against the task",
@@ -134,14 +132,15 @@ class FailureRouter:
                          fingerprint=fp)
             self.retry(job, kind, message, original, data)
 
-    def escalate(self, job: Job, fp: str, question: str, original: str, data: dict[str, Any]) -> None:
+    def escalate(self, job: Job, fp: str, question: str, original: str, data: JobData) -> None:
         """Stop retrying and ask the human (a retry-escalation checkpoint)."""
         task = self.ledger.run.tasks.get(job.task or "")
         if task is not None and job.kind != "review" and not task.is_terminal and task.state != TaskState.BLOCKED:
             self.ledger.transition(task, TaskEvent.BLOCK, "retries exhausted: waiting for a human")
         self.ledger.checkpoint("retry_escalation", question + "\nAnswer 'retry' (optionally with a note), or 'cancel'.",
                           options=["retry", "cancel"], task=job.task, role=job.role,
-                          data={"fingerprint": fp, "job": {"kind": job.kind, "role": job.role, "task": job.task,
-                                                            "session_id": job.session_id, "prompt": original, "data": data}})
+                          data=CheckpointData(fingerprint=fp, job=EscalatedTurn(
+                              kind=job.kind, role=job.role, task=job.task, session_id=job.session_id, prompt=original,
+                              data=data.for_retry(None))))
         self.ledger.event("escalation", f"{job.kind} turn of {job.role} escalated to the human", question[:300],
                      task=job.task, role=job.role, fingerprint=fp, human_required=True)

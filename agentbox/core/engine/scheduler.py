@@ -64,7 +64,7 @@ def job_writes(job: Job, run: Run) -> list[str]:
     """The write scope a job needs (work turns only; reviews, plans and chats are read-only)."""
     if job.works_on_task and job.task and job.task in run.tasks:
         return run.tasks[job.task].writes
-    return list(job.data.get("writes", []))
+    return list(job.data.writes or [])
 
 
 def member_busy(role: str, task_id: str | None, run: Run) -> bool:
@@ -94,7 +94,7 @@ def pick(pending: Sequence[Job], in_flight: Sequence[Job], run: Run, max_workers
     holders = _slot_holders(run)
     working_roles = {o.role for o in active if o.works_on_task}
     for job in pending:
-        if float(job.data.get("not_before", 0)) > now:
+        if job.data.not_before > now:
             continue
         if is_worker_turn(job, run) and workers >= max_workers:
             continue

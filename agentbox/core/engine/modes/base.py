@@ -9,11 +9,12 @@ from agentbox.core.engine import budgets, prompts
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.mode_context import ModeContext
 from agentbox.core.engine.mode_state import ModeState
-from agentbox.core.engine.models import Checkpoint, Job, Run, Task, Verdict
+from agentbox.core.engine.models import Checkpoint, Job, JobData, Run, Task, Verdict
 from agentbox.core.engine.replies import Submission
 from agentbox.core.engine.replies import Verdict as VerdictReply
 from agentbox.core.engine.reply_rules import check_verdict
 from agentbox.core.engine.scheduler import deps_state
+from agentbox.core.engine.workspaces import merge_conflict_note
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState, round_can_close
 
@@ -105,7 +106,7 @@ class ModeDriver(Generic[StateT]):
         upstream = prompts.upstream(self.upstream_of(task), self.artifacts_root())
         prompt = prompts.work_prompt(self.run, task, self.artifacts_root(), upstream, note)
         self.ctx.ledger.enqueue("work", task.assignee, prompt, task=task.id, session_id=task.session_id,
-                            original_prompt=prompt)
+                                data=JobData(original_prompt=prompt))
 
     def upstream_of(self, task: Task) -> list[Task]:
         """The finished tasks whose results `task`'s worker is given (default: its dependencies)."""
@@ -208,6 +209,12 @@ class ModeDriver(Generic[StateT]):
                           "; ".join(b.detail for b in reply.blocking_issues)[:300] or None, task=task.id,
                           role=job.role, session=result.session_id)
         if reply.verdict == "approve":
+            conflicts = self.ctx.integrate(task)
+            if conflicts:  # nothing was merged: the worker resolves what the approved work brought in
+                message = merge_conflict_note(conflicts)
+                self.ctx.ledger.leave_note(task, message)
+                self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message, tuple(conflicts))
+                return
             self.ctx.ledger.transition(task, TaskEvent.APPROVE, f"review by {job.role} passed every criterion",
                                    evidence=verdict.evidence)
             self.on_task_approved(task)
@@ -219,11 +226,14 @@ class ModeDriver(Generic[StateT]):
         self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message + " " + ",".join(failing),
                          tuple(task.writes))
 
-    def retry(self, job: Job, kind: FailureKind, message: str, original: str, data: dict[str, Any]) -> None:
+    def retry(self, job: Job, kind: FailureKind, message: str, original: str, data: JobData) -> None:
         """Automatic retry of a counted failure (the fingerprint ledger allowed it)."""
         task = self.run.tasks.get(job.task or "")
         if kind == FailureKind.IMPLEMENTATION_DEFECT and task is not None:
-            self.ctx.ledger.transition(task, TaskEvent.REJECT, "rework in the same session with the verdict")
+            if task.state == TaskState.EXECUTING:  # found before any review (a graph node's merge conflict)
+                self.ctx.ledger.transition(task, TaskEvent.REQUEUE, "rework in the same session: " + message[:200])
+            else:
+                self.ctx.ledger.transition(task, TaskEvent.REJECT, "rework in the same session with the verdict")
             self.requeue(task)
             return
         if task is not None and job.works_on_task:
@@ -234,7 +244,7 @@ class ModeDriver(Generic[StateT]):
             return
         prompt = f"{original}\n\nYour previous reply could not be used: {message[:500]}"
         self.ctx.ledger.enqueue(job.kind, job.role, prompt, task=job.task, session_id=job.session_id,
-                            original_prompt=original, **data)
+                                data=data.for_retry(original))
 
     def all_closed(self) -> bool:
         """True when the run has tasks and the round can close (every one approved or cancelled)."""

@@ -33,15 +33,15 @@ summaries go to `artifacts/result.md`), `failed` when one was cancelled.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
 
 from agentbox.core import graph as graph_mod
 from agentbox.core.engine import mode_prompts
 from agentbox.core.engine.failures import FailureKind, fingerprint
 from agentbox.core.engine.mode_state import Delivery, GraphState
-from agentbox.core.engine.models import Acceptance, Failure, Job, RunResult, Task, Verdict
+from agentbox.core.engine.models import Acceptance, Failure, Job, JobData, RunResult, Task, Verdict
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import NodeResult
+from agentbox.core.engine.workspaces import merge_conflict_note
 from agentbox.core.graph_model import Edge, Graph
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState, round_can_close
@@ -156,7 +156,7 @@ class GraphMode(ModeDriver[GraphState]):
         reason = f": {delivery.reason}" if delivery.reason else ""
         message = f"graph loop {delivery.source} -> {task.node} ({delivery.condition}{reason})"
         source_job = delivery.job or "graph"
-        route = Job(id=source_job, kind="node", role=task.assignee, task=task.id, data={"graph_route": True})
+        route = Job(id=source_job, kind="node", role=task.assignee, task=task.id, data=JobData(graph_route=True))
         self.ctx.fail(route, FailureKind.IMPLEMENTATION_DEFECT, message)
 
     def advance(self) -> None:
@@ -180,8 +180,8 @@ class GraphMode(ModeDriver[GraphState]):
         if task.attempts == 0 and task.node is not None and self._waiting(task.node):
             return
         prompt = self._prompt(task)
-        self.ctx.ledger.enqueue("node", task.assignee, prompt, task=task.id, session_key=f"node:{task.node}",
-                            original_prompt=prompt)
+        self.ctx.ledger.enqueue("node", task.assignee, prompt, task=task.id,
+                                data=JobData(session_key=f"node:{task.node}", original_prompt=prompt))
 
     def _prompt(self, task: Task) -> str:
         node = str(task.node)
@@ -219,6 +219,12 @@ class GraphMode(ModeDriver[GraphState]):
             return
         self.ctx.ledger.record_submission(task, reply)
         self.record_artifacts(task, reply.artifacts, job, result)
+        conflicts = self.ctx.integrate(task) if reply.outcome == "success" else []
+        if conflicts:  # nothing was merged: the node resolves what the approved work brought in
+            message = merge_conflict_note(conflicts)
+            self.ctx.ledger.leave_note(task, message)
+            self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message, tuple(conflicts))
+            return
         self.ctx.ledger.transition(task, TaskEvent.SUBMIT, reply.summary[:200])
         node = str(task.node)
         if reply.outcome == "success":
@@ -263,16 +269,15 @@ class GraphMode(ModeDriver[GraphState]):
         fp = fingerprint(FailureKind.IMPLEMENTATION_DEFECT, message)
         self.ctx.ledger.record_failure(task, Failure(kind=FailureKind.IMPLEMENTATION_DEFECT.value, fingerprint=fp,
                                                         message=message, at=self.ctx.clock(), job=job.id))
-        original = job.data.get("original_prompt", job.prompt)
-        data = {k: v for k, v in job.data.items() if k not in ("not_before", "original_prompt")}
         self.ctx.escalate(job, fp, f"{message}: {reply.summary[:300]}"
-                             + (f"\nRemediation: {reply.remediation}" if reply.remediation else ""), original, data)
+                          + (f"\nRemediation: {reply.remediation}" if reply.remediation else ""),
+                          job.original_prompt, job.data)
 
     # ------------------------------------------------------------------ failures
-    def retry(self, job: Job, kind: FailureKind, message: str, original: str, data: dict[str, Any]) -> None:
+    def retry(self, job: Job, kind: FailureKind, message: str, original: str, data: JobData) -> None:
         """A loop allowed by the ledger runs its target; an unusable node reply runs the node again."""
         task = self.run.tasks.get(job.task or "")
-        if data.get("graph_route") and task is not None:
+        if data.graph_route and task is not None:
             self.requeue(task)
             return
         super().retry(job, kind, message, original, data)

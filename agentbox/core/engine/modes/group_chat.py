@@ -36,7 +36,7 @@ from agentbox.core import store
 from agentbox.core.config import GroupChatSettings
 from agentbox.core.engine import mode_prompts
 from agentbox.core.engine.mode_state import ChatEnding, ChatMessage, GroupChatState
-from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, RunResult, Task
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, JobData, RunResult, Task
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import ChatTurn
 from agentbox.core.invoke import InvokeResult
@@ -138,8 +138,8 @@ class GroupChatMode(ModeDriver[GroupChatState]):
             self.run, role, n=n, round_no=state.round, max_rounds=self.settings.max_rounds,
             speakers=state.speakers, selection=self.settings.selection, lead=state.lead,
             done_role=state.done_role, unseen=unseen, first_turn=role not in state.seen)
-        self.ctx.ledger.enqueue("speech", role, prompt, session_key=f"chat:{role}", original_prompt=prompt,
-                            n=n, round=state.round)
+        self.ctx.ledger.enqueue("speech", role, prompt, data=JobData(
+            session_key=f"chat:{role}", original_prompt=prompt, n=n, round=state.round))
 
     def _check(self, role: str) -> Any:
         def check(turn: ChatTurn) -> list[str]:
@@ -159,7 +159,7 @@ class GroupChatMode(ModeDriver[GroupChatState]):
         """A speech: add it to the pool, then pick the next speaker or end the chat."""
         if job.kind != "speech" or self.state.phase != "chatting":
             return
-        if job.data.get("n") != self.state.count:
+        if job.data.n != self.state.count:
             self.ctx.ledger.event("speech.stale", f"late speech of {job.role} ignored", None, role=job.role)
             return
         turn = self.ctx.structured(job, result, ChatTurn, self._check(job.role))

@@ -28,7 +28,15 @@ from typing import Any, Literal
 from agentbox.core.config import HandoffSettings
 from agentbox.core.engine import mode_prompts
 from agentbox.core.engine.mode_state import HandoffAnswer, HandoffEnding, HandoffHop, HandoffState
-from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Job, RunResult, Task
+from agentbox.core.engine.models import (
+    TERMINAL_RUN_STATES,
+    Checkpoint,
+    CheckpointData,
+    Job,
+    JobData,
+    RunResult,
+    Task,
+)
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import Handoff
 from agentbox.core.invoke import InvokeResult
@@ -83,8 +91,9 @@ class HandoffMode(ModeDriver[HandoffState]):
                                              handoffs_left=self.max_handoffs - hop)
         writes = self.ctx.crew.roles[role].writes
         self.update_state(active=role)
-        self.ctx.ledger.enqueue("handoff", role, prompt, session_key=f"handoff:{role}", original_prompt=prompt,
-                            hop=hop, writes=["**"] if writes is None else list(writes))
+        self.ctx.ledger.enqueue("handoff", role, prompt, data=JobData(
+            session_key=f"handoff:{role}", original_prompt=prompt, hop=hop,
+            writes=["**"] if writes is None else list(writes)))
 
     def _check(self, role: str) -> Any:
         def check(reply: Handoff) -> list[str]:
@@ -100,7 +109,7 @@ class HandoffMode(ModeDriver[HandoffState]):
         """An answer ends the run; a handoff is routed, refused at the bound, or held for the human."""
         if job.kind != "handoff" or self.state.phase != "active":
             return
-        if job.data.get("hop") != self.state.hop:
+        if job.data.hop != self.state.hop:
             self.ctx.ledger.event("handoff.stale", f"late turn of {job.role} ignored", None, role=job.role)
             return
         reply = self.ctx.structured(job, result, Handoff, self._check(job.role))
@@ -128,7 +137,7 @@ class HandoffMode(ModeDriver[HandoffState]):
                 f"(limit {self.max_ping_pong}). {job.role} now hands off to {target}: {reply.message[:300]}\n"
                 f"Answer 'continue' (optionally with a note for {target}), a role name to hand over to "
                 "that role instead, or 'stop'.",
-                options=["continue", "stop"], role=job.role, data={"hop": hop.model_dump()})
+                options=["continue", "stop"], role=job.role, data=CheckpointData(hop=hop))
             return
         self._route(hop, streak, None)
 
@@ -151,7 +160,9 @@ class HandoffMode(ModeDriver[HandoffState]):
         """The human's answer to a ping-pong: stop, re-route, or continue with a note."""
         if checkpoint.kind != "ping_pong" or self.state.phase != "active":
             return
-        hop = self.state.held or HandoffHop.model_validate(checkpoint.data["hop"])
+        hop = self.state.held or checkpoint.data.hop
+        if hop is None:
+            return
         self.update_state(held=None)
         words = text.split()
         first = words[0].lower()

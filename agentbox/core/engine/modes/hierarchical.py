@@ -5,7 +5,7 @@ from __future__ import annotations
 from agentbox.core.config import HierarchicalSettings
 from agentbox.core.engine import prompts
 from agentbox.core.engine.mode_state import HierarchicalState
-from agentbox.core.engine.models import Acceptance, Checkpoint, Job, RunResult, Task
+from agentbox.core.engine.models import Acceptance, Checkpoint, Job, JobData, RunResult, Task
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import Plan
 from agentbox.core.engine.reply_rules import check_plan
@@ -51,7 +51,7 @@ class HierarchicalMode(ModeDriver[HierarchicalState]):
 
     def _ask_plan(self, feedback: str | None) -> None:
         prompt = prompts.plan_prompt(self.run, self._roles_for_planner(), feedback)
-        self.ctx.ledger.enqueue("plan", self.lead, prompt, session_key="lead", original_prompt=prompt)
+        self.ctx.ledger.enqueue("plan", self.lead, prompt, data=JobData(session_key="lead", original_prompt=prompt))
 
     def on_success(self, job: Job, result: InvokeResult) -> None:
         """Plans and syntheses here; work and reviews in the base driver."""
@@ -136,7 +136,8 @@ class HierarchicalMode(ModeDriver[HierarchicalState]):
         self.update_state(phase="synthesis")
         self.ctx.ledger.event("round.closed", f"round closed: {len(approved)} task(s) approved", None)
         prompt = prompts.synthesis_prompt(self.run)
-        self.ctx.ledger.enqueue("synthesis", self.lead, prompt, session_key="lead", original_prompt=prompt)
+        self.ctx.ledger.enqueue("synthesis", self.lead, prompt,
+                                data=JobData(session_key="lead", original_prompt=prompt))
 
     def _handle_synthesis(self, result: InvokeResult) -> None:
         path = self.write_artifact("synthesis.md", result.text.strip() + "\n", role=self.lead,
