@@ -313,6 +313,30 @@ class GraphSettings(Strict):
         return _box_path(file, "graph file")
 
 
+class WorkspaceSetup(Strict):
+    """How a new task worktree is made ready (worktree workspaces)."""
+
+    model_config = ConfigDict(**Strict.model_config, validate_by_name=True, serialize_by_alias=True)
+
+    copy_: list[Annotated[str, Field(min_length=1, max_length=400)]] = Field(default_factory=list, max_length=100,
+                                                                             alias="copy")
+    """Ignored files a fresh worktree lacks, as patterns relative to the project (`.env`,
+    `node_modules`, `config/*.local`): copied in, as reflinks where the file system has them."""
+    run: str | None = Field(default=None, min_length=1, max_length=4000)
+    """A shell command run once in each new worktree, inside the sandbox (e.g. `npm ci`)."""
+    timeout_s: float = Field(default=600, gt=0, le=MAX_SECONDS)
+    """Longest the setup command may take."""
+
+    @field_validator("copy_")
+    @classmethod
+    def _relative(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            parts = pattern.split("/")
+            if pattern.startswith("/") or ".." in parts or parts[0] in (".git", ".agent-box"):
+                raise ValueError(f"{pattern!r} must be a path inside the project, not in .git or .agent-box")
+        return patterns
+
+
 class Crew(Strict):
     """crew.yaml: who is on the crew, how they work together, and the limits."""
 
@@ -332,6 +356,16 @@ class Crew(Strict):
     """Settings of handoff mode."""
     graph: GraphSettings = Field(default_factory=GraphSettings)
     """Settings of graph mode."""
+    workspace: Literal["worktree", "shared"] | None = None
+    """Where writers work. `worktree`: each writer task in its own git worktree and branch,
+    merged into the run's branch when approved, and into yours by `agentbox merge`.
+    `shared`: everyone in the live tree. Default: `worktree` in a git repository with a
+    commit, `shared` elsewhere (where `worktree` is an error)."""
+    deliver: Literal["checkpoint", "manual", "merge"] = "checkpoint"
+    """When a worktree run is done: `checkpoint` asks you whether to merge it into your branch
+    (showing what changed), `manual` leaves it for `agentbox merge RUN`, `merge` merges it."""
+    workspace_setup: WorkspaceSetup = Field(default_factory=WorkspaceSetup)
+    """How a new task worktree is made ready."""
 
     host_only_keys: ClassVar[tuple[str, ...]] = ("hooks", "notify")
     """Keys of the user's own $AGENT_BOX_HOME/config.yaml: a crew.yaml comes with a repository, so it

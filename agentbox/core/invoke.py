@@ -77,6 +77,12 @@ class Agent:
     extra_rw: tuple[Path, ...] = ()
     """More writable dirs (the run's artifact dir)."""
     timeout_s: float | None = None
+    worktree: Path | None = None
+    """A task's git worktree, seen at `cwd` inside the sandbox (worktree runs); None: `cwd` itself."""
+    views: tuple[tuple[Path, Path], ...] = ()
+    """(source, dest) read-only binds after the project's: the worktree's git metadata."""
+    view_hidden: tuple[Path, ...] = ()
+    """Dirs inside `views` covered by an empty tmpfs (the other tasks' worktrees)."""
 
     @property
     def read_only(self) -> bool:
@@ -262,18 +268,25 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         if profile.scenario_path is not None:
             needs.add(profile.scenario_path.parent.resolve())
     needs |= {Path(p).expanduser() for p in policy.ro_binds}
-    scope_plan = scopes.plan(agent.cwd, list(agent.writes) if agent.writes is not None else None,
+    source = agent.worktree or agent.cwd  # what is seen at the project's path
+    metadata = scopes.metadata_paths(source)
+    if agent.worktree is not None:  # its .git file and admin dir give way to `views`; the real .agent-box is protected
+        metadata = tuple(p for p in metadata if p.is_relative_to(source) and p.name not in (".git", ".agent-box"))
+    scope_plan = scopes.plan(source, list(agent.writes) if agent.writes is not None else None,
                              scratch.with_suffix(".stage"))
     try:
         box = agent.cwd / ".agent-box"
         state_dirs = tuple(d for d in (box / "runs", box / "sessions") if d.is_dir() and not d.is_symlink())
         spec = sandbox.SandboxSpec(
-            project_root=agent.cwd,
+            project_root=source,
+            mount_at=agent.cwd if agent.worktree is not None else None,
+            views=agent.views,
+            view_hidden=agent.view_hidden,
             writable=scope_plan.writable,
             staged=tuple((view.stage, view.real) for view in scope_plan.staged),
             sealed=scope_plan.sealed,
             links=scope_plan.links,
-            protected=tuple(dict.fromkeys((*agent.protected, *scopes.metadata_paths(agent.cwd)))),
+            protected=tuple(dict.fromkeys((*agent.protected, *metadata))),
             extra_rw=(*agent.extra_rw, scratch),
             homes=tuple(homes),
             ro_homes=tuple(ro_homes),

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from agentbox.core import project as project_mod
-from agentbox.core.engine.models import Contract, Run, check_id
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Contract, Run, RunGit, check_id
 from agentbox.core.engine.run_store import DamagedRun, DamagedRunError, RunStore, new_run_id
 from agentbox.core.errors import NotFoundError, UsageError
 from agentbox.core.paths import ProjectPaths
@@ -35,18 +35,57 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
         graph_data = load_graph(path, list(crew.roles)).model_dump(by_alias=True)
         graph_file = str(path)
     now = time.time()
+    store = RunStore(project)
+    workspace = _workspace_of(project, crew.workspace)
+    if workspace == "shared":
+        _refuse_a_second_shared_writer(store)
     run = Run(
         id=new_run_id(now),
         contract=Contract(goal=goal.strip(), mode=mode, success_criteria=success_criteria or [],
                           limits=crew.limits, settings=getattr(crew, mode),
                           roles={name: role.profile for name, role in crew.roles.items()}, graph=graph_data,
-                          graph_file=graph_file),
+                          graph_file=graph_file, workspace=workspace, deliver=crew.deliver,
+                          workspace_setup=crew.workspace_setup),
         status="planning",
         created=now,
     )
-    store = RunStore(project)
+    if workspace == "worktree":
+        from agentbox.core import workspace as git
+
+        base = git.snapshot_base(project.root)
+        branch = git.ensure_integration_branch(project.root, run.id, base)
+        run.git = RunGit(base=base.commit, head=base.head, branch=base.branch, dirty=base.dirty,
+                         integration_branch=branch)
     store.create(run)
     return run
+
+
+def _workspace_of(project: ProjectPaths, chosen: str | None) -> str:
+    """crew.yaml's `workspace`, or the default: `worktree` at the top of a git repository with a commit."""
+    from agentbox.core.workspace import GitError, repo_info
+
+    try:
+        info = repo_info(project.root)
+    except GitError:  # git refuses the repository (another user's): only an error when worktrees were asked for
+        if chosen == "worktree":
+            raise
+        info = None
+    usable = info is not None and info.top.resolve() == project.root.resolve()
+    if chosen == "worktree" and not usable:
+        raise UsageError(f"crew.yaml asks for `workspace: worktree`, but {project.root} is not the top of a git "
+                         "repository with at least one commit",
+                         "run `git init && git add -A && git commit -m start` there, or set `workspace: shared`")
+    return chosen or ("worktree" if usable else "shared")
+
+
+def _refuse_a_second_shared_writer(store: RunStore) -> None:
+    """Two runs writing one live tree overwrite each other: a shared run waits for the other to end."""
+    for other in store.scan():
+        if (isinstance(other, Run) and other.contract.workspace == "shared"
+                and other.status not in TERMINAL_RUN_STATES and store.engine_running(other.id)):
+            raise UsageError(f"run {other.id} is writing this project's live tree (shared workspace)",
+                             f"wait for it, cancel it (`agentbox cancel {other.id}`), or use `workspace: worktree` "
+                             "(each run in its own branches)")
 
 
 async def execute(project: ProjectPaths, run_id: str, on_event: Any = None) -> Run:

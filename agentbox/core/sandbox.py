@@ -72,7 +72,7 @@ class SandboxSpec:
     """Everything that decides what an agent can see and write."""
 
     project_root: Path
-    """The project, bound at its own path."""
+    """The project (or a task's worktree of it) as found on the host."""
     writable: tuple[Path, ...]
     """Host dirs under the project the role may write, bound read-write."""
     protected: tuple[Path, ...]
@@ -111,6 +111,13 @@ class SandboxSpec:
     """The complete environment inside the sandbox."""
     interactive: bool = False
     """Keep the controlling terminal (attach/launch); headless turns get a new session."""
+    mount_at: Path | None = None
+    """Where `project_root` is seen inside the sandbox: a task's worktree is seen at the project's own
+    path (None: at its own path). Paths under `project_root` in the fields above are mapped there."""
+    views: tuple[tuple[Path, Path], ...] = ()
+    """(source, dest): read-only binds made after the project's, such as a worktree's git metadata."""
+    view_hidden: tuple[Path, ...] = ()
+    """Dirs inside `views` replaced by an empty tmpfs (the other tasks' worktrees)."""
 
 
 def _under(path: Path, roots: Iterable[Path]) -> bool:
@@ -127,6 +134,15 @@ def _sized_tmpfs(path: str | Path, size: int) -> list[str]:
 
 def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> list[str]:
     """The full bwrap command line for `command` under `spec` (pure: no filesystem access)."""
+    root = spec.mount_at or spec.project_root
+    """The project's path inside the sandbox."""
+
+    def seen(path: Path) -> str:
+        """Where a host path is seen inside the sandbox."""
+        if spec.mount_at is not None and path.is_relative_to(spec.project_root):
+            return str(spec.mount_at / path.relative_to(spec.project_root))
+        return str(path)
+
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_sized_tmpfs("/dev/shm", TMPFS_SIZES["/dev/shm"]),
             "--remount-ro", "/dev", "--proc", "/proc",
             *_sized_tmpfs("/tmp", TMPFS_SIZES["/tmp"]), *_sized_tmpfs("/var/tmp", TMPFS_SIZES["/var/tmp"]),
@@ -147,26 +163,29 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
         else:
             argv += ["--ro-bind", "/dev/null", str(path)]
     for hidden in sorted(spec.hidden, key=_depth):
-        if hidden == spec.project_root or not hidden.is_relative_to(spec.project_root):
+        if hidden == root or not hidden.is_relative_to(root):
             argv += _sized_tmpfs(hidden, HIDDEN_TMPFS_SIZE)
     for path in sorted(set(spec.ro_binds), key=_depth):
         argv += ["--ro-bind", str(path), str(path)]
-    argv += ["--ro-bind", str(spec.project_root), str(spec.project_root)]
+    argv += ["--ro-bind", str(spec.project_root), str(root)]
     # shallower first; at one depth a staged view or writable dir before what is bound inside it
     mounts: list[tuple[Path, int, list[str]]] = []
-    mounts += [(p, 0, ["--bind", str(p), str(p)]) for p in set(spec.writable)]
-    mounts += [(real, 0, ["--bind", str(stage), str(real)]) for stage, real in set(spec.staged)]
-    mounts += [(p, 1, ["--ro-bind", str(p), str(p)]) for p in set(spec.sealed)]
-    mounts += [(p, 1, ["--symlink", target, str(p)]) for target, p in set(spec.links)]
+    mounts += [(p, 0, ["--bind", str(p), seen(p)]) for p in set(spec.writable)]
+    mounts += [(real, 0, ["--bind", str(stage), seen(real)]) for stage, real in set(spec.staged)]
+    mounts += [(p, 1, ["--ro-bind", str(p), seen(p)]) for p in set(spec.sealed)]
+    mounts += [(p, 1, ["--symlink", target, seen(p)]) for target, p in set(spec.links)]
     for _path, _rank, flags in sorted(mounts, key=lambda m: (_depth(m[0]), m[1], str(m[0]))):
         argv += flags
-    for path in sorted(set(spec.protected), key=_depth):
-        argv += ["--ro-bind", str(path), str(path)]
+    for path in sorted(set(spec.protected), key=lambda p: (_depth(Path(seen(p))), str(p))):
+        argv += ["--ro-bind", str(path), seen(path)]
+    for source, dest in spec.views:
+        argv += ["--ro-bind", str(source), str(dest)]
+    for hidden in sorted(set(spec.view_hidden), key=_depth):
+        argv += _sized_tmpfs(hidden, HIDDEN_TMPFS_SIZE)
     # the project binds uncover hidden dirs inside the project (AGENT_BOX_HOME when the
     # project is the home dir, the run and session state): hide them again, with what had
     # to be bound back in them
-    inside = sorted((h for h in set(spec.hidden) if h != spec.project_root and h.is_relative_to(spec.project_root)),
-                    key=_depth)
+    inside = sorted((h for h in set(spec.hidden) if h != root and h.is_relative_to(root)), key=_depth)
     for hidden in inside:
         argv += _sized_tmpfs(hidden, HIDDEN_TMPFS_SIZE)
     for path in sorted(set(spec.ro_binds), key=_depth):
@@ -178,7 +197,7 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
         argv += ["--bind", str(bind.source), str(bind.target)]
     for source, target in spec.ro_homes:
         argv += ["--ro-bind", str(source), str(target)]
-    argv += ["--chdir", str(spec.cwd or spec.project_root)]
+    argv += ["--chdir", str(spec.cwd or root)]
     for key, value in sorted(spec.env.items()):
         argv += ["--setenv", key, value]
     return [*argv, "--", *command]

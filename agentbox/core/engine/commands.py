@@ -19,8 +19,9 @@ from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Run, Task, Verdict
 from agentbox.core.engine.run_store import command_problem
+from agentbox.core.engine.workspaces import Workspaces, merge_conflict_note
 from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
-from agentbox.core.tasks import TaskEvent, TaskState
+from agentbox.core.tasks import TaskEvent, TaskState, has_evidence
 
 
 class ModeHooks(Protocol):
@@ -40,6 +41,8 @@ class CommandContext:
     mode: ModeHooks
     abort_turns: Callable[[str, str], None]
     """Stop the running turns of a task (its id, why): their answers would be stale."""
+    workspaces: Workspaces
+    """The git side of a worktree run: merge on approval, worktrees away, delivery."""
 
     @property
     def run(self) -> Run:
@@ -111,10 +114,20 @@ class Resume(_Command):
     action: Literal["resume"]
 
 
-Command = Annotated[Answer | Approve | Rework | CancelTask | CancelRun | Pause | Resume, Field(discriminator="action")]
+class Deliver(_Command):
+    """Bring a worktree run's integration branch into the person's branch (`agentbox merge`)."""
+
+    action: Literal["deliver"]
+    into: str | None = Field(default=None, max_length=255)
+    """The branch (default: the one checked out when the run started)."""
+    squash: bool = False
+    """One commit instead of a merge commit."""
+
+
+Command = Annotated[Answer | Approve | Rework | CancelTask | CancelRun | Pause | Resume | Deliver, Field(discriminator="action")]
 """A human command, picked by its `action`."""
 _COMMAND: TypeAdapter[Command] = TypeAdapter(Command)
-ACTIONS = ("answer", "approve", "rework", "cancel_task", "cancel_run", "pause", "resume")
+ACTIONS = ("answer", "approve", "rework", "cancel_task", "cancel_run", "pause", "resume", "deliver")
 
 
 def parse(raw: dict[str, Any]) -> Command:
@@ -135,7 +148,7 @@ def parse(raw: dict[str, Any]) -> Command:
 def apply(ctx: CommandContext, command: Command) -> str:
     """Apply `command`; returns what happened or raises a UsageError subclass."""
     run = ctx.run
-    if run.status in TERMINAL_RUN_STATES and not isinstance(command, Answer):
+    if run.status in TERMINAL_RUN_STATES and not isinstance(command, Answer | Deliver):
         raise IllegalTransitionError(f"run {run.id} is {run.status}")
     return HANDLERS[type(command)](ctx, command)
 
@@ -151,6 +164,16 @@ def _task(ctx: CommandContext, task_id: str | None) -> Any:
 def _approve(ctx: CommandContext, command: Approve) -> str:
     task = _task(ctx, command.task)
     note = (command.note or "").strip()
+    if task.state == TaskState.REVIEWING and has_evidence(note):  # the approval will be taken: merge first
+        ctx.abort_turns(task.id, "approved by the human")
+        conflicts = ctx.workspaces.integrate(task)
+        if conflicts:
+            ctx.ledger.leave_note(task, merge_conflict_note(conflicts))
+            ctx.ledger.transition(task, TaskEvent.REJECT, "approved by the human, but its branch conflicts with "
+                                  "the run's approved work in " + ", ".join(conflicts[:10]), human=True)
+            ctx.ledger.drop_jobs(task.id)
+            ctx.mode.requeue(task)
+            return f"task {task.id} conflicts with approved work in {', '.join(conflicts[:10])}: sent back for rework"
     ctx.ledger.transition(task, TaskEvent.APPROVE, f"approved by the human: {note}", evidence=note, human=True)
     ctx.ledger.add_verdict(task, Verdict(verdict="approve", by="human", at=ctx.clock(), evidence=[note], note=note))
     ctx.ledger.drop_jobs(task.id)
@@ -186,6 +209,7 @@ def _cancel_task(ctx: CommandContext, command: CancelTask) -> str:
     ctx.ledger.transition(task, TaskEvent.CANCEL, "cancelled by the human", human=True)
     ctx.ledger.drop_jobs(task.id)
     ctx.abort_turns(task.id, "task cancelled by the human")
+    ctx.workspaces.release(task, discard=True)
     for cp in ctx.run.open_checkpoints():
         if cp.task == task.id:
             ctx.ledger.close_checkpoint(cp, "task cancelled")
@@ -201,6 +225,7 @@ def _cancel_run(ctx: CommandContext, command: CancelRun) -> str:
     for cp in ctx.run.open_checkpoints():
         ctx.ledger.close_checkpoint(cp, "run cancelled")
     ctx.ledger.finish("cancelled", command.note or "cancelled by the human")
+    ctx.workspaces.finish()
     return f"run {ctx.run.id} cancelled"
 
 
@@ -256,11 +281,24 @@ class PassAnswer:
 
 
 @dataclass(frozen=True)
+class DeliverNow:
+    """Decision: bring the done run into the person's branch (as one commit with `squash`)."""
+
+    squash: bool
+
+
+@dataclass(frozen=True)
+class DeliverLater:
+    """Decision: leave the run's branch for `agentbox merge`."""
+
+
+@dataclass(frozen=True)
 class ModeAnswer:
     """Decision: the mode's own checkpoint (plan approval, ping-pong): the mode reads the answer."""
 
 
-AnswerDecision = CancelTaskAt | CancelRunAt | RetryEscalated | RaiseTaskBudget | RaiseRunBudget | PassAnswer | ModeAnswer
+AnswerDecision = (CancelTaskAt | CancelRunAt | RetryEscalated | RaiseTaskBudget | RaiseRunBudget | PassAnswer
+                  | DeliverNow | DeliverLater | ModeAnswer)
 
 
 def decide_answer(run: Run, cp: Checkpoint, text: str) -> AnswerDecision:
@@ -271,6 +309,8 @@ def decide_answer(run: Run, cp: Checkpoint, text: str) -> AnswerDecision:
         return CancelTaskAt()
     if cp.kind == "run_budget" and word in ("cancel", "stop"):
         return CancelRunAt()
+    if cp.kind == "deliver":
+        return DeliverNow(squash=word == "squash") if word in ("merge", "squash", "yes", "y") else DeliverLater()
     if cp.kind == "retry_escalation":
         fp = cp.data.fingerprint
         note = None if word == "retry" and len(text.split()) == 1 else text
@@ -305,6 +345,8 @@ def _answer(ctx: CommandContext, command: Answer) -> str:
     if not text:
         raise UsageError("the answer is empty")
     decision = decide_answer(ctx.run, cp, text)
+    if isinstance(decision, DeliverNow):  # closes the checkpoint when it worked; a refusal leaves it open
+        return f"{cp.id}: {ctx.workspaces.deliver(None, squash=decision.squash)}"
     ledger = ctx.ledger
     task = ctx.run.tasks.get(cp.task or "")
     ledger.close_checkpoint(cp, text)
@@ -342,6 +384,8 @@ def _answer(ctx: CommandContext, command: Answer) -> str:
             ledger.transition(task, TaskEvent.RESUME, f"budget raised by {decision.tokens} at {cp.id}", human=True)
             ctx.mode.requeue(task)
         return f"{cp.id}: task budget raised"
+    if isinstance(decision, DeliverLater):
+        return f"{cp.id}: the run's branch waits for `agentbox merge {ctx.run.id}`"
     if isinstance(decision, RaiseRunBudget):
         ledger.raise_run_budget(decision.tokens)
         return f"{cp.id}: run budget raised by {decision.tokens}"
@@ -375,6 +419,7 @@ def _number(text: str) -> int | None:
 
 HANDLERS: dict[type[BaseModel], Callable[[CommandContext, Any], str]] = {
     Answer: _answer, Approve: _approve, Rework: _rework, CancelTask: _cancel_task, CancelRun: _cancel_run,
-    Pause: _pause, Resume: _resume,
+    Pause: _pause, Resume: _resume, Deliver: lambda ctx, command: ctx.workspaces.deliver(command.into,
+                                                                                          squash=command.squash),
 }
 """The handler of each command type."""

@@ -35,6 +35,7 @@ from agentbox.core.engine.routing import ENV_RETRIES as ENV_RETRIES
 from agentbox.core.engine.routing import FailureRouter
 from agentbox.core.engine.run_store import RUN_FILE, DamagedRunError, RunStore
 from agentbox.core.engine.turns import TurnRunner
+from agentbox.core.engine.workspaces import TurnGit, Workspaces
 from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.notify import Notifier
@@ -62,13 +63,15 @@ class Engine:
         self.ledger = RunLedger(run, clock=clock, on_event=on_event, wake=self._poke)
         self.crew = project_mod.load_crew(project).crew
         self.router = FailureRouter(self.ledger, backoff, retry=lambda *args: self.mode.retry(*args))
+        self.workspaces = Workspaces(project.root, self.ledger)
+        """The git side of a worktree run (inert in a shared one)."""
         self.mode = driver_for(run.contract.mode)(ModeContext(
             ledger=self.ledger, crew=self.crew, store=self.store, project_root=project.root,
             structured=self.router.structured, fail=self.router.fail, escalate=self.router.escalate,
-            save=self.save))
-        self.turns = TurnRunner(project, self.store, self.crew, self.ledger)
-        self._commands = commands.CommandContext(self.ledger, self.mode, self.abort_turns)
-        self._flights: dict[str, asyncio.Task[tuple[Job, InvokeResult]]] = {}
+            save=self.save, integrate=self.workspaces.integrate))
+        self.turns = TurnRunner(project, self.store, self.crew, self.ledger, self.workspaces)
+        self._commands = commands.CommandContext(self.ledger, self.mode, self.abort_turns, self.workspaces)
+        self._flights: dict[str, asyncio.Task[tuple[Job, InvokeResult, TurnGit | None]]] = {}
         self._wake: asyncio.Event | None = None
         """Set by anything that should wake the loop at once (made by `execute`)."""
         self.notifier = Notifier(project, run.id, log=self.ledger.event)
@@ -148,15 +151,17 @@ class Engine:
         self._flights[job.id] = asyncio.ensure_future(self._turn(job))
 
     # ------------------------------------------------------------------ turns and results
-    async def _turn(self, job: Job) -> tuple[Job, InvokeResult]:
+    async def _turn(self, job: Job) -> tuple[Job, InvokeResult, TurnGit | None]:
         return await self.turns.run(job)
 
-    def _complete(self, job: Job, result: InvokeResult) -> None:
-        """Account for a finished turn, log it, and route its failure or hand its result to the mode."""
+    def _complete(self, job: Job, result: InvokeResult, turn_git: TurnGit | None = None) -> None:
+        """Account for a finished turn, log it and its commit, and route its failure or hand its result to the mode."""
         ledger = self.ledger
         task = self.run.tasks.get(job.task or "")
         ledger.forget_job(job.id)
         ledger.account(task, result.usage)
+        if turn_git is not None:
+            self.workspaces.record(turn_git, job)
         ledger.event("turn", f"{job.kind} turn of {job.role} ended: {result.status}"
                      + (f" ({result.error_kind})" if result.error_kind else ""),
                      result.error if not result.ok else None, task=job.task, role=job.role,
@@ -282,7 +287,9 @@ class Engine:
         try:
             self.ledger.held_by(os.getpid())
             self.recover()
+            self.workspaces.recover()
             if self.ledger.mode_started():
+                self.workspaces.started()
                 self.mode.start()
             self.save()
             await self._loop()
@@ -336,6 +343,7 @@ class Engine:
                 for flight in self._flights.values():
                     flight.cancel()
                 self.ledger.forget_all_jobs()
+                self.workspaces.finish()
                 return
             self._dispatch()
             self.mode.tick()
@@ -354,5 +362,5 @@ class Engine:
                     if flight.cancelled():
                         continue
                     with disk_full_is_typed(self.store.dir(self.run.id)):
-                        job, result = flight.result()
-                    self._complete(job, result)
+                        job, result, turn_git = flight.result()
+                    self._complete(job, result, turn_git)

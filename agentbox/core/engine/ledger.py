@@ -19,6 +19,7 @@ from typing import Any
 from agentbox.core.engine.changes import Changes
 from agentbox.core.engine.mode_state import ModeState
 from agentbox.core.engine.models import (
+    ChangedPath,
     Checkpoint,
     CheckpointData,
     EngineHolder,
@@ -218,6 +219,20 @@ class RunLedger:
         self._task(task)
         note, task.note = task.note, None
         return note
+
+    def record_git(self, task: Task, *, branch: str, base: str, head: str, changed: list[ChangedPath]) -> None:
+        """Where a worktree task's branch stands and what it changed, from git."""
+        self._task(task)
+        task.branch, task.base, task.head, task.changed_files = branch, base, head, list(changed)
+
+    def record_merge(self, task: Task, commit: str) -> None:
+        """The task's work was merged into the run's integration branch as `commit`."""
+        self._task(task).merged = commit
+
+    def record_delivery(self, commit: str) -> None:
+        """The run's integration branch reached the person's branch at `commit`."""
+        if self.run.git is not None:
+            self.run.git = self.run.git.model_copy(update={"delivered": commit})
 
     def command_applied(self, command_id: str) -> None:
         """The inbox command `command_id` was applied (never again)."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from agentbox.core.config import Crew
 from agentbox.core.engine.ledger import RunLedger
-from agentbox.core.engine.models import Run
+from agentbox.core.engine.models import Run, Task
 from agentbox.core.engine.run_store import RunStore
 
 
@@ -30,6 +30,8 @@ class ModeContext:
     fail: Callable[..., None]
     escalate: Callable[..., None]
     save: Callable[[], None]
+    integrate: Callable[[Task], list[str]] = lambda task: []
+    """Merge an approved task's branch into the run's (worktree runs): the conflicting files, or []."""
 
     @property
     def run(self) -> Run:

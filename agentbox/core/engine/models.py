@@ -30,6 +30,7 @@ from agentbox.core.config import (
     Limits,
     Mode,
     SequentialSettings,
+    WorkspaceSetup,
 )
 from agentbox.core.engine.mode_state import HandoffHop, ModeState
 from agentbox.core.engine.replies import BlockingIssue, ChecklistItem, NodeResult, Submission
@@ -94,6 +95,12 @@ class Contract(Model):
     """Graph mode: the validated work graph (nodes and edges)."""
     graph_file: str | None = None
     """Graph mode: the path the work graph was read from."""
+    workspace: Literal["worktree", "shared"] = "shared"
+    """Where writers work: each writer task in its own git worktree, or all in the live tree."""
+    deliver: Literal["checkpoint", "manual", "merge"] = "checkpoint"
+    """What happens to a done worktree run's branch (see crew.yaml's `deliver`)."""
+    workspace_setup: WorkspaceSetup = Field(default_factory=WorkspaceSetup)
+    """How a new task worktree is made ready."""
 
     @model_validator(mode="before")
     @classmethod
@@ -160,6 +167,35 @@ class Verdict(Model):
     note: str | None = None
 
 
+class ChangedPath(Model):
+    """One file a task changed, as git counts it."""
+
+    path: str
+    change: Literal["A", "M", "D", "R"]
+    added: int | None = None
+    """Lines added (None: a binary file)."""
+    removed: int | None = None
+    old_path: str | None = None
+    """The path before a rename."""
+
+
+class RunGit(Model):
+    """Where a worktree run's work lives in git."""
+
+    base: str
+    """The commit the run started from (a snapshot of uncommitted changes when `dirty`)."""
+    head: str
+    """The person's HEAD when the run started."""
+    branch: str | None = None
+    """The person's branch when the run started (where `agentbox merge` brings the run by default)."""
+    dirty: bool = False
+    """The base is a snapshot of the person's uncommitted changes to tracked files."""
+    integration_branch: str
+    """`agentbox/<run-id>`: every approved task's work, merged."""
+    delivered: str | None = None
+    """The commit of the person's branch that brought the run in (`agentbox merge`)."""
+
+
 class Task(Model):
     """One unit of work with an assignee, acceptance criteria and a write scope."""
 
@@ -194,6 +230,16 @@ class Task(Model):
     """Graph mode: the node this task runs."""
     created: float = 0.0
     updated: float = 0.0
+    branch: str | None = None
+    """Worktree runs: the task's git branch (`agentbox/<run>@<task>`)."""
+    base: str | None = None
+    """Worktree runs: the commit the task's work is measured from."""
+    head: str | None = None
+    """Worktree runs: the task branch's last commit (agentbox commits each work turn)."""
+    changed_files: list[ChangedPath] = Field(default_factory=list)
+    """Worktree runs: what the task changed, from git (base..head), not from the agent's reply."""
+    merged: str | None = None
+    """Worktree runs: the integration branch's commit that took the task's work in."""
 
     @field_validator("state", mode="before")
     @classmethod
@@ -270,7 +316,7 @@ class Checkpoint(Model):
     """Something that waits on a human."""
 
     id: ItemId
-    kind: Literal["plan_approval", "question", "retry_escalation", "budget", "ping_pong", "run_budget"]
+    kind: Literal["plan_approval", "question", "retry_escalation", "budget", "ping_pong", "run_budget", "deliver"]
     question: str
     options: list[str] = Field(default_factory=list)
     task: TaskId | None = None
@@ -374,6 +420,8 @@ class Run(Model):
     id: RunId
     saves: int = Field(default=0, ge=0)
     """How many times the state was saved; run.json's journal is `journal-<saves>.jsonl` (kept second: found by a scan)."""
+    git: RunGit | None = None
+    """Worktree runs: the base commit and the integration branch."""
     contract: Contract
     status: RunStatus = "planning"
     status_reason: str | None = None

@@ -655,7 +655,7 @@ def _event_problem(record: dict[str, Any], state: dict[str, Any]) -> str | None:
     return None
 
 
-_COMMAND_TEXT = ("id", "task", "checkpoint", "text", "note")
+_COMMAND_TEXT = ("id", "task", "checkpoint", "text", "note", "into")
 
 
 def _command_problem(record: dict[str, Any], state: dict[str, Any]) -> str | None:

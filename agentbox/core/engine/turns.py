@@ -6,7 +6,9 @@ and carries out what the turn's result decides when it ends.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import Job
 from agentbox.core.engine.recovery import _session_exists
 from agentbox.core.engine.run_store import RunStore
+from agentbox.core.engine.workspaces import Mount, TurnGit, Workspaces
 from agentbox.core.errors import AgentboxError
 from agentbox.core.invoke import InvokeResult, invoke
 from agentbox.core.paths import ProjectPaths
@@ -24,11 +27,13 @@ from agentbox.core.paths import ProjectPaths
 class TurnRunner:
     """Runs the turns of one run: builds each role's agent once, then one sandboxed turn per job."""
 
-    def __init__(self, project: ProjectPaths, store: RunStore, crew: Crew, ledger: RunLedger) -> None:
+    def __init__(self, project: ProjectPaths, store: RunStore, crew: Crew, ledger: RunLedger,
+                 workspaces: Workspaces) -> None:
         self.project = project
         self.store = store
         self.crew = crew
         self.ledger = ledger
+        self.workspaces = workspaces
         self._role_agents: dict[str, Any] = {}
         """Each role's agent, read once per run (profile and instructions)."""
 
@@ -49,26 +54,57 @@ class TurnRunner:
             self._role_agents[job.role] = services.role_agent(self.project, job.role, crew=self.crew)
         return dataclasses.replace(self._role_agents[job.role], writes=writes, extra_rw=extra_rw)
 
-    async def run(self, job: Job) -> tuple[Job, InvokeResult]:
-        """Run `job` in its session (resumed if it exists); failures to start become an error result."""
+    async def run(self, job: Job) -> tuple[Job, InvokeResult, TurnGit | None]:
+        """Run `job` in its session (resumed if it exists); failures to start become an error result.
+
+        In a worktree run the turn sees its task's worktree at the project's path, a review
+        gets the task's diff, and what a writer's turn changed is committed on its branch.
+        """
         session = job.session_id
         assert session is not None
+        run = self.ledger.run
         try:
             agent = self.agent_for(job)
-        except AgentboxError as exc:  # the role or its profile cannot be loaded any more
+            key = self.workspaces.key_for(job)
+            mount: Mount | None = None
+            prompt = job.prompt
+            if key is not None:
+                mount = await asyncio.to_thread(self.workspaces.mount, key, run.contract.workspace_setup.copy_)
+                agent = dataclasses.replace(agent, worktree=mount.path, views=mount.views, view_hidden=mount.hidden)
+                task = run.tasks.get(key)
+                if job.kind == "review" and task is not None:
+                    agent = dataclasses.replace(agent, writes=())
+                    prompt += await asyncio.to_thread(self.workspaces.review_section, task)
+        except AgentboxError as exc:  # the role, its profile or its worktree cannot be had
             return job, InvokeResult(status="error", session_id=session, error_kind="spawn_failed",
-                                     error=exc.message, role=job.role)
+                                     error=exc.message, role=job.role), None
         exists = _session_exists(agent.sessions, session)
 
         def spawned(record: Any, pid: int) -> None:
             self.ledger.learned_pid(job, pid, (record.running or {}).get("create_time"))
 
-        run = self.ledger.run
         try:
-            result = await invoke(agent, job.prompt, session if exists else None,
+            result = await invoke(agent, prompt, session if exists else None,
                                   timeout_s=run.contract.limits.task_timeout_s, on_spawn=spawned,
                                   new_session_id=None if exists else session, run_id=run.id, task_id=job.task)
         except AgentboxError as exc:  # sandbox cannot be built, session busy: an environment failure
             result = InvokeResult(status="error", session_id=session, error_kind="spawn_failed", error=exc.message,
                                   role=job.role)
-        return job, result
+        if mount is None or job.kind == "review":
+            return job, result, None
+        try:
+            turn = await asyncio.to_thread(self.workspaces.commit, job, mount, profile=agent.profile.profile.name,
+                                           summary=_summary(result.text))
+        except AgentboxError as exc:  # the work stays in the worktree; the next turn's commit takes it
+            return job, InvokeResult(status="error", session_id=session, error_kind="spawn_failed",
+                                     error=f"committing the turn failed: {exc.message}", role=job.role), None
+        return job, result, turn
+
+
+_SUMMARY = re.compile(r'"summary"\s*:\s*"((?:[^"\\]|\\.){1,300})')
+
+
+def _summary(text: str | None) -> str:
+    """The summary a reply gives (for the commit message), or ''."""
+    found = _SUMMARY.search(text or "")
+    return found.group(1).replace('\\"', '"').replace("\\n", " ") if found else ""

@@ -14,6 +14,7 @@ from agentbox.core.engine.replies import Submission
 from agentbox.core.engine.replies import Verdict as VerdictReply
 from agentbox.core.engine.reply_rules import check_verdict
 from agentbox.core.engine.scheduler import deps_state
+from agentbox.core.engine.workspaces import merge_conflict_note
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState, round_can_close
 
@@ -208,6 +209,12 @@ class ModeDriver(Generic[StateT]):
                           "; ".join(b.detail for b in reply.blocking_issues)[:300] or None, task=task.id,
                           role=job.role, session=result.session_id)
         if reply.verdict == "approve":
+            conflicts = self.ctx.integrate(task)
+            if conflicts:  # nothing was merged: the worker resolves what the approved work brought in
+                message = merge_conflict_note(conflicts)
+                self.ctx.ledger.leave_note(task, message)
+                self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message, tuple(conflicts))
+                return
             self.ctx.ledger.transition(task, TaskEvent.APPROVE, f"review by {job.role} passed every criterion",
                                    evidence=verdict.evidence)
             self.on_task_approved(task)
@@ -223,7 +230,10 @@ class ModeDriver(Generic[StateT]):
         """Automatic retry of a counted failure (the fingerprint ledger allowed it)."""
         task = self.run.tasks.get(job.task or "")
         if kind == FailureKind.IMPLEMENTATION_DEFECT and task is not None:
-            self.ctx.ledger.transition(task, TaskEvent.REJECT, "rework in the same session with the verdict")
+            if task.state == TaskState.EXECUTING:  # found before any review (a graph node's merge conflict)
+                self.ctx.ledger.transition(task, TaskEvent.REQUEUE, "rework in the same session: " + message[:200])
+            else:
+                self.ctx.ledger.transition(task, TaskEvent.REJECT, "rework in the same session with the verdict")
             self.requeue(task)
             return
         if task is not None and job.works_on_task:

@@ -41,6 +41,7 @@ from agentbox.core.engine.mode_state import Delivery, GraphState
 from agentbox.core.engine.models import Acceptance, Failure, Job, JobData, RunResult, Task, Verdict
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import NodeResult
+from agentbox.core.engine.workspaces import merge_conflict_note
 from agentbox.core.graph_model import Edge, Graph
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState, round_can_close
@@ -218,6 +219,12 @@ class GraphMode(ModeDriver[GraphState]):
             return
         self.ctx.ledger.record_submission(task, reply)
         self.record_artifacts(task, reply.artifacts, job, result)
+        conflicts = self.ctx.integrate(task) if reply.outcome == "success" else []
+        if conflicts:  # nothing was merged: the node resolves what the approved work brought in
+            message = merge_conflict_note(conflicts)
+            self.ctx.ledger.leave_note(task, message)
+            self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message, tuple(conflicts))
+            return
         self.ctx.ledger.transition(task, TaskEvent.SUBMIT, reply.summary[:200])
         node = str(task.node)
         if reply.outcome == "success":

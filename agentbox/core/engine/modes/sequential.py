@@ -14,6 +14,7 @@ from agentbox.core.config import SequentialSettings
 from agentbox.core.engine.mode_state import SequentialState
 from agentbox.core.engine.models import Acceptance, RunResult, Task, Verdict
 from agentbox.core.engine.modes.base import ModeDriver
+from agentbox.core.engine.workspaces import merge_conflict_note
 from agentbox.core.tasks import TaskEvent, TaskState
 
 STEP_CRITERION = ("The step does its role's part of the goal within the files the role may write, and its "
@@ -77,6 +78,12 @@ class SequentialMode(ModeDriver[SequentialState]):
         submitted = list(task.submission.evidence) if task.submission is not None else []
         evidence = submitted or [f"submission: {task.submitted_summary}"]
         self.ctx.ledger.transition(task, TaskEvent.START_REVIEW, "pipeline step without a reviewer: the engine checks it")
+        conflicts = self.ctx.integrate(task)
+        if conflicts:  # the step's branch cannot be merged: it goes back with the conflicting files
+            self.ctx.ledger.leave_note(task, merge_conflict_note(conflicts))
+            self.ctx.ledger.transition(task, TaskEvent.REJECT, "merge conflict with the run's approved work")
+            self.requeue(task)
+            return
         self.ctx.ledger.transition(task, TaskEvent.APPROVE, "pipeline step accepted: valid submission", evidence=evidence)
         self.ctx.ledger.add_verdict(task, Verdict(verdict="approve", by="pipeline", at=self.ctx.clock(),
                                                      evidence=evidence))

@@ -1,0 +1,294 @@
+"""The git side of a worktree run, carried out for the engine: worktrees, turn commits, merges, delivery.
+
+A writer task works in its own worktree on `agentbox/<run>@<task>` (`core.workspace` does
+the git plumbing); its turn sees the worktree at the project's own path. After each work
+turn agentbox commits what changed, and the task's changed files come from git. A review
+reads the real diff in the task's worktree. Approval merges the task into the run's
+integration branch without touching a working tree; a conflict brings the approved work
+into the task's branch with conflict markers and sends the task back (`integrate`). When
+the run is done its branch is delivered as crew.yaml's `deliver` says.
+
+Slow git (a checkout, `git add -A` over a big tree) runs in a worker thread off the loop
+(`mount`, `commit`); quick ref updates (a merge) run in the loop. Every operation is
+idempotent, so a run killed at any point and resumed never commits or merges twice.
+In a `shared` run nothing here does anything (`active` is False).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentbox.core import workspace as git
+from agentbox.core.engine.ledger import RunLedger
+from agentbox.core.engine.models import ChangedPath, Job, Task
+from agentbox.core.errors import AgentboxError
+
+DIFF_PROMPT_BYTES = 48 * 1024
+"""Most bytes of a task's patch put in a review prompt (the stat always goes in whole)."""
+HANDOFF_KEY = "handoff"
+"""The branch of a handoff conversation's writing turns (merged after every turn: no review)."""
+
+
+def merge_conflict_note(conflicts: list[str]) -> str:
+    """What a worker is told when its approved work conflicts with work approved before it."""
+    return ("merge conflict: your approved work conflicts with work the run approved before it, in "
+            + ", ".join(conflicts[:20]) + ". That work was brought into your branch with conflict markers "
+            "(<<<<<<< ======= >>>>>>>): resolve them, keeping both intents, and submit again.")
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A turn's worktree and what makes git readable in it."""
+
+    key: str
+    """The task id (or HANDOFF_KEY) whose branch the worktree holds."""
+    path: Path
+    views: tuple[tuple[Path, Path], ...]
+    hidden: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class TurnGit:
+    """What a work turn left in git: the task branch's base and head and what changed between them."""
+
+    key: str
+    branch: str
+    base: str
+    head: str
+    commit: str | None
+    """The commit of this turn (None: the turn changed nothing)."""
+    changed: list[ChangedPath]
+
+
+class Workspaces:
+    """The git side of one run (see the module docstring)."""
+
+    def __init__(self, root: Path, ledger: RunLedger) -> None:
+        self.root = root
+        self.ledger = ledger
+
+    @property
+    def active(self) -> bool:
+        """True for a worktree run."""
+        run = self.ledger.run
+        return run.contract.workspace == "worktree" and run.git is not None
+
+    # ------------------------------------------------------------------ turns
+    def key_for(self, job: Job) -> str | None:
+        """Whose worktree a job's turn runs in: its task's, the handoff branch's, or none (the live tree, read-only)."""
+        if not self.active:
+            return None
+        if job.task is not None and job.task in self.ledger.run.tasks and (job.works_on_task or job.kind == "review"):
+            return job.task
+        if job.kind == "handoff" and job.data.writes:
+            return HANDOFF_KEY
+        return None
+
+    def mount(self, key: str, copy_patterns: list[str]) -> Mount:
+        """Make or find the worktree of `key` (in a worker thread: a checkout may take a while)."""
+        run_id = self.ledger.run.id
+        tree = git.ensure_task_worktree(self.root, run_id, key)
+        box = tree.path / ".agent-box"
+        if box.is_symlink() or (box.exists() and not box.is_dir()):
+            raise AgentboxError(f"{box} is not a directory in task {key}'s branch",
+                                "the real .agent-box/ is shown there; remove what the branch put in its place")
+        box.mkdir(exist_ok=True)  # where the project's own .agent-box is shown, read-only
+        if tree.origin != git.WorktreeOrigin.EXISTING and copy_patterns:
+            git.copy_setup_files(self.root, tree.path, copy_patterns)
+        view = git.sandbox_git_view(self.root, tree.path)
+        return Mount(key, tree.path, tuple(view.binds), tuple(view.hide))
+
+    def commit(self, job: Job, mount: Mount, *, profile: str, summary: str) -> TurnGit:
+        """Commit what the turn changed on its branch (in a worker thread); what the branch holds now."""
+        run_id = self.ledger.run.id
+        subject = f"{mount.key}: {summary.strip().splitlines()[0][:72] if summary.strip() else job.kind + ' turn'}"
+        message = (f"{subject}\n\nRole: {job.role}\nProfile: {profile}\nRun: {run_id}\nJob: {job.id}\n")
+        commit = git.commit_turn(mount.path, author_name=f"{job.role} ({profile})",
+                                 author_email=f"{job.role}@agentbox.invalid", message=message,
+                                 turn_id=f"{run_id}/{job.id}/{job.attempt}")
+        return self.heads(mount.key, commit)
+
+    def heads(self, key: str, commit: str | None = None) -> TurnGit:
+        """Where `key`'s branch stands: its base, head and changed files, from git."""
+        heads = git.task_heads(self.root, self.ledger.run.id, key)
+        if heads.base is None or heads.head is None:
+            raise AgentboxError(f"task {key} has no branch in git any more ({heads.branch})",
+                                "was it deleted by hand? the task's work cannot be found")
+        changed = [ChangedPath(path=c.path, change=c.change.value, added=c.added, removed=c.removed,
+                               old_path=c.old_path)
+                   for c in git.changed_files(self.root, heads.base, heads.head)]
+        return TurnGit(key, heads.branch, heads.base, heads.head, commit, changed)
+
+    def record(self, turn: TurnGit, job: Job) -> None:
+        """Put what a turn left in git on its task and in the log (in the loop)."""
+        task = self.ledger.run.tasks.get(turn.key)
+        files = [c.path for c in turn.changed]
+        if task is not None:
+            self.ledger.record_git(task, branch=turn.branch, base=turn.base, head=turn.head, changed=turn.changed)
+        what = (f"{turn.key}: {job.role}'s turn changed nothing" if turn.commit is None
+                else f"{turn.key}: {job.role}'s turn committed ({len(files)} file(s) changed on the branch)")
+        self.ledger.event("commit", what, ", ".join(files[:20]) or None, task=task.id if task else None,
+                          role=job.role, commit=turn.commit, head=turn.head, files=files[:200])
+        if task is None and turn.commit is not None:  # a handoff turn: no review, merged at once
+            self._merge(turn.key, None)
+
+    def review_section(self, task: Task) -> str:
+        """The task's diff against its base for the review prompt: stat, patch (bounded), and claims it does not back."""
+        run = self.ledger.run
+        if task.base is None or task.head is None:
+            return "\n\n## The task's changes\n(no commit on the task's branch yet: the worker changed nothing)\n"
+        diff = git.diff_text(self.root, task.base, task.head, max_bytes=DIFF_PROMPT_BYTES,
+                             full_command=f"agentbox diff {run.id} {task.id}")
+        changed = {c.path for c in task.changed_files}
+        listed = list(getattr(task.submission, "artifacts", None) or [])
+        unbacked = [p for p in listed if p.strip("./") not in changed and not p.startswith(".agent-box/")]
+        parts = [f"\n\n## The task's changes (git diff {task.base[:10]}..{task.head[:10]}, committed by agentbox)\n"
+                 "You are in the task's worktree, read-only: read and run the real result.\n"]
+        if not changed:
+            parts.append("The worker changed no file.\n")
+        else:
+            parts.append("```\n" + diff.stat + "```\n```diff\n" + diff.patch + "```\n")
+            if diff.truncated:
+                parts.append(f"(the patch is cut here; the whole diff: `{diff.full_command}`, or read the files)\n")
+        if unbacked:
+            parts.append("Files the worker named that its branch does not change: " + ", ".join(unbacked[:20]) + "\n")
+        return "".join(parts)
+
+    # ------------------------------------------------------------------ approval
+    def integrate(self, task: Task) -> list[str]:
+        """Merge an approved task into the integration branch; the conflicting files (nothing merged) or [].
+
+        What a stopped turn left uncommitted is committed first (a person approving work in
+        progress takes it as it is). On a conflict the approved work is brought into the
+        task's branch with conflict markers for the worker to resolve.
+        """
+        if not self.active or self.key_for_task(task) is None:
+            return []
+        run_id = self.ledger.run.id
+        if git.task_heads(self.root, run_id, task.id).head is None:
+            return []  # never dispatched in a worktree (approved before it ran): nothing to merge
+        path = self._worktree_path(task.id)
+        if path is not None:
+            git.commit_turn(path, author_name=f"{task.assignee}", author_email=f"{task.assignee}@agentbox.invalid",
+                            message=f"{task.id}: work left when the task was approved\n")
+        return self._merge(task.id, task)
+
+    def key_for_task(self, task: Task) -> str | None:
+        """The branch key of a task in a worktree run."""
+        return task.id if self.active else None
+
+    def _merge(self, key: str, task: Task | None) -> list[str]:
+        run_id = self.ledger.run.id
+        result = git.merge_task(self.root, run_id, key)
+        if result.conflicts:
+            synced = git.sync_task(self.root, run_id, key)
+            if task is not None:
+                turn = self.heads(key)
+                self.ledger.record_git(task, branch=turn.branch, base=turn.base, head=turn.head, changed=turn.changed)
+            self.ledger.event("merge.conflict", f"{key} conflicts with the run's approved work",
+                              "in " + ", ".join(result.conflicts[:20]) + "; the approved work was brought into "
+                              f"its branch with conflict markers ({synced.commit[:10]})", task=task.id if task else None,
+                              files=result.conflicts[:200], human_required=False)
+            return result.conflicts
+        assert result.merged_commit is not None
+        if task is not None:
+            self.ledger.record_merge(task, result.merged_commit)
+        self.ledger.event("merge", f"{key} merged into {git.integration_branch(run_id)}"
+                          + (" (already)" if result.already else ""), None, task=task.id if task else None,
+                          commit=result.merged_commit)
+        if task is not None:
+            self.release(task)
+        return []
+
+    def release(self, task: Task, *, discard: bool = False) -> None:
+        """Take a finished task's worktree away (its branch stays until the run is delivered or cleaned)."""
+        if not self.active:
+            return
+        try:
+            git.remove_task_worktree(self.root, self.ledger.run.id, task.id, discard_uncommitted=discard)
+        except AgentboxError as exc:
+            self.ledger.event("workspace", f"{task.id}'s worktree was kept", exc.message, task=task.id)
+
+    # ------------------------------------------------------------------ the run
+    def started(self) -> None:
+        """Say where the run's work lives (its first events)."""
+        run = self.ledger.run
+        if not self.active:
+            self.ledger.event("workspace", "shared workspace: writers work in the project's live tree",
+                              "crew.yaml `workspace: shared`, or the project is no git repository with a commit")
+            return
+        assert run.git is not None
+        where = run.git.branch or "a detached HEAD"
+        if run.git.dirty:
+            why = (f"your uncommitted changes to tracked files on {where} were snapshotted as {run.git.base[:10]} "
+                   "(your tree, index and stash are untouched), so agents see what you see")
+        else:
+            why = f"the base is {where} at {run.git.base[:10]}"
+        self.ledger.event("workspace", f"worktree workspace: each writer task gets its own branch; approved work "
+                          f"goes to {run.git.integration_branch}", why)
+
+    def recover(self) -> None:
+        """Take the run's git up again after a crash (stale lock files of killed git calls)."""
+        if self.active:
+            removed = git.recover_run(self.root, self.ledger.run.id)
+            if removed:
+                self.ledger.event("workspace", f"removed {len(removed)} lock file(s) a killed git left", None)
+
+    def finish(self) -> None:
+        """The run ended: worktrees away; a done run's branch delivered as crew.yaml's `deliver` says."""
+        run = self.ledger.run
+        if not self.active or run.git is None:
+            return
+        for task in run.tasks.values():
+            if task.is_terminal:
+                self.release(task, discard=True)
+        with contextlib.suppress(AgentboxError):
+            git.remove_spares(self.root, run.id)
+        if run.status != "done" or run.git.delivered or any(c.kind == "deliver" for c in run.checkpoints.values()):
+            return
+        stat = self.run_stat()
+        if run.contract.deliver == "merge":
+            self.deliver(None, squash=False)
+        elif run.contract.deliver == "checkpoint":
+            into = run.git.branch or "your branch"
+            self.ledger.checkpoint(
+                "deliver", f"The run is done. Merge {run.git.integration_branch} into {into}?\n{stat}\n"
+                "Answer 'merge', 'squash' (one commit), or 'later' (then `agentbox merge` does it).",
+                options=["merge", "squash", "later"])
+        else:
+            self.ledger.event("deliver", f"the run's work is on {run.git.integration_branch}",
+                              f"`agentbox merge {run.id}` brings it into {run.git.branch or 'a branch'}\n{stat}",
+                              human_required=True)
+
+    def run_stat(self) -> str:
+        """The stat of everything the run's integration branch holds over its base."""
+        run = self.ledger.run
+        assert run.git is not None
+        diff = git.diff_text(self.root, run.git.base, git.integration_branch(run.id), max_bytes=16 * 1024)
+        return diff.stat.strip() or "(no changes)"
+
+    def deliver(self, into: str | None, *, squash: bool) -> str:
+        """Bring the run's integration branch into the person's branch; what happened (errors raise)."""
+        run = self.ledger.run
+        if not self.active or run.git is None:
+            raise AgentboxError(f"run {run.id} has no branch to merge: its workspace is shared",
+                                "its work is already in your tree")
+        base = git.Base(commit=run.git.base, branch=run.git.branch, dirty=run.git.dirty, head=run.git.head)
+        result = git.deliver(self.root, run.id, into=into, squash=squash, base=base)
+        self.ledger.record_delivery(result.commit)
+        for cp in run.open_checkpoints():
+            if cp.kind == "deliver":
+                self.ledger.close_checkpoint(cp, "merged")
+        how = "squashed into one commit" if result.squashed else "merged"
+        what = (f"{run.git.integration_branch} was already in {result.into}" if result.already
+                else f"{run.git.integration_branch} {how} into {result.into} ({result.commit[:10]})")
+        self.ledger.event("deliver", what, None, commit=result.commit, human_required=False)
+        return what
+
+    def _worktree_path(self, key: str) -> Path | None:
+        from agentbox.core.workspace.layout import common_dir, task_worktree_path
+
+        path = task_worktree_path(common_dir(self.root), self.ledger.run.id, key)
+        return path if path.is_dir() else None
