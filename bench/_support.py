@@ -36,3 +36,24 @@ def record_frames(app: Any) -> list[float]:
 
     app._display = display
     return frames
+
+
+def queue_task_ids(queue: Any) -> set[str]:
+    """The ids of the tasks the dashboard's queue lists.
+
+    The queue is a virtual list now and was a Textual tree before; both are read, so a
+    bench can be run on an older commit for a before/after figure.
+    """
+    if hasattr(queue, "groups"):
+        return {task_id for task_ids in queue.groups.values() for task_id in task_ids}
+    return {node.data for group in queue.root.children for node in group.children if node.data}
+
+
+def queue_cursor_to_top_near_end(queue: Any) -> None:
+    """Put the queue's cursor back above the first row when it is near the last (see queue_task_ids)."""
+    if hasattr(queue, "cursor_row"):
+        if queue.cursor_row >= queue.last_row - 1:
+            queue.cursor_row = -1
+            queue.scroll_home(animate=False, immediate=True)
+    elif queue.cursor_line >= queue.last_line - 1:
+        queue.move_cursor(None)

@@ -36,7 +36,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _support import percentile, record_frames  # bench/ is sys.path[0] when a script runs
+from _support import (  # bench/ is sys.path[0] when a script runs
+    percentile,
+    queue_cursor_to_top_near_end,
+    queue_task_ids,
+    record_frames,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -128,7 +133,6 @@ async def open_and_press(project: Any, keys: int) -> tuple[float, dict[str, list
     from agentbox.tui.factory import make_app
     from agentbox.tui.widgets.events import EventLog
     from agentbox.tui.widgets.members import MembersTable
-    from agentbox.tui.widgets.queue import QueueTree
 
     started = time.perf_counter()
     app = make_app(project, sample_interval_s=1.0)
@@ -141,9 +145,9 @@ async def open_and_press(project: Any, keys: int) -> tuple[float, dict[str, list
         assert board is not None
 
         def opened() -> bool:
-            queue = board.query_one(QueueTree)
+            queue = board.query_one("#queue")
             return (board.run is not None and board._events_offset is not None and board._manifest_offset is not None
-                    and board._sessions_complete and bool(queue.root.children)
+                    and board._sessions_complete and bool(queue_task_ids(queue))
                     and board.query_one(EventLog).records_shown > 0 and board.query_one(MembersTable).row_count > 0
                     and bool(board.manifest))
 
@@ -156,15 +160,14 @@ async def open_and_press(project: Any, keys: int) -> tuple[float, dict[str, list
             await asyncio.sleep(0.001)
         open_s = frames[-1] - started
         await pilot.pause(0.3)
-        queue, log = board.query_one(QueueTree), board.query_one(EventLog)
+        queue, log = board.query_one("#queue"), board.query_one(EventLog)
         panels = [board.query_one(MembersTable), queue, board.query_one("#artifact-tree"), log]
         for round_no in range(keys):
             for name, key in zip(kinds, ("down", "tab", "pagedown"), strict=True):
                 # set the stage (not timed): the key's target focused, and room to move
                 if name == "down (queue)":
                     queue.focus()
-                    if queue.cursor_line >= queue.last_line - 1:
-                        queue.move_cursor(None)
+                    queue_cursor_to_top_near_end(queue)
                 elif name == "pagedown (log)":
                     log.focus()
                     if log.scroll_y >= log.max_scroll_y:

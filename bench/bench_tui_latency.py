@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _support import percentile  # bench/ is sys.path[0] when a script runs
+from _support import percentile, queue_task_ids  # bench/ is sys.path[0] when a script runs
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -86,7 +86,6 @@ async def measure(project: Any, runs: int) -> tuple[list[float], list[float], li
     from agentbox.core import watch
     from agentbox.tui.factory import make_app
     from agentbox.tui.widgets.events import EventLog
-    from agentbox.tui.widgets.queue import QueueTree
 
     app = make_app(project, sample_interval_s=1.0)
     waiting: list[Callable[[], bool]] = []
@@ -113,11 +112,11 @@ async def measure(project: Any, runs: int) -> tuple[list[float], list[float], li
                 raise SystemExit("the dashboard did not open the run")
             await pilot.pause(0.05)
         await pilot.pause(0.5)
-        queue = board.query_one(QueueTree)
+        queue = board.query_one("#queue")
         log = board.query_one(EventLog)
 
         def queue_has(task_id: str) -> bool:
-            return any(node.data == task_id for group in queue.root.children for node in group.children)
+            return task_id in queue_task_ids(queue)
 
         def log_has(text: str) -> bool:
             """The line is in the log's viewport (written is not enough: it must be scrolled to)."""

@@ -17,7 +17,7 @@ from agentbox.tui.app import AgentboxApp
 from agentbox.tui.factory import make_app
 from agentbox.tui.screens.dashboard import DashboardScreen
 from agentbox.tui.widgets.events import EventLog
-from agentbox.tui.widgets.queue import QueueTree
+from agentbox.tui.widgets.queue import QueueList
 from tests.tui.builders import T0, build_run, copy_example
 
 FROZEN_NOW = T0 + 95
@@ -105,9 +105,8 @@ def record(node: DashboardScreen | Screen[None]) -> list[Message]:
 
 def queue_states(board: DashboardScreen) -> dict[str, str]:
     """Task id → the state group the queue shows it under."""
-    tree = board.query_one(QueueTree)
-    return {str(task.data): str(group.data).removeprefix("state:")
-            for group in tree.root.children for task in group.children if task.data}
+    shown = board.query_one(QueueList).groups
+    return {task_id: state for state, task_ids in shown.items() for task_id in task_ids}
 
 
 def log_text(board: DashboardScreen) -> str:

@@ -29,7 +29,7 @@ from agentbox.tui.screens.task import TaskDetailScreen
 from agentbox.tui.widgets.checkpoints import CheckpointBar
 from agentbox.tui.widgets.events import EventLog
 from agentbox.tui.widgets.members import MembersTable
-from agentbox.tui.widgets.queue import QueueTree
+from agentbox.tui.widgets.queue import QueueList
 from tests.tui.builders import RUN_ID
 from tests.tui.conftest import dashboard_loaded, log_text, plain, queue_states, record, wait_for
 
@@ -143,8 +143,8 @@ async def test_task_detail_shows_verdicts_failures_and_events(project_at: Callab
         await dashboard_loaded(pilot)
         board = app.dashboard
         assert board is not None
-        board.query_one(QueueTree).select_task("greet")
-        board.query_one(QueueTree).focus()
+        board.query_one(QueueList).select_task("greet")
+        board.query_one(QueueList).focus()
         await pilot.pause()
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, TaskDetailScreen), "the task detail")

@@ -10,7 +10,7 @@ from agentbox.tui import messages as msg
 from agentbox.tui.factory import make_app
 from agentbox.tui.screens.modals import NoteDialog
 from agentbox.tui.screens.task import TaskDetailScreen
-from agentbox.tui.widgets.queue import QueueTree
+from agentbox.tui.widgets.queue import QueueList
 from tests.tui.conftest import dashboard_loaded, record, wait_for
 
 
@@ -21,8 +21,8 @@ async def test_a_key_in_the_task_detail_reaches_the_dashboards_action(
         await dashboard_loaded(pilot)
         board = app.dashboard
         assert board is not None
-        board.query_one(QueueTree).select_task("tests")  # in review
-        board.query_one(QueueTree).focus()
+        board.query_one(QueueList).select_task("tests")  # in review
+        board.query_one(QueueList).focus()
         await pilot.pause()
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, TaskDetailScreen), "the task detail")

@@ -39,7 +39,7 @@ from agentbox.tui.widgets.events import EventLog
 from agentbox.tui.widgets.footer import KeyFooter
 from agentbox.tui.widgets.header import RunHeader
 from agentbox.tui.widgets.members import MembersTable
-from agentbox.tui.widgets.queue import GROUP_PREFIX, QueueTree
+from agentbox.tui.widgets.queue import QueueList
 
 NARROW_WIDTH = 110
 """Below this many columns the artifact preview hides and the members table drops a column."""
@@ -93,7 +93,7 @@ class DashboardScreen(RunActions, Screen[None]):
         with Vertical(id="body"):
             yield MembersTable(id="members").data_bind(cls.run, cls.crew, cls.sessions, cls.samples, cls.narrow)
             with Horizontal(id="middle"):
-                yield QueueTree(id="queue").data_bind(cls.run)
+                yield QueueList(id="queue").data_bind(cls.run)
                 yield ArtifactsPanel(self.project.root, id="artifacts").data_bind(cls.manifest)
             yield EventLog(id="events")
         yield KeyFooter(compact=True, show_command_palette=False)
@@ -342,10 +342,9 @@ class DashboardScreen(RunActions, Screen[None]):
     def _member_chosen(self, event: DataTable.RowSelected) -> None:
         self.action_history(str(event.row_key.value))
 
-    @on(Tree.NodeSelected, "#queue")
-    def _task_chosen(self, event: Tree.NodeSelected[str]) -> None:
-        if event.node.data and not event.node.data.startswith(GROUP_PREFIX):
-            self.action_task_detail(event.node.data)
+    @on(QueueList.TaskChosen, "#queue")
+    def _task_chosen(self, event: QueueList.TaskChosen) -> None:
+        self.action_task_detail(event.task_id)
 
     @on(Tree.NodeSelected, "#artifact-tree")
     def _artifact_chosen(self, event: Tree.NodeSelected[dict[str, Any]]) -> None:
@@ -361,7 +360,7 @@ class DashboardScreen(RunActions, Screen[None]):
     @property
     def selected_task(self) -> str | None:
         """The task under the queue's cursor."""
-        return self.query_one(QueueTree).selected_task
+        return self.query_one(QueueList).selected_task
 
     @property
     def selected_artifact(self) -> dict[str, Any] | None:
