@@ -141,6 +141,7 @@ async def measure(project: Any, runs: int) -> tuple[list[float], list[float], li
                 (task_ms if kind == "task" else event_ms).append((shown_at[0] - started) * 1000)
                 await pilot.pause(0.05)
             watcher_ms.append(await raw_watcher_latency(project, watch, n))
+            await pilot.pause(0.05)  # the dashboard shows that write too: let it settle before the next one
     return task_ms, event_ms, watcher_ms
 
 

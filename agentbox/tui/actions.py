@@ -57,7 +57,7 @@ class RunActions:
     run_worker: Callable[..., Any]
     post_message: Callable[[Any], bool]
     refresh: Callable[..., Any]
-    _request: Callable[[str], None]
+    _request: Callable[..., None]
 
     _offers_for: Run | None = None
     _offers: frozenset[str] = frozenset()
