@@ -151,7 +151,7 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
         argv += _sized_tmpfs("/var/run", TMPFS_SIZES["/run"])
     if spec.resolv_conf is not None:
         argv += ["--ro-bind", str(spec.resolv_conf), str(spec.resolv_conf)]
-    argv += ["--remount-ro", "/run", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
+    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
              "--cap-drop", "ALL", "--clearenv"]
     if not spec.network:
         argv.append("--unshare-net")
@@ -182,6 +182,7 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
         argv += ["--ro-bind", str(source), str(dest)]
     for hidden in sorted(set(spec.view_hidden), key=_depth):
         argv += _sized_tmpfs(hidden, HIDDEN_TMPFS_SIZE)
+    argv += ["--remount-ro", "/run"]  # after the views: their mount points may be made in /run
     # the project binds uncover hidden dirs inside the project (AGENT_BOX_HOME when the
     # project is the home dir, the run and session state): hide them again, with what had
     # to be bound back in them

@@ -90,7 +90,7 @@ class TurnRunner:
         except AgentboxError as exc:  # sandbox cannot be built, session busy: an environment failure
             result = InvokeResult(status="error", session_id=session, error_kind="spawn_failed", error=exc.message,
                                   role=job.role)
-        if mount is None or job.kind == "review":
+        if mount is None or job.kind == "review" or result.error_kind == "spawn_failed":  # nothing ran to commit
             return job, result, None
         try:
             turn = await asyncio.to_thread(self.workspaces.commit, job, mount, profile=agent.profile.profile.name,
