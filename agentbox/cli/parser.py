@@ -135,6 +135,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = _cmd(sub, "resume", "agentbox.cli.runs:resume_run", "resume a paused run")
     p.add_argument("run", nargs="?", help="the run (default: the only active run)")
 
+    p = _cmd(sub, "diff", "agentbox.cli.workspace:diff",
+             "what a worktree run changed: the run's branch against its base, or one task's branch")
+    p.add_argument("run", nargs="?", help="run id (default: the latest)")
+    p.add_argument("task", nargs="?", help="one task of the run")
+    p.add_argument("--stat", action="store_true", help="only the files and their counts")
+    _json(p)
+    p = _cmd(sub, "merge", "agentbox.cli.workspace:merge",
+             "bring a worktree run's approved work into your branch (never rewrites your history)")
+    p.add_argument("run", nargs="?", help="run id (default: the latest)")
+    p.add_argument("--into", metavar="BRANCH", help="the branch (default: the one checked out when the run started)")
+    p.add_argument("--squash", action="store_true", help="one commit instead of a merge commit")
+    p = _cmd(sub, "clean", "agentbox.cli.workspace:clean",
+             "remove the worktrees and branches finished runs left (never unmerged work without --force)")
+    p.add_argument("run", nargs="?", help="only this run (default: every finished run)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed, change nothing")
+    p.add_argument("--force", action="store_true", help="also drop unmerged work (the integration branch stays)")
+    _json(p)
+
     graph = sub.add_parser("graph", help="work graphs")
     gsub = graph.add_subparsers(dest="graph_command", metavar="ACTION", required=True)
     p = _cmd(gsub, "check", "agentbox.cli.graph:graph_check", "validate a work graph: schema, role names, no forward cycle, one entry, reachable nodes, labelled back edges, fail fallbacks")

@@ -232,6 +232,29 @@ def check_project(start: Path | None) -> Check:
     return Check("project", "ok", f"{found.root}: crew of {len(crew.roles)} ({', '.join(crew.roles)}), mode {crew.mode}")
 
 
+def check_worktrees(start: Path | None) -> Check | None:
+    """Worktrees and branches runs left behind (None outside a git project)."""
+    from agentbox.core import workspace
+    from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
+    from agentbox.core.engine.run_store import RunStore
+    from agentbox.core.errors import AgentboxError
+
+    try:
+        found = paths.project_at(start) if start else paths.find_project()
+        if workspace.repo_info(found.root) is None:
+            return None
+        runs = RunStore(found).scan()
+        live = [r.id for r in runs if isinstance(r, Run) and r.status not in TERMINAL_RUN_STATES]
+        left = workspace.orphans(found.root, live, known_run_ids=[r.id for r in runs])
+    except AgentboxError:
+        return None
+    if not left:
+        return Check("worktrees", "ok", "no worktree or branch left behind by a finished run", required=False)
+    listed = "; ".join(f"{o.kind} {o.name} (run {o.run_id})" for o in left[:8])
+    return Check("worktrees", "warn", f"{len(left)} left behind: {listed}", required=False,
+                 hint="`agentbox clean --dry-run` shows what can go; `agentbox clean` removes it")
+
+
 def run_checks(project_dir: Path | None = None) -> list[Check]:
     """All checks; the slow ones (bwrap, tool versions) run in parallel threads."""
     # import what the threads use first: two threads importing one module graph at once can
@@ -246,8 +269,9 @@ def run_checks(project_dir: Path | None = None) -> list[Check]:
         profiles_check = check_profiles()
         project_check = check_project(project_dir)
         secret_files = check_secret_files()
+        worktrees = check_worktrees(project_dir) if project_check.status == "ok" else None
         return [bwrap.result(), enforced.result(), home, profiles_check, secret_files, project_check,
-                *(t.result() for t in tools)]
+                *([worktrees] if worktrees is not None else []), *(t.result() for t in tools)]
 
 
 def healthy(checks: list[Check]) -> bool:

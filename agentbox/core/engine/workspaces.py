@@ -23,7 +23,7 @@ from pathlib import Path
 from agentbox.core import workspace as git
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import ChangedPath, Job, Task
-from agentbox.core.errors import AgentboxError
+from agentbox.core.errors import AgentboxError, UsageError
 
 DIFF_PROMPT_BYTES = 48 * 1024
 """Most bytes of a task's patch put in a review prompt (the stat always goes in whole)."""
@@ -276,7 +276,10 @@ class Workspaces:
             raise AgentboxError(f"run {run.id} has no branch to merge: its workspace is shared",
                                 "its work is already in your tree")
         base = git.Base(commit=run.git.base, branch=run.git.branch, dirty=run.git.dirty, head=run.git.head)
-        result = git.deliver(self.root, run.id, into=into, squash=squash, base=base)
+        try:
+            result = git.deliver(self.root, run.id, into=into, squash=squash, base=base)
+        except AgentboxError as exc:  # a conflict, uncommitted changes in the way: a refusal saying what to do
+            raise UsageError(f"{exc.message}; {exc.hint}" if exc.hint else exc.message) from None
         self.ledger.record_delivery(result.commit)
         for cp in run.open_checkpoints():
             if cp.kind == "deliver":

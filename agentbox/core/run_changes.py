@@ -1,0 +1,81 @@
+"""What a worktree run changed, for every face (CLI, TUI, MCP): a task's diff, the run's, its files.
+
+The diffs come from git (the task branch against the commit it started from; the run's
+integration branch against the run's base), never from what agents said they changed.
+A shared run has no branches: asking for its diff is a clear error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentbox.core import workspace as git
+from agentbox.core.engine.models import ChangedPath, Run, Task
+from agentbox.core.errors import NotFoundError, UsageError
+from agentbox.core.paths import ProjectPaths
+
+DIFF_BYTES = 1 << 20
+"""Most bytes of a patch shown (the command to see it whole is given when it is cut)."""
+
+
+@dataclass(frozen=True)
+class TaskChanges:
+    """One task's branch and the files it changed."""
+
+    task: str
+    role: str
+    state: str
+    branch: str | None
+    base: str | None
+    head: str | None
+    merged: str | None
+    files: list[ChangedPath]
+
+
+def _worktree_run(run: Run) -> None:
+    if run.contract.workspace != "worktree" or run.git is None:
+        raise UsageError(f"run {run.id} worked in the live tree (shared workspace): it has no branches to diff",
+                         "`git diff` shows what it changed")
+
+
+def task_changes(run: Run) -> list[TaskChanges]:
+    """Every task that has a branch, with what it changed (as recorded after its last turn)."""
+    _worktree_run(run)
+    return [TaskChanges(t.id, t.assignee, t.state, t.branch, t.base, t.head, t.merged, list(t.changed_files))
+            for t in run.tasks.values() if t.branch is not None]
+
+
+def _task(run: Run, task_id: str) -> Task:
+    task = run.tasks.get(task_id)
+    if task is None:
+        raise NotFoundError(f"no task {task_id!r} in run {run.id}", f"tasks: {', '.join(run.tasks) or '(none yet)'}")
+    return task
+
+
+def task_diff(project: ProjectPaths, run: Run, task_id: str, *, stat_only: bool = False,
+              max_bytes: int = DIFF_BYTES) -> git.Diff:
+    """The task's diff against the commit its work started from."""
+    _worktree_run(run)
+    task = _task(run, task_id)
+    if task.base is None or task.head is None:
+        return git.Diff("", "", False, f"agentbox diff {run.id} {task_id}")
+    diff = git.diff_text(project.root, task.base, task.head, max_bytes=max_bytes,
+                         full_command=f"git diff {task.base[:12]} {task.head[:12]}")
+    return git.Diff(diff.stat, "" if stat_only else diff.patch, diff.truncated and not stat_only, diff.full_command)
+
+
+def run_diff(project: ProjectPaths, run: Run, *, stat_only: bool = False, max_bytes: int = DIFF_BYTES) -> git.Diff:
+    """Everything the run's integration branch holds over the run's base (what `agentbox merge` brings)."""
+    _worktree_run(run)
+    assert run.git is not None
+    diff = git.diff_text(project.root, run.git.base, run.git.integration_branch, max_bytes=max_bytes,
+                         full_command=f"git diff {run.git.base[:12]} {run.git.integration_branch}")
+    return git.Diff(diff.stat, "" if stat_only else diff.patch, diff.truncated and not stat_only, diff.full_command)
+
+
+def run_files(project: ProjectPaths, run: Run) -> list[ChangedPath]:
+    """The files the run's integration branch changes over its base."""
+    _worktree_run(run)
+    assert run.git is not None
+    return [ChangedPath(path=c.path, change=c.change.value, added=c.added, removed=c.removed, old_path=c.old_path)
+            for c in git.changed_files(project.root, run.git.base, run.git.integration_branch)]

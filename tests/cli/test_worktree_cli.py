@@ -1,0 +1,93 @@
+"""`agentbox diff`, `merge`, `clean`, `status --json` and `doctor` on a real worktree run (real git, bwrap, CLI)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.engine.support import setup_crew, task, work_rule
+from tests.engine.test_worktree_runs import git, make_repo
+
+pytestmark = pytest.mark.bwrap
+
+
+def finished_run(project: Path, deliver: str = "manual") -> str:
+    make_repo(project)
+    worker = [work_rule(task_id="t1", rule_id="w1", write={"src/t1/code.py": "VALUE = 1\n", "src/app.py": "print(1)\n"}),
+              work_rule(task_id="t2", rule_id="w2", write={"tests/test_x.py": "assert True\n"})]
+    setup_crew(project, worker=worker, deliver=deliver,
+               tasks=[task("t1", "builder", writes=["src/**"]), task("t2", "tester", writes=["tests/**"])])
+    git(project, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "commit", "-qam", "crew")
+    done = run_cli("run", "build it", "--quiet", cwd=project, timeout=180)
+    assert done.code == 0, done.err
+    return json.loads(run_cli("status", "--json", cwd=project).out)["id"]
+
+
+def test_diff_status_merge_and_clean(project: Path) -> None:
+    run_id = finished_run(project)
+    status = json.loads(run_cli("status", run_id, "--json", cwd=project).out)
+    assert status["git"]["integration_branch"] == f"agentbox/{run_id}" and status["git"]["base"]
+    t1 = status["tasks"]["t1"]
+    assert t1["branch"] == f"agentbox/{run_id}@t1" and t1["base"] and t1["head"] and t1["merged"]
+    assert sorted(c["path"] for c in t1["changed_files"]) == ["src/app.py", "src/t1/code.py"]
+
+    stat = run_cli("diff", run_id, "--stat", cwd=project)
+    assert stat.code == 0 and "src/t1/code.py" in stat.out and "tests/test_x.py" in stat.out and "@@" not in stat.out
+    one = json.loads(run_cli("diff", run_id, "t2", "--json", cwd=project).out)
+    assert [f["path"] for f in one["files"]] == ["tests/test_x.py"] and "+assert True" in one["patch"]
+    assert "no task 'nope'" in run_cli("diff", run_id, "nope", cwd=project).err
+
+    # the person changed a file the run changes: merge refuses, with a hint, and changes nothing
+    head = git(project, "rev-parse", "HEAD")
+    (project / "src" / "app.py").write_text("print('mine')\n")
+    refused = run_cli("merge", run_id, cwd=project)
+    assert refused.code == 2 and "src/app.py" in refused.err and "stash" in refused.err
+    assert git(project, "rev-parse", "HEAD") == head and (project / "src" / "app.py").read_text() == "print('mine')\n"
+    git(project, "checkout", "--", "src/app.py")
+
+    # nothing is cleaned while the run's work is unmerged; --dry-run changes nothing
+    branches = git(project, "branch", "--list", "agentbox/*")
+    dry = json.loads(run_cli("clean", "--dry-run", "--json", cwd=project).out)
+    assert dry["dry_run"] and git(project, "branch", "--list", "agentbox/*") == branches
+    assert f"agentbox/{run_id}" not in dry["branches"]
+
+    merged = run_cli("merge", run_id, cwd=project)
+    assert merged.code == 0, merged.err
+    assert (project / "src" / "t1" / "code.py").read_text() == "VALUE = 1\n"
+    assert git(project, "log", "-1", "--format=%P", "HEAD").split()[0] == head.strip()  # history kept, one merge
+    again = run_cli("merge", run_id, cwd=project)
+    assert again.code == 0 and "already" in again.out
+
+    cleaned = run_cli("clean", cwd=project)
+    assert cleaned.code == 0, cleaned.err
+    assert git(project, "branch", "--list", "agentbox/*") == ""
+
+
+def test_a_shared_run_has_no_diff_and_doctor_lists_what_runs_left(project: Path) -> None:
+    make_repo(project)
+    setup_crew(project, workspace="shared")
+    assert run_cli("run", "build it", "--quiet", cwd=project, timeout=180).code == 0
+    shared = run_cli("diff", cwd=project)
+    assert shared.code == 2 and "shared workspace" in shared.err and "Traceback" not in shared.err
+    # a branch of a run agentbox has no record of is listed by doctor
+    git(project, "branch", "agentbox/run-20200101-000000-dead", "HEAD")
+    report = json.loads(run_cli("doctor", "--json", cwd=project).out)
+    (check,) = [c for c in report["checks"] if c["name"] == "worktrees"]
+    assert check["status"] == "warn" and "run-20200101-000000-dead" in check["detail"]
+    assert subprocess.run(["git", "-C", str(project), "worktree", "list"], capture_output=True).returncode == 0
+
+
+def test_a_done_run_asks_to_merge_and_the_answer_merges(project: Path) -> None:
+    run_id = finished_run(project, deliver="checkpoint")
+    status = json.loads(run_cli("status", run_id, "--json", cwd=project).out)
+    (cp,) = [c for c in status["checkpoints"].values() if c["status"] == "open"]
+    assert cp["kind"] == "deliver" and "src/t1/code.py" in cp["question"]
+    squashed = run_cli("answer", run_id, cp["id"], "squash", cwd=project)
+    assert squashed.code == 0, squashed.err
+    assert len(git(project, "log", "-1", "--format=%P", "HEAD").split()) == 1  # one commit, no merge
+    assert (project / "tests" / "test_x.py").exists()
+
