@@ -14,16 +14,20 @@ from pathlib import Path
 import pytest
 
 from agentbox.core import runs
+from agentbox.core.engine.engine import Engine
 from agentbox.core.engine.run_store import RunStore
 from tests.engine.support import (
     create,
     drive,
     events,
     of_type,
+    open_checkpoint,
     prompts_of,
     review_rule,
+    send,
     setup_crew,
     task,
+    until,
     work_rule,
 )
 
@@ -193,3 +197,41 @@ async def test_a_shared_run_in_a_git_repository_works_in_the_live_tree(project: 
     assert (project / "src" / "t1" / "live.py").read_text() == "x = 1\n"
     assert "agentbox/" not in git(project, "branch", "--list")
 
+
+
+async def test_a_new_worktree_gets_the_ignored_files_and_its_setup_command_once(project: Path) -> None:
+    make_repo(project)
+    (project / ".gitignore").write_text(".agent-box/runs/\n.agent-box/sessions/\n.env\ndeps/\n")
+    (project / ".env").write_text("TOKEN=local\n")
+    worker = [
+        work_rule(task_id="t1", rule_id="first", times=1, run="cp .env src/t1_env.txt; cp deps/count src/t1_count.txt"),
+        work_rule(task_id="t1", rule_id="again", run="cp deps/count src/t1_count.txt"),
+    ]
+    reviewer = [review_rule("reject", task_id="t1", times=1, rule_id="once")]  # a second turn in the same worktree
+    paths = setup_crew(project, worker=worker, reviewer=reviewer, tasks=[task("t1", "builder", writes=["src/**"])],
+                       workspace_setup={"copy": [".env"], "run": "mkdir -p deps && echo installed >> deps/count"})
+    git(project, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "commit", "-qam", "ignore .env")
+    run_id = create(paths)
+    final = await drive(paths, run_id, timeout=120)
+    assert final.status == "done", final.status_reason
+    branch = f"agentbox/{run_id}"
+    assert git(project, "show", f"{branch}:src/t1_env.txt") == "TOKEN=local\n"
+    assert git(project, "show", f"{branch}:src/t1_count.txt") == "installed\n"  # once, not once per turn
+    assert "deps/count" not in git(project, "ls-tree", "-r", "--name-only", branch)  # ignored: never committed
+
+
+async def test_a_failing_setup_command_stops_the_task_with_its_output(project: Path) -> None:
+    make_repo(project)
+    paths = setup_crew(project, tasks=[task("t1", "builder", writes=["src/**"])], limits={"max_workers": 1},
+                       workspace_setup={"run": "echo no network here >&2; exit 3"})
+    run_id = create(paths)
+
+    async def read_the_escalation_then_cancel(engine: Engine) -> None:
+        await until(engine, lambda e: open_checkpoint(e, "retry_escalation") is not None, timeout=90)
+        question = open_checkpoint(engine, "retry_escalation").question
+        assert "workspace setup failed" in question and "exited 3" in question and "no network here" in question
+        ok, message = await send(engine.project, engine.run.id, action="cancel_run")
+        assert ok, message
+
+    final = await drive(paths, run_id, human=read_the_escalation_then_cancel, timeout=120, backoff=[0.05, 0.05, 0.05])
+    assert final.status == "cancelled"

@@ -22,6 +22,7 @@ from agentbox.core.engine.workspaces import Mount, TurnGit, Workspaces
 from agentbox.core.errors import AgentboxError
 from agentbox.core.invoke import InvokeResult, invoke
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.setup_command import run_setup
 
 
 class TurnRunner:
@@ -69,7 +70,10 @@ class TurnRunner:
             mount: Mount | None = None
             prompt = job.prompt
             if key is not None:
-                mount = await asyncio.to_thread(self.workspaces.mount, key, run.contract.workspace_setup.copy_)
+                setup = run.contract.workspace_setup
+                mount = await asyncio.to_thread(self.workspaces.mount, key, setup.copy_, setup.run)
+                if mount.setup_marker is not None and setup.run:
+                    await asyncio.to_thread(self._set_up, mount, setup.run, setup.timeout_s, job)
                 agent = dataclasses.replace(agent, worktree=mount.path, views=mount.views, view_hidden=mount.hidden)
                 task = run.tasks.get(key)
                 if job.kind == "review" and task is not None:
@@ -99,6 +103,16 @@ class TurnRunner:
             return job, InvokeResult(status="error", session_id=session, error_kind="spawn_failed",
                                      error=f"committing the turn failed: {exc.message}", role=job.role), None
         return job, result, turn
+
+
+    def _set_up(self, mount: Mount, command: str, timeout_s: float, job: Job) -> None:
+        """crew.yaml's setup command, once per worktree (an AgentboxError when it fails: the turn cannot start)."""
+        outcome = run_setup(self.project.root, mount.path, mount.views, mount.hidden, command, timeout_s)
+        if not outcome.ok:
+            raise AgentboxError(f"workspace setup failed in {mount.key}'s worktree: {outcome.detail}",
+                                "fix crew.yaml's workspace_setup.run, then answer the escalation with retry")
+        assert mount.setup_marker is not None
+        mount.setup_marker.write_text(outcome.detail[:500] + "\n")
 
 
 _SUMMARY = re.compile(r'"summary"\s*:\s*"((?:[^"\\]|\\.){1,300})')

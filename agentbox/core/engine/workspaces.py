@@ -24,9 +24,12 @@ from agentbox.core import workspace as git
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import ChangedPath, Job, Task
 from agentbox.core.errors import AgentboxError, UsageError
+from agentbox.core.workspace.layout import admin_dir
 
 DIFF_PROMPT_BYTES = 48 * 1024
 """Most bytes of a task's patch put in a review prompt (the stat always goes in whole)."""
+SETUP_DONE = "agentbox-setup-done"
+"""Marker in a worktree's git admin dir: crew.yaml's setup command has run there."""
 HANDOFF_KEY = "handoff"
 """The branch of a handoff conversation's writing turns (merged after every turn: no review)."""
 
@@ -47,6 +50,8 @@ class Mount:
     path: Path
     views: tuple[tuple[Path, Path], ...]
     hidden: tuple[Path, ...]
+    setup_marker: Path | None = None
+    """Written once crew.yaml's setup command has run in this worktree (None: nothing to run)."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,7 @@ class Workspaces:
             return HANDOFF_KEY
         return None
 
-    def mount(self, key: str, copy_patterns: list[str]) -> Mount:
+    def mount(self, key: str, copy_patterns: list[str], setup_command: str | None = None) -> Mount:
         """Make or find the worktree of `key` (in a worker thread: a checkout may take a while)."""
         run_id = self.ledger.run.id
         tree = git.ensure_task_worktree(self.root, run_id, key)
@@ -98,7 +103,11 @@ class Workspaces:
         if tree.origin != git.WorktreeOrigin.EXISTING and copy_patterns:
             git.copy_setup_files(self.root, tree.path, copy_patterns)
         view = git.sandbox_git_view(self.root, tree.path)
-        return Mount(key, tree.path, tuple(view.binds), tuple(view.hide))
+        marker = None
+        admin = admin_dir(tree.path)
+        if setup_command and admin is not None and not (admin / SETUP_DONE).exists():
+            marker = admin / SETUP_DONE
+        return Mount(key, tree.path, tuple(view.binds), tuple(view.hide), marker)
 
     def commit(self, job: Job, mount: Mount, *, profile: str, summary: str) -> TurnGit:
         """Commit what the turn changed on its branch (in a worker thread); what the branch holds now."""

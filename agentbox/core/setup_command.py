@@ -1,0 +1,55 @@
+"""crew.yaml's `workspace_setup.run`: a shell command run once in a new task worktree, inside a sandbox.
+
+It runs with the worktree seen at the project's path and writable (it is there to install
+what the work needs: `npm ci`, `uv sync`), git metadata and `.agent-box/` read-only, the
+person's home and AGENT_BOX_HOME hidden, and the network of a default sandbox. A crew.yaml
+comes with the repository, so its command is as untrusted as an agent: it never runs on
+the host.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentbox.core import sandbox, scopes
+from agentbox.core.paths import agent_box_home
+
+OUTPUT_TAIL = 2000
+"""Characters of the command's output kept for the run's log."""
+
+
+@dataclass(frozen=True)
+class SetupOutcome:
+    """How the setup command ended."""
+
+    ok: bool
+    detail: str
+    """Exit status and the end of its output."""
+
+
+def run_setup(root: Path, worktree: Path, views: tuple[tuple[Path, Path], ...], view_hidden: tuple[Path, ...],
+              command: str, timeout_s: float) -> SetupOutcome:
+    """Run `command` with `sh -c` in the sandboxed worktree; never raises for the command's own failure."""
+    home = Path.home()
+    box = root / ".agent-box"
+    hidden = tuple(sorted(p for p in {home, agent_box_home()} if p != Path("/")))
+    state = tuple(d for d in (box / "runs", box / "sessions") if d.is_dir() and not d.is_symlink())
+    metadata = tuple(p for p in scopes.metadata_paths(worktree)
+                     if p.is_relative_to(worktree) and p.name not in (".git", ".agent-box"))
+    spec = sandbox.SandboxSpec(
+        project_root=worktree, mount_at=root, views=views, view_hidden=view_hidden, writable=(worktree,),
+        protected=(box, *metadata), extra_rw=(), homes=(), hidden=(*hidden, *state), ro_binds=(),
+        network=True, cwd=root, env=sandbox.sandbox_env(sandbox.host_env(), home, {"AGENTBOX_SETUP": "1"}),
+        **sandbox.host_layout(),  # type: ignore[arg-type]
+    )
+    argv = sandbox.bwrap_argv(spec, ["/bin/sh", "-c", command], sandbox.require_bwrap())
+    with sandbox.launch(argv) as launched:
+        try:
+            proc = subprocess.run(launched.argv, pass_fds=launched.pass_fds, stdin=subprocess.DEVNULL,
+                                  capture_output=True, timeout=timeout_s, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return SetupOutcome(False, f"`{command[:200]}` did not finish in {timeout_s:g} s (killed)")
+    tail = (proc.stdout + proc.stderr).decode("utf-8", "replace")[-OUTPUT_TAIL:].strip()
+    return SetupOutcome(proc.returncode == 0, f"`{command[:200]}` exited {proc.returncode}" + (f": {tail}" if tail else ""))
