@@ -156,7 +156,6 @@ class QueueList(ScrollView, can_focus=True):
         self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(1024)
         self._style_memo = StyleMemo()
         self._style_version = 0
-        self._restyled = True
         self._pseudo_state: object = None
 
     # ------------------------------------------------------------------ what is shown
@@ -380,18 +379,15 @@ class QueueList(ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         """Repaint; the cached rows are dropped at the paint only if their styles really changed."""
         super().notify_style_update()
-        self._restyled = True
         self.refresh()
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._pseudo_state = self.get_pseudo_class_state()
-        if self._restyled:
-            self._restyled = False
-            styles = (self.rich_style, *(self.get_component_rich_style(part, partial=True)
-                                         for part in sorted(self.COMPONENT_CLASSES)))
-            if self._style_memo.changed(self._pseudo_state, styles):
-                self._strips.clear()
-                self._style_version += 1
+        styles = (self.app.theme, self.rich_style,
+                  *(self.get_component_rich_style(part, partial=True) for part in sorted(self.COMPONENT_CLASSES)))
+        if self._style_memo.stale(self._pseudo_state, styles):
+            self._strips.clear()
+            self._style_version += 1
         return super().render_lines(crop)
 
     def render_line(self, y: int) -> Strip:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from rich.style import Style
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widgets import Tree
@@ -13,21 +12,26 @@ DataT = TypeVar("DataT")
 
 
 class StyleMemo:
-    """Which styles a widget's cached lines were rendered with, per pseudo-class state (focus, hover).
+    """Which styles a widget's cached lines were drawn with, per pseudo-class state (focus, hover).
 
     Textual tells a widget its style changed without saying what changed. Focus moving in
     or out is such a change, and it happens on every Tab; a theme change is another. A
-    widget whose line cache is already keyed by its pseudo-class state only has to throw
-    the cache away when the styles seen in *this* state differ from the last time it was
-    in it, which is what `changed` answers.
+    widget whose line cache is keyed by its pseudo-class state only has to throw the cache
+    away when the styles it sees in a state differ from those it drew that state with
+    before, which is what `stale` answers. It must be asked at every paint, so that no
+    line is cached in a state the memo has not seen.
     """
 
     def __init__(self) -> None:
-        self._seen: dict[object, tuple[Style, ...]] = {}
+        self._seen: dict[object, tuple[object, ...]] = {}
 
-    def changed(self, state: object, styles: tuple[Style, ...]) -> bool:
-        """True when `styles` differ from those last seen in `state` (every state is then forgotten)."""
-        if self._seen.get(state) == styles:
+    def stale(self, state: object, styles: tuple[object, ...]) -> bool:
+        """True when lines were drawn in `state` with other styles (then every state is forgotten)."""
+        seen = self._seen.get(state)
+        if seen == styles:
+            return False
+        if seen is None:  # nothing was ever drawn in this state since the cache was last dropped
+            self._seen[state] = styles
             return False
         self._seen = {state: styles}
         return True
@@ -49,22 +53,18 @@ class QuietTree(Tree[DataT]):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._style_memo = StyleMemo()
-        self._restyled = True
 
     def notify_style_update(self) -> None:
-        """Repaint; whether the lines must be re-rendered is decided at the paint (below), once
+        """Repaint; whether the lines must be drawn again is decided at the paint (below), once
         the part styles (cursor, guides) have been worked out too."""
         super(Tree, self).notify_style_update()
-        self._restyled = True
         self.refresh()
 
     def render_lines(self, crop: Region) -> list[Strip]:
         """The lines in `crop`; the line cache is dropped first if the styles really changed."""
-        if self._restyled:
-            self._restyled = False
-            styles = (self.rich_style,
-                      *(self.get_component_rich_style(part, partial=True) for part in self.STYLED_PARTS))
-            if self._style_memo.changed(self.get_pseudo_class_state(), styles):
-                self._line_cache.clear()
-                self._updates += 1
+        styles = (self.app.theme, self.rich_style,
+                  *(self.get_component_rich_style(part, partial=True) for part in self.STYLED_PARTS))
+        if self._style_memo.stale(self.get_pseudo_class_state(), styles):
+            self._line_cache.clear()
+            self._updates += 1
         return super().render_lines(crop)
