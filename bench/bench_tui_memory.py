@@ -1,4 +1,4 @@
-"""P6: resident memory of the TUI + the engine while 8 agents run (the agents excluded), goal ≤ 150 MB.
+"""P6: resident memory of the TUI + the engine while 8 agents run (the agents excluded), goal ≤ 100 MB.
 
 Everything is real: `agentbox tui` runs as its own process in a pseudo-terminal of
 200×60 (the screen it draws is read and thrown away), the engine runs detached as
@@ -8,7 +8,10 @@ follows the run live: watcher, reads, process sampling of the eight agent trees.
 
 Measured with psutil on the two processes only (their children — bwrap and the agents —
 are excluded): RSS, and USS (memory no other process shares). Baseline, same run: the
-same TUI process on the same project before the run starts (nothing to show yet).
+same TUI process on the same project before the run starts (nothing to show yet), and
+what a process holds once it has only imported what the TUI imports (each in a fresh
+interpreter: Python alone, Textual's app, agentbox's run models, the whole TUI), which is
+the floor no drawing can go below.
 
     .venv/bin/python bench/bench_tui_memory.py [--agents 8] [--hold 6]
 """
@@ -34,7 +37,11 @@ from _support import write_scripted_profile  # bench/ is sys.path[0] when a scri
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-GOAL_MB = 150.0
+GOAL_MB = 100.0
+IMPORT_FLOORS = (("python alone", "pass"), ("import textual.app", "import textual.app"),
+                 ("import agentbox.core.engine.models", "import agentbox.core.engine.models"),
+                 ("import agentbox.tui.app", "import agentbox.tui.app"))
+"""What is imported, in a fresh interpreter, for the floor lines."""
 
 
 def make_project(home: Path, root: Path, agents: int, delay: float) -> None:
@@ -80,6 +87,13 @@ def memory(pid: int) -> tuple[float, float]:
 
     info = psutil.Process(pid).memory_full_info()
     return info.rss / 1e6, info.uss / 1e6
+
+
+def import_floor(statement: str) -> float:
+    """RSS (MB) of a fresh interpreter that has run `statement` (read from /proc: no psutil import)."""
+    code = f"{statement}\nimport os\nprint(int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    return int(out.stdout.strip()) / 1e6
 
 
 def main(argv: list[str]) -> int:
@@ -143,6 +157,8 @@ def main(argv: list[str]) -> int:
     print(f"  engine  RSS {eng_rss:6.1f} MB   USS {eng_uss:6.1f} MB")
     print(f"  baseline: the same TUI before the run  RSS {idle_rss:6.1f} MB   USS {idle_uss:6.1f} MB"
           f"   ratio TUI busy/idle RSS {tui_rss / idle_rss:.2f}")
+    print("  what the imports alone hold (fresh interpreter, RSS): " + ", ".join(
+        f"{name} {import_floor(statement):.1f} MB" for name, statement in IMPORT_FLOORS))
     total = tui_rss + eng_rss
     print(f"  P6 TUI + engine = {total:.0f} MB RSS ({tui_uss + eng_uss:.0f} MB USS) (goal ≤ {GOAL_MB:.0f} MB) "
           f"{'✔' if total <= GOAL_MB else '✘'}")
