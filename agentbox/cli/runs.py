@@ -293,12 +293,21 @@ def status(args: argparse.Namespace) -> int:
     print(f"mode: {run.contract.mode} · engine: {'running' if alive else 'not running'} · "
           f"tokens: {totals.tokens:,}{' / ' + format(budget, ',') if budget else ''}{unknown}"
           + (f" · cost ${totals.cost_usd:.4f}" if totals.cost_usd is not None else ""))
+    if run.git is not None:
+        where = run.git.branch or "a detached HEAD"
+        base = f"{run.git.base[:10]}" + (" (a snapshot of your uncommitted changes)" if run.git.dirty else "")
+        delivered = (f"merged into {where} ({run.git.delivered[:10]})" if run.git.delivered
+                     else f"`agentbox merge {run.id}` brings it into {where}")
+        print(f"workspace: worktree · {run.git.integration_branch} from {base} · {delivered}")
     if run.tasks:
         print()
-        print_table(["task", "state", "assignee", "deps", "attempts", "tokens", "verdict"],
+        worktree = run.git is not None
+        print_table(["task", "state", "assignee", "deps", "attempts", "tokens", "verdict", *(["files"] if worktree else [])],
                     [[t.id, t.state, t.assignee, ",".join(t.depends_on) or "-", str(t.attempts),
                       f"{t.tokens:,}" + ("+?" if t.unknown_usage_turns else ""),
-                      t.verdicts[-1].verdict + f" ({t.verdicts[-1].by})" if t.verdicts else "-"] for t in run.tasks.values()])
+                      t.verdicts[-1].verdict + f" ({t.verdicts[-1].by})" if t.verdicts else "-",
+                      *([str(len(t.changed_files)) + (" merged" if t.merged else "")] if worktree else [])]
+                     for t in run.tasks.values()])
     open_cps = run.open_checkpoints()
     if open_cps:
         print("\nwaiting for you:")

@@ -35,6 +35,9 @@ def test_diff_status_merge_and_clean(project: Path) -> None:
     assert t1["branch"] == f"agentbox/{run_id}@t1" and t1["base"] and t1["head"] and t1["merged"]
     assert sorted(c["path"] for c in t1["changed_files"]) == ["src/app.py", "src/t1/code.py"]
 
+    shown = run_cli("status", run_id, cwd=project).out
+    assert f"workspace: worktree · agentbox/{run_id}" in shown and f"agentbox merge {run_id}" in shown
+    assert "2 merged" in shown  # t1 changed two files, merged
     stat = run_cli("diff", run_id, "--stat", cwd=project)
     assert stat.code == 0 and "src/t1/code.py" in stat.out and "tests/test_x.py" in stat.out and "@@" not in stat.out
     one = json.loads(run_cli("diff", run_id, "t2", "--json", cwd=project).out)
