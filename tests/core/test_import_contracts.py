@@ -128,6 +128,16 @@ def test_runtimes_know_nothing_of_runs() -> None:
                                                   "agentbox.core.services")) == []
 
 
+def test_the_faces_go_through_the_same_services() -> None:
+    """The CLI, the TUI and the MCP face read runs (models, run store) and change them through
+    `core.runs` and the other services, never by reaching into the engine's inside."""
+    readable = ("agentbox.core.engine.models", "agentbox.core.engine.run_store")
+    inside = [v for v in _violations("agentbox.cli", ("agentbox.core.engine.",))
+              + _violations("agentbox.tui", ("agentbox.core.engine.",))
+              + _violations("agentbox.mcp", ("agentbox.core.engine.",)) if not v.endswith(readable)]
+    assert inside == []
+
+
 def test_the_sandbox_and_safe_io_stand_alone() -> None:
     """The security layer imports nothing of sessions, runs or faces (it is easy to audit)."""
     for module in ("agentbox.core.sandbox", "agentbox.core.seccomp", "agentbox.core.scopes", "agentbox.core.safe_io"):
