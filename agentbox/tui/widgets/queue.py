@@ -204,7 +204,10 @@ class QueueList(ScrollView, can_focus=True):
             index = next((i for i, row in enumerate(rows) if row.key == cursor.key), -1)
             if index == -1 and not cursor.key.startswith(GROUP_PREFIX):  # the task left the queue
                 index = min(self.cursor_row, len(rows) - 1)
+            moved = index != self.cursor_row
             self.set_reactive(QueueList.cursor_row, index)
+            if moved and index >= 0:  # its task changed group: follow it
+                self.scroll_to_row(index)
         top = round(self.scroll_y)
         changed = [y for y in range(top, min(len(rows), top + self.size.height))
                    if y >= len(before) or before[y] != rows[y]]
