@@ -250,6 +250,35 @@ def test_ensure_finds_everything_again_after_a_crash(repo: Path) -> None:
     assert commit_turn(half.path, message="after a crash", **ROLE) is not None
 
 
+@pytest.mark.parametrize("left", ["admin dir", "gitdir", ".git file", "all but the unlock"])
+@pytest.mark.parametrize("taken_up_by", ["ensure", "recover_run"])
+def test_a_worktree_add_killed_at_any_step_leaves_nothing_behind(repo: Path, left: str, taken_up_by: str) -> None:
+    from agentbox.core.workspace.worktrees import MAKING
+
+    start(repo)
+    path = task_worktree_path(repo / ".git", "r1", "t1")
+    admin = repo / ".git" / "worktrees" / "t1"
+    if left == "all but the unlock":
+        sh(repo, "worktree", "add", "-q", "--lock", "--reason", f"{MAKING}{path}", "--no-checkout", "--detach",
+           str(path), "HEAD")
+    else:  # what git has written when killed: the admin dir and its lock first, then gitdir, then the .git file
+        admin.mkdir(parents=True)
+        (admin / "locked").write_text(f"{MAKING}{path}\n")
+        path.mkdir(parents=True)
+        if left != "admin dir":
+            (admin / "gitdir").write_text(f"{path}/.git\n")
+        if left == ".git file":
+            (path / ".git").write_text(f"gitdir: {admin}\n")
+    if taken_up_by == "recover_run":
+        recover_run(repo, "r1")
+        assert not admin.exists() and not path.exists()
+    tree = ensure_task_worktree(repo, "r1", "t1")
+    assert (tree.path / "a.txt").read_text() == "one\ntwo\nthree\n" and sh(tree.path, "status", "--porcelain") == ""
+    remove_task_worktree(repo, "r1", "t1", keep_spare=False)
+    assert not (repo / ".git" / "worktrees").exists() or list((repo / ".git" / "worktrees").iterdir()) == []
+    assert sh(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
 TASK_SCRIPT = """
 import sys
 from pathlib import Path

@@ -13,11 +13,16 @@ from pathlib import Path
 
 from agentbox.core.ids import check_id
 from agentbox.core.workspace.layout import REF_PREFIX, admin_dir, common_dir, worktrees_dir
-from agentbox.core.workspace.worktrees import agentbox_worktree_dirs, forget_missing_worktrees
+from agentbox.core.workspace.worktrees import (
+    agentbox_worktree_dirs,
+    drop_unfinished,
+    forget_missing_worktrees,
+)
 
 
 def recover_run(root: Path, run_id: str) -> list[Path]:
-    """Remove the lock files killed git calls left on the run's refs and worktrees, and set
+    """Remove the lock files killed git calls left on the run's refs and worktrees, what
+    killed `worktree add` calls left of the run's worktrees (`drop_unfinished`), and set
     git's records of the run's worktrees right; the lock files removed. Call it when the
     run resumes, holding the run's lock (no other git may be changing the run then)."""
     check_id("run", run_id)
@@ -37,5 +42,6 @@ def recover_run(root: Path, run_id: str) -> list[Path]:
             found += [admin / name for name in ("index.lock", "HEAD.lock") if (admin / name).exists()]
     for lock in found:
         lock.unlink(missing_ok=True)
+    drop_unfinished(common, run_dir)
     forget_missing_worktrees(common)
     return sorted(found)

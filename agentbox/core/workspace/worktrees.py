@@ -3,7 +3,9 @@
 Every step is safe to repeat after a `kill -9` at any point; git is the record:
 
 - a task's base ref and branch are created together in one ref transaction;
-- a worktree is made detached (`worktree add --no-checkout --detach`), filled with
+- a worktree is made detached (`worktree add --no-checkout --detach`), locked while git
+  makes it with a reason naming its path (so what a killed `worktree add` left says whose
+  it is, and is removed when that path is made again, or when its run resumes), filled with
   `read-tree --reset -u <branch>`, and only then attached to the branch (`symbolic-ref
   HEAD`): a worktree whose HEAD is the task branch is complete, any other is finished again;
 - a finished task's worktree is detached and renamed into the run's spares, where the run's
@@ -56,6 +58,9 @@ CHECKOUT_TIMEOUT_S = 600.0
 """Longest a checkout of a whole tree may take."""
 STALE_ADD_S = 60.0
 """A `git worktree add` still initializing after this long was killed."""
+MAKING = "agentbox: making "
+"""Reason of the lock on a worktree git is making for agentbox (followed by its path); it is
+lifted once `worktree add` is done."""
 TURN_TRAILER = "Agentbox-Turn"
 """Commit trailer naming the turn a commit holds (so a repeated call finds it)."""
 
@@ -178,6 +183,7 @@ def _drop_stale_index_lock(path: Path) -> None:
 
 def _place_worktree(root: Path, common: Path, run_id: str, task_id: str, path: Path) -> WorktreeOrigin:
     """Leave a registered worktree at `path` (HEAD anywhere): the one there, a spare, or a new one."""
+    drop_unfinished(common, path)
     if os.path.lexists(path):
         if (path / ".git").is_file():
             git(root, "worktree", "repair", str(path), ok=(0, 1))
@@ -201,8 +207,37 @@ def _place_worktree(root: Path, common: Path, run_id: str, task_id: str, path: P
         return WorktreeOrigin.SPARE
     head = rev(root, heads(task_branch(run_id, task_id)))
     assert head is not None
-    git(root, "worktree", "add", "--no-checkout", "--detach", str(path), head, retry_on_lock=True)
+    git(root, "worktree", "add", "--lock", "--reason", f"{MAKING}{path}", "--no-checkout", "--detach", str(path),
+        head, retry_on_lock=True)
+    admin = admin_dir(path)
+    if admin is not None:
+        (admin / "locked").unlink(missing_ok=True)
     return WorktreeOrigin.NEW
+
+
+def drop_unfinished(common: Path, under: Path) -> list[Path]:
+    """Remove what `git worktree add` calls killed while making worktrees at or under `under`
+    left: admin dirs still carrying the lock that names their path (git may have written
+    some of its files or none), and the directories started for them, which were never
+    attached to a branch, so no turn ran there. Only for a caller that alone makes worktrees
+    there (a task's own ensure; a run's engine holding the run's lock). The paths dropped."""
+    dropped = []
+    admins = common / "worktrees"
+    for admin in sorted(admins.iterdir()) if admins.is_dir() else []:
+        path = _making(admin)
+        if path is None or not path.is_relative_to(under):
+            continue
+        shutil.rmtree(admin, ignore_errors=True)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        dropped.append(path)
+    return dropped
+
+
+def _making(admin: Path) -> Path | None:
+    """The path of the worktree git was making for agentbox with this admin dir when it stopped, if so."""
+    reason = read_small(admin / "locked") or ""
+    return Path(reason[len(MAKING):].strip()) if reason.startswith(MAKING) else None
 
 
 def _point_admin_at(path: Path) -> None:
@@ -245,11 +280,12 @@ def forget_missing_worktrees(common: Path) -> list[Path]:
     forgotten = []
     ours = common / "agentbox"
     for admin in sorted((common / "worktrees").iterdir()) if (common / "worktrees").is_dir() else []:
-        gitdir = read_small(admin / "gitdir")
-        if gitdir is None or admin in named or _locked(admin):
+        if admin in named or _locked(admin):
             continue
-        worktree = Path(gitdir.strip()).parent
-        if worktree.is_relative_to(ours) and not os.path.lexists(worktree):
+        gitdir = read_small(admin / "gitdir")
+        # no gitdir: a `worktree add` killed early, whose lock still names the worktree
+        worktree = Path(gitdir.strip()).parent if gitdir is not None else _making(admin)
+        if worktree is not None and worktree.is_relative_to(ours) and not os.path.lexists(worktree):
             shutil.rmtree(admin, ignore_errors=True)
             forgotten.append(worktree)
     return forgotten
@@ -261,7 +297,7 @@ def _locked(admin: Path) -> bool:
     reason = read_small(admin / "locked")
     if reason is None:
         return False
-    if not reason.startswith("initializing"):
+    if not reason.startswith(("initializing", MAKING)):
         return True
     try:
         return time.time() - (admin / "locked").stat().st_mtime < STALE_ADD_S
