@@ -253,6 +253,9 @@ class Workspaces:
         for task in run.tasks.values():
             if task.is_terminal:
                 self.release(task, discard=True)
+        if run.contract.mode == "handoff":  # its writing turns' worktree (each turn was merged after it)
+            with contextlib.suppress(AgentboxError):
+                git.remove_task_worktree(self.root, run.id, HANDOFF_KEY, keep_spare=False, discard_uncommitted=True)
         with contextlib.suppress(AgentboxError):
             git.remove_spares(self.root, run.id)
         if run.status != "done" or run.git.delivered or any(c.kind == "deliver" for c in run.checkpoints.values()):
