@@ -59,6 +59,11 @@ def answer_commands(run: Any, cp: Any) -> list[tuple[str, str]]:
         commands.append(("approve the plan", f"agentbox approve {run.id} {cp.id}"))
         commands.append(("re-plan", f'agentbox answer {run.id} {cp.id} "FEEDBACK"'))
         return commands
+    if cp.kind == "deliver":
+        commands.append(("merge", f"agentbox merge {run.id}"))
+        commands.append(("one commit", f"agentbox merge {run.id} --squash"))
+        commands.append(("look first", f"agentbox diff {run.id}"))
+        return commands
     task = run.tasks.get(cp.task or "")
     if task is not None and task.state == "reviewing":
         commands.append(("approve", f"agentbox approve {task.id} --run {run.id}"))

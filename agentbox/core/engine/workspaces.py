@@ -171,7 +171,8 @@ class Workspaces:
 
         What a stopped turn left uncommitted is committed first (a person approving work in
         progress takes it as it is). On a conflict the approved work is brought into the
-        task's branch with conflict markers for the worker to resolve.
+        task's branch with conflict markers for the worker to resolve; until a commit follows
+        (a resumed approval, a rework that changed nothing) the task goes back again.
         """
         if not self.active or self.key_for_task(task) is None:
             return []
@@ -182,6 +183,10 @@ class Workspaces:
         if path is not None:
             git.commit_turn(path, author_name=f"{task.assignee}", author_email=f"{task.assignee}@agentbox.invalid",
                             message=f"{task.id}: work left when the task was approved\n")
+        unresolved = git.unresolved_conflicts(self.root, run_id, task.id)
+        if unresolved:
+            self._sent_back(task.id, task, unresolved, "its branch still holds the conflict markers brought into it")
+            return unresolved
         return self._merge(task.id, task)
 
     def key_for_task(self, task: Task) -> str | None:
@@ -193,13 +198,8 @@ class Workspaces:
         result = git.merge_task(self.root, run_id, key)
         if result.conflicts:
             synced = git.sync_task(self.root, run_id, key)
-            if task is not None:
-                turn = self.heads(key)
-                self.ledger.record_git(task, branch=turn.branch, base=turn.base, head=turn.head, changed=turn.changed)
-            self.ledger.event("merge.conflict", f"{key} conflicts with the run's approved work",
-                              "in " + ", ".join(result.conflicts[:20]) + "; the approved work was brought into "
-                              f"its branch with conflict markers ({synced.commit[:10]})", task=task.id if task else None,
-                              files=result.conflicts[:200], human_required=False)
+            self._sent_back(key, task, result.conflicts,
+                            f"the approved work was brought into its branch with conflict markers ({synced.commit[:10]})")
             return result.conflicts
         assert result.merged_commit is not None
         if task is not None:
@@ -210,6 +210,15 @@ class Workspaces:
         if task is not None:
             self.release(task)
         return []
+
+    def _sent_back(self, key: str, task: Task | None, conflicts: list[str], how: str) -> None:
+        """Record where a conflicting task's branch stands and log the conflict (the caller sends it back)."""
+        if task is not None:
+            turn = self.heads(key)
+            self.ledger.record_git(task, branch=turn.branch, base=turn.base, head=turn.head, changed=turn.changed)
+        self.ledger.event("merge.conflict", f"{key} conflicts with the run's approved work",
+                          "in " + ", ".join(conflicts[:20]) + "; " + how, task=task.id if task else None,
+                          files=conflicts[:200], human_required=False)
 
     def release(self, task: Task, *, discard: bool = False) -> None:
         """Take a finished task's worktree away (its branch stays until the run is delivered or cleaned)."""
@@ -279,7 +288,7 @@ class Workspaces:
         run = self.ledger.run
         assert run.git is not None
         diff = git.diff_text(self.root, run.git.base, git.integration_branch(run.id), max_bytes=16 * 1024)
-        return diff.stat.strip() or "(no changes)"
+        return diff.stat.rstrip() or "(no changes)"
 
     def deliver(self, into: str | None, *, squash: bool) -> str:
         """Bring the run's integration branch into the person's branch; what happened (errors raise)."""
