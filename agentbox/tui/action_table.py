@@ -27,6 +27,8 @@ RULES: dict[str, Callable[[Run | None], bool]] = {
     "resume": lambda run: _active(run) and run is not None and run.paused,
     "cancel_run": _active,
     "cancel_task": _active,
+    "changes": model.is_worktree_run,
+    "merge": model.can_merge,
 }
 """When a run-dependent action is offered; actions not named here always are."""
 
@@ -52,6 +54,8 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("pause", "p", "pause"),
     ActionSpec("resume", "p", "resume"),
     ActionSpec("cancel_run", "x", "cancel", "cancel the run"),
+    ActionSpec("changes", "c", "changes", "the files each task changed, and the run's stat"),
+    ActionSpec("merge", "m", "merge", "merge the run's branch into yours (shows the stat first)"),
     ActionSpec("attach", "o", "attach", show=False),
     ActionSpec("switch_run", "r", "runs", show=False),
     ActionSpec("task_detail", "d", "task detail", show=False),

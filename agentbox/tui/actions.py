@@ -22,7 +22,7 @@ from textual.app import App
 from agentbox.core.engine.models import Run
 from agentbox.core.errors import AgentboxError
 from agentbox.core.paths import ProjectPaths
-from agentbox.tui import action_table, model
+from agentbox.tui import action_table, loaders, model
 from agentbox.tui import messages as msg
 from agentbox.tui.model import CrewInfo
 from agentbox.tui.screens.modals import (
@@ -32,6 +32,9 @@ from agentbox.tui.screens.modals import (
     PickDialog,
     StartRunDialog,
 )
+
+COMMAND_TITLES = {"deliver": "merge"}
+"""How a command's outcome is titled when its name is not what the person pressed."""
 
 
 class RunActions:
@@ -96,7 +99,7 @@ class RunActions:
 
     def on_command_applied(self, message: msg.CommandApplied) -> None:
         """Say how the command went."""
-        self.notify(message.message, title=message.action.replace("_", " "),
+        self.notify(message.message, title=COMMAND_TITLES.get(message.action, message.action.replace("_", " ")),
                     severity="information" if message.ok else "error", timeout=6 if message.ok else 12)
 
     def action_pause(self) -> None:
@@ -189,6 +192,50 @@ class RunActions:
             return
         options = [(c.id, Text.assemble((c.id, "bold"), f"  {c.kind}  {c.question.strip()[:60]}")) for c in waiting]
         self.app.push_screen(PickDialog("Answer which checkpoint?", options), ask)
+
+    # ------------------------------------------------------------------ worktree runs
+    def action_changes(self) -> None:
+        """The files each task of a worktree run changed, by role, with the run's stat."""
+        from agentbox.tui.screens.changes import ChangesScreen
+
+        if not model.is_worktree_run(self.run):
+            self.notify("this run works in the live tree (shared workspace): `git diff` shows its changes",
+                        severity="warning")
+            return
+        self.app.push_screen(ChangesScreen(self))
+
+    def action_merge(self) -> None:
+        """Merge the run's branch into the person's: the stat is read from git first, then shown to confirm."""
+        if not action_table.enabled("merge", self.run):
+            self.notify("nothing to merge: the run has not ended, was merged already, or approved no work",
+                        severity="warning")
+            return
+        assert self.run is not None
+        self.run_worker(partial(self._read_merge_stat, self.run), thread=True, group="merge-stat",
+                        name="read the run's stat", exclusive=True, exit_on_error=False)
+
+    def _read_merge_stat(self, run: Run) -> None:
+        self.post_message(loaders.run_stat(self.project, run))
+
+    def on_run_stat_read(self, message: msg.RunStatRead) -> None:
+        """Ask, with the stat of what the merge brings, before merging."""
+        run = self.run
+        if run is None or run.id != message.run_id or run.git is None:
+            return
+        if message.error:
+            self.notify(message.error, title="merge", severity="error", timeout=12)
+            return
+        into = run.git.branch or "your branch"
+        question = Text.assemble(("Merge ", "bold"), (run.git.integration_branch, "bold cyan"), (" into ", "bold"),
+                                 (into, "bold"), ("?\n\n", "bold"), model.short_stat(message.stat) or "(no changes)",
+                                 ("\n\nA merge commit on your branch; your uncommitted changes are never "
+                                  "overwritten (the merge is refused instead).", "dim"))
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.send("deliver", into=None, squash=False)
+
+        self.app.push_screen(ConfirmDialog(question, yes_label="merge"), confirmed)
 
     # ------------------------------------------------------------------ runs
     def action_start_run(self) -> None:

@@ -45,6 +45,11 @@ def dashboard_commands(board: DashboardScreen) -> Iterator[Command]:
             for task in run.tasks.values():
                 if task.state not in TERMINAL_STATES:
                     yield f"Cancel task {task.id}…", partial(board.action_cancel_task, task.id), task.brief[:80]
+        if enabled("merge", run) and run.git is not None:
+            yield (f"Merge the run into {run.git.branch or 'your branch'}…", board.action_merge,
+                   f"{run.git.integration_branch}: the stat is shown before anything is merged")
+        if enabled("changes", run):
+            yield "Changes of the run", board.action_changes, "the files each task changed, by role, and the run's stat"
     if run is not None:
         for task in run.tasks.values():
             yield f"Task detail: {task.id}", partial(board.action_task_detail, task.id), f"{task.state} · {task.brief[:70]}"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbox.core import store, watch
+from agentbox.core.engine.models import Run
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import AgentboxError
 from agentbox.core.paths import ProjectPaths
@@ -24,6 +25,10 @@ EVENTS_SHOWN = 200
 """Records of the decision log shown when a run is opened (the log is then followed)."""
 PREVIEW_BYTES = 256 * 1024
 """Most bytes of a file shown in a preview."""
+DIFF_SHOWN_BYTES = 256 * 1024
+"""Most bytes of a task's patch drawn (the command showing it whole is given when it is cut)."""
+STAT_BYTES = 64 * 1024
+"""Most bytes of a run's stat read (git writes the patch too: this bounds it)."""
 
 
 def load_run(project: ProjectPaths, run_id: str, last_digest: bytes | None = None) -> msg.RunLoaded:
@@ -177,6 +182,32 @@ def highlight(path: str, text: str) -> Any:
         numbered.append_text(line)
         numbered.append("\n")
     return numbered
+
+
+def task_diff(project: ProjectPaths, run: Run, task_id: str) -> msg.TaskDiffLoaded:
+    """A worktree task's diff from git, cut per file and highlighted (bounded at DIFF_SHOWN_BYTES)."""
+    from agentbox.core import run_changes
+    from agentbox.tui.diffs import render_patch
+
+    task = run.tasks[task_id]
+    commits = (task.base, task.head)
+    try:
+        diff = run_changes.task_diff(project, run, task_id, max_bytes=DIFF_SHOWN_BYTES)
+    except AgentboxError as exc:
+        return msg.TaskDiffLoaded(task_id, commits, error=exc.message)
+    return msg.TaskDiffLoaded(task_id, commits, render_patch(diff.patch, task.changed_files), diff.truncated,
+                              diff.full_command)
+
+
+def run_stat(project: ProjectPaths, run: Run) -> msg.RunStatRead:
+    """The stat of what a worktree run's integration branch holds over its base."""
+    from agentbox.core import run_changes
+
+    try:
+        stat = run_changes.run_diff(project, run, stat_only=True, max_bytes=STAT_BYTES).stat
+    except AgentboxError as exc:
+        return msg.RunStatRead(run.id, "", exc.message)
+    return msg.RunStatRead(run.id, stat)
 
 
 def list_profiles() -> msg.ProfilesLoaded:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
 from agentbox.core.engine.models import Checkpoint, Run
 from agentbox.core.watch import BoxChange
 from agentbox.tui.model import CrewInfo
+
+if TYPE_CHECKING:  # highlighting (pygments) is loaded only once a diff is shown
+    from agentbox.tui.diffs import RenderedFile
 
 
 @dataclass
@@ -202,3 +205,33 @@ class LoadFinished(Message):
     """A read of kind `key` ended (after its result was posted); another may start."""
 
     key: str
+
+
+@dataclass
+class TaskDiffLoaded(Message):
+    """A worktree task's diff was read from git and highlighted (or could not be: `error`)."""
+
+    task_id: str
+    commits: tuple[str | None, str | None]
+    """The task's base and head the diff was read for."""
+    files: list[RenderedFile] = field(default_factory=list)
+    truncated: bool = False
+    full_command: str = ""
+    error: str | None = None
+
+
+@dataclass
+class RunStatRead(Message):
+    """The stat of everything a worktree run's branch holds over its base (what a merge brings)."""
+
+    run_id: str
+    stat: str
+    error: str | None = None
+
+
+@dataclass
+class RunStatusChanged(Message):
+    """The shown run went from one status to another (seen on a reload, not on first opening it)."""
+
+    run: Run
+    previous: str

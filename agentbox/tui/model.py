@@ -180,6 +180,31 @@ def has_task_in(run: Run | None, *states: str) -> bool:
     return run is not None and any(t.state in states for t in run.tasks.values())
 
 
+def is_worktree_run(run: Run | None) -> bool:
+    """Whether the run's writers work on git branches (so it has diffs to show and a branch to merge)."""
+    return run is not None and run.contract.workspace == "worktree" and run.git is not None
+
+
+def can_merge(run: Run | None) -> bool:
+    """Whether the run's integration branch is ready to be merged into the person's branch.
+
+    Once the run has ended (done, failed or cancelled), not merged yet, with approved work
+    on its branch. Not while it runs: a merge marks the run delivered, and the engine
+    never offers to bring in what is approved after that.
+    """
+    return (is_worktree_run(run) and run is not None and run.git is not None and run.git.delivered is None
+            and run.status in TERMINAL_RUN_STATES and any(t.merged for t in run.tasks.values()))
+
+
+def short_stat(stat: str, files_shown: int = 15) -> str:
+    """A `git diff --stat` with at most `files_shown` file lines (and its summary line)."""
+    lines = stat.rstrip("\n").splitlines()
+    if len(lines) <= files_shown + 1:
+        return "\n".join(lines)
+    hidden = len(lines) - 1 - files_shown
+    return "\n".join([*lines[:files_shown], f" … {hidden} more file(s)", lines[-1]])
+
+
 def queue_groups(run: Run | None) -> list[tuple[str, list[Task]]]:
     """Tasks grouped by state, in TASK_STATE_ORDER (unknown states last)."""
     if run is None:

@@ -28,7 +28,7 @@ from agentbox.core import paths, watch
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
 from agentbox.core.monitor import ProcessMonitor, agent_pids
 from agentbox.core.paths import ProjectPaths
-from agentbox.tui import action_table, gc_tuning, loaders
+from agentbox.tui import action_table, alerts, gc_tuning, loaders
 from agentbox.tui import messages as msg
 from agentbox.tui.action_table import CONTEXT_ACTIONS
 from agentbox.tui.actions import RunActions
@@ -84,6 +84,8 @@ class DashboardScreen(RunActions, Screen[None]):
         self._dirty_sessions: set[str] = set()
         self._sessions_complete = False
         self._alerted: set[tuple[str, str]] = set()
+        self._statuses: dict[str, str] = {}
+        """Run id → the status last shown (a change of it may call for the bell)."""
         self._monitor = ProcessMonitor()
         self._listed_once = False
         self._possible_actions: tuple[bool, ...] = ()
@@ -283,6 +285,7 @@ class DashboardScreen(RunActions, Screen[None]):
         self._run_digest = message.digest
         first = self.run is None
         self._alert_new_checkpoints(message.run)
+        self._note_status(message.run)
         self.run = message.run
         if first:
             self.call_after_refresh(gc_tuning.freeze)
@@ -298,6 +301,19 @@ class DashboardScreen(RunActions, Screen[None]):
             if cp.status == "open" and (run.id, cp.id) not in self._alerted:
                 self._alerted.add((run.id, cp.id))
                 self.post_message(msg.CheckpointOpened(run.id, cp))
+
+    def _note_status(self, run: Run) -> None:
+        previous = self._statuses.get(run.id)
+        self._statuses[run.id] = run.status
+        if previous is not None and previous != run.status:  # a run first opened is not news
+            self.post_message(msg.RunStatusChanged(run, previous))
+
+    def on_run_status_changed(self, message: msg.RunStatusChanged) -> None:
+        """Ring the bell and show a banner when the run ended, failed or stopped and waits for someone."""
+        banner = alerts.status_banner(message.run)
+        if banner is not None:
+            self.app.bell()
+            self.notify(banner.text, title=banner.title, severity=banner.severity, timeout=banner.timeout)
 
     def on_checkpoint_opened(self, message: msg.CheckpointOpened) -> None:
         """Ring the bell and say what waits: a checkpoint must not go unnoticed."""

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option, OptionDoesNotExist
@@ -132,19 +132,21 @@ class AnswerDialog(Dialog):
 
 
 class ConfirmDialog(Dialog):
-    """Yes or no."""
+    """Yes or no (a long question, such as a diff's stat, scrolls)."""
 
     BINDINGS = [Binding("y", "yes", "yes"), Binding("n,escape", "cancel", "no")]
 
-    def __init__(self, question: str) -> None:
+    def __init__(self, question: str | Text, *, yes_label: str = "yes") -> None:
         super().__init__()
         self.question = question
+        self.yes_label = yes_label
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.question, classes="dialog-text")
+            with VerticalScroll(classes="dialog-question", can_focus=False):  # the buttons keep the focus
+                yield Static(self.question)
             with Horizontal(classes="dialog-buttons"):
-                yield Button("yes", variant="error", id="yes")
+                yield Button(self.yes_label, variant="error", id="yes")
                 yield Button("no", id="no")
 
     def action_yes(self) -> None:

@@ -1,4 +1,4 @@
-"""One task in detail: brief, acceptance, write scope, attempts, verdicts, failures and its events."""
+"""One task in detail: brief, acceptance, write scope, attempts, verdicts, failures, its diff and its events."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from agentbox.core.engine.models import Run, Task
 from agentbox.core.tasks import TERMINAL_STATES
 from agentbox.tui import loaders, model
 from agentbox.tui import messages as msg
+from agentbox.tui.widgets.diff_view import DiffView
 from agentbox.tui.widgets.events import event_line
 
 EVENTS_SHOWN = 500
@@ -83,6 +84,33 @@ def task_summary(task: Task) -> Group:
     return Group(*parts)
 
 
+def diff_heading(task: Task) -> Text:
+    """The diff's section heading: branch, files and lines changed, where it was merged."""
+    heading = section("Changes")
+    if task.branch:
+        heading.append(f"  {task.branch}", "not underline cyan")
+    if task.changed_files:
+        added = sum(c.added or 0 for c in task.changed_files)
+        removed = sum(c.removed or 0 for c in task.changed_files)
+        heading.append(f"  {len(task.changed_files)} file(s) ", "not underline")
+        heading.append(f"+{added}", "not underline green")
+        heading.append(f" −{removed}", "not underline red")
+    if task.merged:
+        heading.append(f"  merged {task.merged[:10]}", "not underline green")
+    return heading
+
+
+def diff_note(run: Run, task: Task) -> str | None:
+    """Why the task has no diff to show, or None when git has one."""
+    if not model.is_worktree_run(run):
+        return "this run works in the live tree (shared workspace): no branch records its changes; `git diff` shows them"
+    if task.branch is None:
+        return "no branch: this task writes nothing" if not task.writes else "no branch yet: its work has not started"
+    if task.base is None or task.head is None or task.base == task.head:
+        return "no commits yet: its work turns have changed nothing so far"
+    return None
+
+
 class TaskDetailScreen(Screen[None]):
     """A task, live: re-rendered whenever the run changes."""
 
@@ -93,6 +121,8 @@ class TaskDetailScreen(Screen[None]):
         Binding("c", "cancel_task", "cancel task"),
         Binding("s", "history", "sessions"),
         Binding("t", "talk", "talk"),
+        Binding("right_square_bracket", "next_file", "next file", key_display="]"),
+        Binding("left_square_bracket", "previous_file", "previous file", key_display="["),
     ]
 
     def __init__(self, dashboard: DashboardView, task_id: str) -> None:
@@ -102,10 +132,13 @@ class TaskDetailScreen(Screen[None]):
         self._events_for: float | None = None
         self.events_shown: list[dict[str, Any]] = []
         self._events_offset = 0
+        self._diff_for: tuple[str | None, str | None] | None = None
+        self._file_index = -1
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="task-body"):
             yield Static(id="task-info")
+            yield DiffView(id="task-diff")
             yield Static(id="task-events")
         yield Footer()
 
@@ -126,10 +159,47 @@ class TaskDetailScreen(Screen[None]):
             self.query_one("#task-info", Static).update(Text(f"no task {self.task_id} in this run", style="dim"))
             return
         self.query_one("#task-info", Static).update(task_summary(task))
+        if run is not None:
+            self._show_diff(run, task)
         if task.updated != self._events_for and run is not None:
             self._events_for = task.updated
             self.run_worker(partial(self._read_events, run.id), thread=True, exclusive=True, group="task-events",
                             exit_on_error=False)
+        self.refresh_bindings()
+
+    def _show_diff(self, run: Run, task: Task) -> None:
+        """The one-line reason there is no diff, or the diff read from git (again when the branch moved)."""
+        view = self.query_one(DiffView)
+        note = diff_note(run, task)
+        if note is not None:
+            self._diff_for = None
+            view.show_note(diff_heading(task), note)
+            return
+        commits = (task.base, task.head)
+        if commits == self._diff_for:
+            view.update_heading(diff_heading(task))
+            return
+        self._diff_for = commits
+        if not view.file_paths:
+            view.show_note(diff_heading(task), "reading the diff from git…")
+        self.run_worker(partial(self._read_diff, run), thread=True, exclusive=True, group="task-diff",
+                        exit_on_error=False)
+
+    def _read_diff(self, run: Run) -> None:
+        self.post_message(loaders.task_diff(self.dashboard.project, run, self.task_id))
+
+    def on_task_diff_loaded(self, message: msg.TaskDiffLoaded) -> None:
+        """Show the diff that was read (unless the branch has moved on meanwhile: that read is under way)."""
+        task = self.task
+        if task is None or message.commits != self._diff_for:
+            return
+        view = self.query_one(DiffView)
+        if message.error:
+            view.show_note(diff_heading(task), f"git could not show it: {message.error}")
+        else:
+            view.show_files(diff_heading(task), message.files, truncated=message.truncated,
+                            full_command=message.full_command)
+            self._file_index = -1
         self.refresh_bindings()
 
     def _read_events(self, run_id: str) -> None:
@@ -149,7 +219,24 @@ class TaskDetailScreen(Screen[None]):
             return task is not None and task.state == "reviewing"
         if action == "cancel_task":
             return task is not None and task.state not in TERMINAL_STATES
+        if action in ("next_file", "previous_file"):
+            return bool(self.query_one(DiffView).file_paths)
         return True
+
+    def action_next_file(self) -> None:
+        """Scroll the next file of the diff to the top."""
+        self._jump(+1)
+
+    def action_previous_file(self) -> None:
+        """Scroll the previous file of the diff to the top."""
+        self._jump(-1)
+
+    def _jump(self, step: int) -> None:
+        headings = self.query_one(DiffView).file_headings()
+        if not headings:
+            return
+        self._file_index = max(0, min(len(headings) - 1, self._file_index + step))
+        self.query_one("#task-body").scroll_to_widget(headings[self._file_index], top=True, animate=False)
 
     def action_approve(self) -> None:
         """Approve this task."""
