@@ -6,10 +6,11 @@ task works on `agentbox/<run>@<task>` in a worktree inside the git dir
 (`ensure_task_worktree`); agentbox commits each turn (`commit_turn`), shows what it
 changed (`changed_files`, `diff_text`), merges it on approval without touching a working
 tree (`merge_task`; after a conflict `sync_task` brings the integrated work into the task
-for its rework), and the person brings the run into their branch (`deliver`). A finished
-task's worktree is parked for the run's next task (`remove_task_worktree`), so most tasks
-pay a switch, not a checkout. `recover_run` clears what a killed engine's git calls left;
-`clean` and `orphans` deal with what finished runs left. The layout of refs and directories is drawn
+for its rework, and `unresolved_conflicts` tells until the worker has resolved it), and
+the person brings the run into their branch (`deliver`). A finished task's worktree is
+parked for the run's next task (`remove_task_worktree`), so most tasks pay a switch, not a
+checkout. `recover_run` clears what a killed engine's git calls left; `clean` and
+`orphans` deal with what finished runs left. The layout of refs and directories is drawn
 in `agentbox.core.workspace.layout`; how a sandbox sees git, in `.provision`.
 
 Every git call runs with hooks, fsmonitor, signing and external drivers off and the
@@ -50,6 +51,7 @@ from agentbox.core.workspace.worktrees import (
     remove_task_worktree,
     sync_task,
     task_heads,
+    unresolved_conflicts,
 )
 
 __all__ = [
@@ -59,5 +61,5 @@ __all__ = [
     "commit_turn", "copy_setup_files", "deliver", "diff_text", "ensure_integration_branch",
     "ensure_task_worktree", "integration_branch", "merge_task", "orphans", "recover_run", "remove_spares",
     "remove_task_worktree", "repo_info", "sandbox_git_view", "snapshot_base", "sync_task",
-    "task_branch", "task_heads",
+    "task_branch", "task_heads", "unresolved_conflicts",
 ]

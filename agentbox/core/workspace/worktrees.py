@@ -63,6 +63,10 @@ MAKING = "agentbox: making "
 lifted once `worktree add` is done."""
 TURN_TRAILER = "Agentbox-Turn"
 """Commit trailer naming the turn a commit holds (so a repeated call finds it)."""
+SYNC_SUBJECT = "agentbox: bring "
+"""Start of the message of a commit bringing the integration branch into a task's (`sync_task`)."""
+CONFLICTS_LEFT = "Conflicts left for the worker:"
+"""Line of a sync commit's message before the paths it committed with conflict markers."""
 
 
 class WorktreeOrigin(enum.StrEnum):
@@ -364,9 +368,9 @@ def sync_task(root: Path, run_id: str, task_id: str) -> SyncResult:
     if is_ancestor(root, integration, head):
         return SyncResult(head, [], True)
     tree, conflicts = merge_tree(root, head, integration)
-    message = f"agentbox: bring {integration_branch(run_id)} into {branch}\n"
+    message = f"{SYNC_SUBJECT}{integration_branch(run_id)} into {branch}\n"
     if conflicts:
-        message += "\nConflicts left for the worker:\n" + "".join(f"  {p}\n" for p in conflicts)
+        message += f"\n{CONFLICTS_LEFT}\n" + "".join(f"  {p}\n" for p in conflicts)
     commit = commit_tree(root, tree, [head, integration], message, ident_env(*AGENTBOX_IDENT))
     path = task_worktree_path(common_dir(root), run_id, task_id)
     if _attached(path, branch):
@@ -381,6 +385,19 @@ def sync_task(root: Path, run_id: str, task_id: str) -> SyncResult:
                     else f"create {task_base_ref(run_id, task_id)} {integration}")
     update_refs(root, [f"update {heads(branch)} {commit} {head}", base_command], message="agentbox: sync task")
     return SyncResult(commit, conflicts, False)
+
+
+def unresolved_conflicts(root: Path, run_id: str, task_id: str) -> list[str]:
+    """The paths `sync_task` committed with conflict markers on the task's branch, while
+    nothing was committed on it since (the worker has not resolved them); else []."""
+    head = rev(root, heads(task_branch(run_id, task_id)))
+    if head is None:
+        return []
+    _, _, message = git(root, "cat-file", "commit", head).stdout.decode("utf-8", "surrogateescape").partition("\n\n")
+    if not message.startswith(SYNC_SUBJECT):
+        return []
+    _, found, listed = message.partition(f"\n{CONFLICTS_LEFT}\n")
+    return [line[2:] for line in listed.splitlines() if line.startswith("  ")] if found else []
 
 
 def remove_task_worktree(root: Path, run_id: str, task_id: str, *, keep_spare: bool = True,
