@@ -42,6 +42,7 @@ from agentbox.core.workspace import (
     sync_task,
     task_branch,
     task_heads,
+    unresolved_conflicts,
 )
 from agentbox.core.workspace.layout import task_worktree_path
 
@@ -528,8 +529,11 @@ def test_a_conflict_changes_nothing_names_the_files_and_rework_sees_the_other_wo
     tree = task_worktree_path(repo / ".git", "r1", "t2")
     assert "<<<<<<<" in (tree / "a.txt").read_text() and sh(tree, "status", "--porcelain") == ""
     assert task_heads(repo, "r1", "t2").base == integration
+    assert unresolved_conflicts(repo, "r1", "t2") == ["a.txt"]  # until the worker commits a resolution
+    assert unresolved_conflicts(repo, "r1", "t1") == []
     write(tree, "a.txt", "one\nTWO by both\nthree\n")
     commit_turn(tree, message="t2: resolve", **ROLE)
+    assert unresolved_conflicts(repo, "r1", "t2") == []
     assert [f.path for f in changed_files(repo, integration, head(tree))] == ["a.txt", "b.txt"]
     merged = merge_task(repo, "r1", "t2")
     assert merged.conflicts == [] and merged.merged_commit
