@@ -354,7 +354,22 @@ def approve(args: argparse.Namespace) -> int:
         raise UsageError("say what to approve", "agentbox approve TASK, agentbox approve --plan, "
                                                 "or agentbox approve RUN cp-N")
     run_id = runs_mod.find_task_run(project, target, args.run)
+    _show_task_changes(project, run_id, target)
     return _send(project, run_id, {"action": "approve", "task": target, "note": args.note})
+
+
+def _show_task_changes(project: Any, run_id: str, task_id: str) -> None:
+    """What the task's branch changes (from git), shown to the person deciding on it."""
+    from agentbox.core import run_changes
+    from agentbox.core import runs as runs_mod
+
+    run = runs_mod.load(project, run_id)
+    task = run.tasks.get(task_id)
+    if run.git is None or task is None or task.branch is None:
+        return
+    diff = run_changes.task_diff(project, run, task_id, stat_only=True)
+    print(f"{task_id} changes (its branch {task.branch}, from git):\n{diff.stat.rstrip() or ' no file'}\n"
+          f"(the whole diff: agentbox diff {run.id} {task_id})")
 
 
 def rework(args: argparse.Namespace) -> int:
@@ -363,6 +378,7 @@ def rework(args: argparse.Namespace) -> int:
 
     project = project_from(args)
     run_id = runs_mod.find_task_run(project, args.task, args.run)
+    _show_task_changes(project, run_id, args.task)
     return _send(project, run_id, {"action": "rework", "task": args.task, "note": args.note})
 
 

@@ -155,7 +155,8 @@ class RunActions:
     def action_approve(self, task_id: str | None = None) -> None:
         """Approve a task in review, with a note (the evidence of a human approval)."""
         def ask(task: str) -> None:
-            dialog = NoteDialog(f"Approve {task}", "Your note is recorded as the approval's evidence.",
+            dialog = NoteDialog(f"Approve {task}", "Your note is recorded as the approval's evidence."
+                                + model.changes_summary(self.run, task),
                                 required=False, value="approved from the dashboard", ok_label="approve")
             self.app.push_screen(dialog, lambda note: self.send("approve", task, task=task, note=note)
                                  if note is not None else None)
@@ -165,7 +166,8 @@ class RunActions:
     def action_rework(self, task_id: str | None = None) -> None:
         """Send a task in review back to its worker, with a note saying what to fix."""
         def ask(task: str) -> None:
-            dialog = NoteDialog(f"Send {task} back for rework", "Say what to fix: the worker gets your note.",
+            dialog = NoteDialog(f"Send {task} back for rework", "Say what to fix: the worker gets your note."
+                                + model.changes_summary(self.run, task),
                                 required=True, placeholder="what to fix", ok_label="send back")
             self.app.push_screen(dialog, lambda note: self.send("rework", task, task=task, note=note)
                                  if note else None)

@@ -264,3 +264,16 @@ def member_state(role: str, run: Run | None, records: Iterable[Any]) -> tuple[st
             if task.assignee == role and task.state in ("submitted", "reviewing"):
                 return "submitted", task.id, task.session_id
     return "idle", None, latest_id
+
+
+def changes_summary(run: Run | None, task_id: str, limit: int = 12) -> str:
+    """What a worktree task's branch changes (recorded from git after its last turn), for a decision dialog."""
+    task = run.tasks.get(task_id) if run is not None else None
+    if task is None or task.branch is None:
+        return ""
+    if not task.changed_files:
+        return "\nIts branch changes no file."
+    lines = [f"  {c.change} {c.path}" + ("" if c.added is None else f"  +{c.added} -{c.removed}")
+             for c in task.changed_files[:limit]]
+    more = f"\n  … {len(task.changed_files) - limit} more" if len(task.changed_files) > limit else ""
+    return "\nWhat its branch changes (from git; d shows the diff):\n" + "\n".join(lines) + more

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_cli
-from tests.engine.support import setup_crew, task, work_rule
+from tests.engine.support import review_rule, setup_crew, task, work_rule
 from tests.engine.test_worktree_runs import git, make_repo
 
 pytestmark = pytest.mark.bwrap
@@ -94,3 +95,31 @@ def test_a_done_run_asks_to_merge_and_the_answer_merges(project: Path) -> None:
     assert len(git(project, "log", "-1", "--format=%P", "HEAD").split()) == 1  # one commit, no merge
     assert (project / "tests" / "test_x.py").exists()
 
+
+
+def test_a_person_approving_from_the_cli_sees_the_tasks_changes_first(project: Path) -> None:
+    make_repo(project)
+    worker = [work_rule(task_id="t1", rule_id="w1", write={"src/t1/code.py": "VALUE = 1\n"})]
+    reviewer = [review_rule("approve", task_id="t1", rule_id="slow", delay=60)]  # the person decides first
+    setup_crew(project, worker=worker, reviewer=reviewer, tasks=[task("t1", "builder", writes=["src/**"])])
+    started = run_cli("run", "build it", "--detach", cwd=project)
+    assert started.code == 0, started.err
+    run_id = json.loads(run_cli("status", "--json", cwd=project).out)["id"]
+    try:
+        deadline = time.monotonic() + 90
+        while json.loads(run_cli("status", run_id, "--json", cwd=project).out)["tasks"].get("t1", {}).get(
+                "state") != "reviewing":
+            assert time.monotonic() < deadline, "t1 never reached review"
+            time.sleep(0.3)
+        approved = run_cli("approve", "t1", "--run", run_id, "--note", "looked at the diff", cwd=project)
+        assert approved.code == 0, approved.err
+        assert f"t1 changes (its branch agentbox/{run_id}@t1, from git)" in approved.out
+        assert "src/t1/code.py | 1 +" in approved.out and f"agentbox diff {run_id} t1" in approved.out
+        assert "approved" in approved.out
+        deadline = time.monotonic() + 90
+        while json.loads(run_cli("status", run_id, "--json", cwd=project).out)["status"] != "done":
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+        assert git(project, "show", f"agentbox/{run_id}:src/t1/code.py") == "VALUE = 1\n"
+    finally:
+        run_cli("cancel", run_id, cwd=project)

@@ -365,3 +365,13 @@ def test_snapshot_of_the_changes_view(tmp_path: Path, snap_compare: Callable[...
 
     assert snap_compare(frozen_app(build_worktree_run(tmp_path / "repo")), terminal_size=(120, 30),
                         run_before=show_changes)
+
+
+def test_a_person_deciding_on_a_task_sees_what_its_branch_changes(tmp_path: Path) -> None:
+    """The approve and rework dialogs list the task's changed files, as git recorded them."""
+    run = _run(build_worktree_run(tmp_path))
+    text = model.changes_summary(run, "greet")
+    assert "What its branch changes (from git" in text
+    assert all(f" {c.change} {c.path}" in text for c in run.tasks["greet"].changed_files)
+    assert model.changes_summary(run, "docs") == "\nIts branch changes no file."
+    assert model.changes_summary(run, "no-such-task") == ""
