@@ -172,8 +172,8 @@ async def test_handoff_turns_that_write_are_committed_and_merged_at_once(project
     assert run.result is not None and run.result.answered_by == "specialist" and run.result.handoffs == 3
     assert run_changes(project, run) == {"docs/a.md": "A2\n", "docs/b.md": "B\n", "docs/a_seen.md": "A1\n"}
     # the specialist's two turns: two commits on the run's handoff branch, each merged after its turn
-    assert task_branches(project, run) == [f"agentbox/{run.id}@handoff"]
-    assert git(project, "rev-list", "--count", f"{run.git.integration_branch if run.git else ''}..agentbox/{run.id}@handoff") == "0\n"
+    assert run.git is not None and task_branches(project, run) == [f"agentbox/{run.id}@handoff"]
+    assert git(project, "rev-list", "--count", f"{run.git.integration_branch}..agentbox/{run.id}@handoff") == "0\n"
     log = assert_log_consistent(paths, run.id)
     commits = [e for e in of_type(log, "commit") if e.get("commit")]
     assert [e["role"] for e in commits] == ["specialist", "specialist"]
