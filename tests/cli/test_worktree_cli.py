@@ -123,3 +123,43 @@ def test_a_person_approving_from_the_cli_sees_the_tasks_changes_first(project: P
         assert git(project, "show", f"agentbox/{run_id}:src/t1/code.py") == "VALUE = 1\n"
     finally:
         run_cli("cancel", run_id, cwd=project)
+
+
+def _wait_done(project: Path, run_id: str, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = json.loads(run_cli("status", run_id, "--json", cwd=project).out)
+        if status["status"] in ("done", "failed", "cancelled"):
+            return status
+        assert time.monotonic() < deadline, status["status"]
+        time.sleep(0.3)
+
+
+def test_two_worktree_runs_at_once_keep_apart_and_a_second_shared_writer_is_refused(project: Path) -> None:
+    make_repo(project)
+    worker = [work_rule(task_id="t1", rule_id="w1", delay=2, write={"src/app.py": "print('{task} of this run')\n"})]
+    setup_crew(project, worker=worker, tasks=[task("t1", "builder", writes=["src/**"])])
+    git(project, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "commit", "-qam", "crew")
+    before = git(project, "status", "--porcelain"), git(project, "rev-parse", "HEAD")
+    first = run_cli("run", "one", "--detach", cwd=project)
+    second = run_cli("run", "two", "--detach", cwd=project)
+    assert first.code == 0 and second.code == 0, (first.err, second.err)
+    ids = [r["id"] for r in json.loads(run_cli("runs", "--json", cwd=project).out)]
+    assert len(ids) == 2
+    for run_id in ids:  # both wrote src/app.py at the same time, each on its own branches
+        assert _wait_done(project, run_id)["status"] == "done"
+        assert git(project, "show", f"agentbox/{run_id}:src/app.py") == "print('t1 of this run')\n"
+    assert (git(project, "status", "--porcelain"), git(project, "rev-parse", "HEAD")) == before
+    assert (project / "src" / "app.py").read_text() == "print('app')\n"
+
+    # the live tree takes one writing run at a time
+    setup_crew(project, worker=worker, tasks=[task("t1", "builder", writes=["src/**"])], workspace="shared")
+    live = run_cli("run", "three", "--detach", cwd=project)
+    assert live.code == 0, live.err
+    run_id = json.loads(run_cli("status", "--json", cwd=project).out)["id"]
+    try:
+        refused = run_cli("run", "four", "--detach", cwd=project)
+        assert refused.code == 2 and f"run {run_id} is writing this project's live tree" in refused.err
+        assert "workspace: worktree" in refused.err and "Traceback" not in refused.err
+    finally:
+        _wait_done(project, run_id)
