@@ -269,9 +269,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
             needs.add(profile.scenario_path.parent.resolve())
     needs |= {Path(p).expanduser() for p in policy.ro_binds}
     source = agent.worktree or agent.cwd  # what is seen at the project's path
-    metadata = scopes.metadata_paths(source)
-    if agent.worktree is not None:  # its .git file and admin dir give way to `views`; the real .agent-box is protected
-        metadata = tuple(p for p in metadata if p.is_relative_to(source) and p.name not in (".git", ".agent-box"))
+    metadata = scopes.metadata_paths(source) if agent.worktree is None else scopes.worktree_metadata_paths(source)
     scope_plan = scopes.plan(source, list(agent.writes) if agent.writes is not None else None,
                              scratch.with_suffix(".stage"))
     try:

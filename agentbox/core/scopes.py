@@ -375,3 +375,10 @@ def metadata_paths(project_root: Path) -> tuple[Path, ...]:
                     if os.path.lexists(sub) and sub.resolve().is_relative_to(project_root.resolve()):
                         found.append(sub)
     return tuple(found)
+
+
+def worktree_metadata_paths(worktree: Path) -> tuple[Path, ...]:
+    """`metadata_paths` of a task's worktree, less its admin dir and `.git` entries (the
+    sandbox's git view stands in for them) and `.agent-box` (the project's own is protected)."""
+    return tuple(p for p in metadata_paths(worktree)
+                 if p.is_relative_to(worktree) and p.name not in (".git", ".agent-box"))

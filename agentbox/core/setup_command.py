@@ -36,8 +36,7 @@ def run_setup(root: Path, worktree: Path, views: tuple[tuple[Path, Path], ...], 
     box = root / ".agent-box"
     hidden = tuple(sorted(p for p in {home, agent_box_home()} if p != Path("/")))
     state = tuple(d for d in (box / "runs", box / "sessions") if d.is_dir() and not d.is_symlink())
-    metadata = tuple(p for p in scopes.metadata_paths(worktree)
-                     if p.is_relative_to(worktree) and p.name not in (".git", ".agent-box"))
+    metadata = scopes.worktree_metadata_paths(worktree)
     spec = sandbox.SandboxSpec(
         project_root=worktree, mount_at=root, views=views, view_hidden=view_hidden, writable=(worktree,),
         protected=(box, *metadata), extra_rw=(), homes=(), hidden=(*hidden, *state), ro_binds=(),
