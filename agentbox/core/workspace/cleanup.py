@@ -19,7 +19,7 @@ from pathlib import Path
 
 from agentbox.core.errors import UsageError
 from agentbox.core.ids import check_id, is_valid_id
-from agentbox.core.workspace.gitcmd import git
+from agentbox.core.workspace.gitcmd import git, is_ancestor, update_refs
 from agentbox.core.workspace.layout import (
     BRANCH_PREFIX,
     REF_PREFIX,
@@ -134,7 +134,7 @@ def _squash_delivered(root: Path, run_id: str, state: _RunState, integration: st
     delivered, delivery = state.refs.get(delivered_ref(run_id)), state.refs.get(delivery_ref(run_id))
     if integration is None or delivered is None or delivery is None:
         return False
-    if git(root, "merge-base", "--is-ancestor", integration, delivered, ok=(0, 1)).returncode != 0:
+    if not is_ancestor(root, integration, delivered):
         return False
     out = git(root, "for-each-ref", "--contains", delivery, "--format=%(refname)", "refs/heads/")
     return any(not ref.startswith(f"refs/heads/{BRANCH_PREFIX}") for ref in out.text.splitlines())
@@ -163,9 +163,7 @@ def clean(root: Path, run_id: str | None = None, *, dry_run: bool = False, force
         forget_missing_worktrees(common)
         commands = [f"delete refs/heads/{b} {runs_commit}" for b, runs_commit in _branch_commits(runs, plan)]
         commands += [f"delete {ref} {commit}" for ref, commit in _ref_commits(runs, plan)]
-        if commands:
-            script = "start\n" + "".join(f"{c}\n" for c in commands) + "prepare\ncommit\n"
-            git(root, "update-ref", "--stdin", stdin=script.encode())
+        update_refs(root, commands, message="agentbox: clean")
         _tidy(common, chosen)
     return plan
 
