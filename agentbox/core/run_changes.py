@@ -8,6 +8,7 @@ A shared run has no branches: asking for its diff is a clear error.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from agentbox.core import workspace as git
 from agentbox.core.engine.models import ChangedPath, Run, Task
@@ -77,5 +78,10 @@ def run_files(project: ProjectPaths, run: Run) -> list[ChangedPath]:
     """The files the run's integration branch changes over its base."""
     _worktree_run(run)
     assert run.git is not None
+    return changed_paths(project.root, run.git.base, run.git.integration_branch)
+
+
+def changed_paths(root: Path, base: str, head: str) -> list[ChangedPath]:
+    """What git says changed between two commits, as the run state records it."""
     return [ChangedPath(path=c.path, change=c.change.value, added=c.added, removed=c.removed, old_path=c.old_path)
-            for c in git.changed_files(project.root, run.git.base, run.git.integration_branch)]
+            for c in git.changed_files(root, base, head)]

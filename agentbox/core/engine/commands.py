@@ -234,6 +234,10 @@ def _pause(ctx: CommandContext, command: Pause) -> str:
     return "run paused: running turns finish, nothing new starts"
 
 
+def _deliver(ctx: CommandContext, command: Deliver) -> str:
+    return ctx.workspaces.deliver(command.into, squash=command.squash)
+
+
 def _resume(ctx: CommandContext, command: Resume) -> str:
     ctx.ledger.set_paused(False)
     return "run resumed"
@@ -419,7 +423,6 @@ def _number(text: str) -> int | None:
 
 HANDLERS: dict[type[BaseModel], Callable[[CommandContext, Any], str]] = {
     Answer: _answer, Approve: _approve, Rework: _rework, CancelTask: _cancel_task, CancelRun: _cancel_run,
-    Pause: _pause, Resume: _resume, Deliver: lambda ctx, command: ctx.workspaces.deliver(command.into,
-                                                                                          squash=command.squash),
+    Pause: _pause, Resume: _resume, Deliver: _deliver,
 }
 """The handler of each command type."""

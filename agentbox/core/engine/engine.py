@@ -234,16 +234,13 @@ class Engine:
     def _dispatchable(self) -> bool:
         if self.run.paused or not self.run.run_budget_left():
             return False
-        return bool(scheduler.pick(self.pending(), self.in_flight(), self.run, self._max_workers(), float("inf")))
-
-    def _max_workers(self) -> int:
-        return self.limits.max_workers
+        return bool(scheduler.pick(self.pending(), self.in_flight(), self.run, self.limits.max_workers, float("inf")))
 
     # ------------------------------------------------------------------ the loop
     def _dispatch(self) -> None:
         if self.run.paused or not self.run.run_budget_left() or self.run.status in TERMINAL_RUN_STATES:
             return
-        for job in scheduler.pick(self.pending(), self.in_flight(), self.run, self._max_workers(), self.clock()):
+        for job in scheduler.pick(self.pending(), self.in_flight(), self.run, self.limits.max_workers, self.clock()):
             pause = budgets.check_work(self.run, job)
             if pause is None:
                 self._start(job)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from agentbox.core.config import Crew
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import Job
 from agentbox.core.engine.recovery import _session_exists
+from agentbox.core.engine.replies import ReplyError, extract_json
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.engine.workspaces import Mount, TurnGit, Workspaces
 from agentbox.core.errors import AgentboxError
@@ -115,10 +115,10 @@ class TurnRunner:
         mount.setup_marker.write_text(outcome.detail[:500] + "\n")
 
 
-_SUMMARY = re.compile(r'"summary"\s*:\s*"((?:[^"\\]|\\.){1,300})')
-
-
 def _summary(text: str | None) -> str:
-    """The summary a reply gives (for the commit message), or ''."""
-    found = _SUMMARY.search(text or "")
-    return found.group(1).replace('\\"', '"').replace("\\n", " ") if found else ""
+    """The summary the reply gives (for the commit message), or '' (the mode validates the reply itself)."""
+    try:
+        summary = extract_json(text or "").get("summary")
+    except ReplyError:
+        return ""
+    return " ".join(summary.split())[:300] if isinstance(summary, str) else ""

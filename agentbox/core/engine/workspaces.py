@@ -24,7 +24,8 @@ from agentbox.core import workspace as git
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import ChangedPath, Job, Task
 from agentbox.core.errors import AgentboxError, UsageError
-from agentbox.core.workspace.layout import admin_dir
+from agentbox.core.run_changes import changed_paths
+from agentbox.core.workspace.layout import admin_dir, common_dir, task_worktree_path
 
 DIFF_PROMPT_BYTES = 48 * 1024
 """Most bytes of a task's patch put in a review prompt (the stat always goes in whole)."""
@@ -125,10 +126,8 @@ class Workspaces:
         if heads.base is None or heads.head is None:
             raise AgentboxError(f"task {key} has no branch in git any more ({heads.branch})",
                                 "was it deleted by hand? the task's work cannot be found")
-        changed = [ChangedPath(path=c.path, change=c.change.value, added=c.added, removed=c.removed,
-                               old_path=c.old_path)
-                   for c in git.changed_files(self.root, heads.base, heads.head)]
-        return TurnGit(key, heads.branch, heads.base, heads.head, commit, changed)
+        return TurnGit(key, heads.branch, heads.base, heads.head, commit,
+                       changed_paths(self.root, heads.base, heads.head))
 
     def record(self, turn: TurnGit, job: Job) -> None:
         """Put what a turn left in git on its task and in the log (in the loop)."""
@@ -174,7 +173,7 @@ class Workspaces:
         task's branch with conflict markers for the worker to resolve; until a commit follows
         (a resumed approval, a rework that changed nothing) the task goes back again.
         """
-        if not self.active or self.key_for_task(task) is None:
+        if not self.active:
             return []
         run_id = self.ledger.run.id
         if git.task_heads(self.root, run_id, task.id).head is None:
@@ -188,10 +187,6 @@ class Workspaces:
             self._sent_back(task.id, task, unresolved, "its branch still holds the conflict markers brought into it")
             return unresolved
         return self._merge(task.id, task)
-
-    def key_for_task(self, task: Task) -> str | None:
-        """The branch key of a task in a worktree run."""
-        return task.id if self.active else None
 
     def _merge(self, key: str, task: Task | None) -> list[str]:
         run_id = self.ledger.run.id
@@ -312,7 +307,5 @@ class Workspaces:
         return what
 
     def _worktree_path(self, key: str) -> Path | None:
-        from agentbox.core.workspace.layout import common_dir, task_worktree_path
-
         path = task_worktree_path(common_dir(self.root), self.ledger.run.id, key)
         return path if path.is_dir() else None
