@@ -115,7 +115,7 @@ class SyncResult:
 def task_heads(root: Path, run_id: str, task_id: str) -> TaskHeads:
     """The task's branch, base and head as git has them."""
     branch = task_branch(run_id, task_id)
-    return TaskHeads(branch, rev(root, task_base_ref(run_id, task_id)), rev(root, heads(branch)))
+    return TaskHeads(branch, *ref_commits(root, [task_base_ref(run_id, task_id), heads(branch)]))
 
 
 def ensure_task_worktree(root: Path, run_id: str, task_id: str) -> Worktree:
@@ -362,7 +362,8 @@ def sync_task(root: Path, run_id: str, task_id: str) -> SyncResult:
     conflict markers for the worker to resolve; the task's base moves to the integration
     head, so its diff stays its own work. The worktree must hold no uncommitted change."""
     branch = task_branch(run_id, task_id)
-    integration, head = rev(root, heads(integration_branch(run_id))), rev(root, heads(branch))
+    base_ref = task_base_ref(run_id, task_id)
+    integration, head, old_base = ref_commits(root, [heads(integration_branch(run_id)), heads(branch), base_ref])
     if integration is None or head is None:
         raise UsageError(f"task {task_id} of run {run_id} has no branch to bring work into")
     if is_ancestor(root, integration, head):
@@ -380,9 +381,7 @@ def sync_task(root: Path, run_id: str, task_id: str) -> SyncResult:
             raise StateError(f"task {task_id}'s worktree has uncommitted changes: {', '.join(left[:5])}",
                              "commit the turn before bringing in the integration branch")
         git(path, "read-tree", "-m", "-u", head, commit, timeout=CHECKOUT_TIMEOUT_S)
-    old_base = rev(root, task_base_ref(run_id, task_id))
-    base_command = (f"update {task_base_ref(run_id, task_id)} {integration} {old_base}" if old_base
-                    else f"create {task_base_ref(run_id, task_id)} {integration}")
+    base_command = f"update {base_ref} {integration} {old_base}" if old_base else f"create {base_ref} {integration}"
     update_refs(root, [f"update {heads(branch)} {commit} {head}", base_command], message="agentbox: sync task")
     return SyncResult(commit, conflicts, False)
 
