@@ -88,12 +88,15 @@ async def follow(project: ProjectPaths, run_id: str, wait_s: float, ctx: Context
     offset = 0 if from_start or not log.exists() else log.stat().st_size
     started = time.monotonic()
     reported = 0
+    stamp: tuple[int, ...] | None = None
     while True:
         records, offset = run_store.events(run_id, offset)
         for record in records:
             reported += 1
             await ctx.report_progress(reported, None, f"{record.get('type')}: {record.get('what')}"[:300])
-        run = runs.load(project, run_id)
+        latest = run_store.state_stamp(run_id)
+        if latest != stamp:  # re-read the run only when it changed
+            stamp, run = latest, runs.load(project, run_id)
         elapsed = time.monotonic() - started
         if run.status in TERMINAL_RUN_STATES or run.open_checkpoints() or elapsed >= wait_s:
             return
@@ -153,10 +156,11 @@ def build_server(project: ProjectPaths) -> MCPServer:
                              "result. With wait_s, first waits for it to end or to need a person.")
     async def run_status(ctx: Context, run: RunRef = None, wait_s: WaitS = 0.0) -> dict[str, Any]:
         with _as_tool_error():
-            run_id = runs.load(project, run).id
+            loaded = runs.load(project, run)
             if wait_s:
-                await follow(project, run_id, wait_s, ctx, from_start=False)
-            return views.run_status(project, runs.load(project, run_id))
+                await follow(project, loaded.id, wait_s, ctx, from_start=False)
+                loaded = runs.load(project, loaded.id)
+            return views.run_status(project, loaded)
 
     @server.tool(description="Open checkpoints (questions, plans and tasks waiting for approval, budget "
                              "pauses) of one run, or of every run that has not ended.")
