@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from agentbox.core import store
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
+from agentbox.core.engine.run_store import EVENTS_FILE
 from agentbox.core.errors import AgentboxError
 from agentbox.core.notify_channels import desktop_command, post_webhook, run_hook, show_desktop
 from agentbox.core.paths import ProjectPaths
@@ -41,7 +42,6 @@ from agentbox.core.user_config import HookCommand, UserConfig, load_user_config
 
 HookName = Literal["on_checkpoint", "on_run_end", "on_failure"]
 CURSOR_FILE = "notified.json"
-EVENTS_FILE = "events.jsonl"
 MAX_BACKLOG = 256
 """Most notifications waiting for delivery; the log is read on only once they are fewer."""
 READ_CHUNK = 1 << 20
