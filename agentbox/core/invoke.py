@@ -18,7 +18,7 @@ import signal
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -380,17 +380,9 @@ async def invoke(
     records it before dispatching). Raises only for caller mistakes: an unknown or busy
     session, a session of another role, a sandbox that cannot be built (bwrap missing).
     """
-    record = _prepare_session(agent, session_id, new_session_id, {"run_id": run_id, "task_id": task_id})
-    store = agent.sessions
-    lock_path = store.root / ".locks" / f"{record.id}.lock"
-    with _session_lock(lock_path):
-        if session_id is not None:
-            record = store.find(session_id)
-        prepared = prepare(agent, prompt, record)
-        try:
-            return await _run_prepared(agent, prompt, record, prepared, timeout_s or agent.timeout_s, on_spawn)
-        finally:
-            remove_scratch(prepared)  # after the adapter has read what the tool left there
+    tags = {"run_id": run_id, "task_id": task_id}
+    with _prepared_turn(agent, prompt, session_id, new_session_id, tags) as (record, prepared):
+        return await _run_prepared(agent, prompt, record, prepared, timeout_s or agent.timeout_s, on_spawn)
 
 
 def invoke_sync(
@@ -406,16 +398,24 @@ def invoke_sync(
     The same turn: the same sandbox, records, timeout and results. Ctrl-C (or any exception
     while the agent runs) kills the process tree, records the turn as killed and propagates.
     """
-    record = _prepare_session(agent, session_id)
+    with _prepared_turn(agent, prompt, session_id) as (record, prepared):
+        return _run_prepared_sync(agent, prompt, record, prepared, timeout_s or agent.timeout_s, on_spawn)
+
+
+@contextlib.contextmanager
+def _prepared_turn(agent: Agent, prompt: str, session_id: str | None, new_id: str | None = None,
+                   tags: dict[str, str | None] | None = None) -> Iterator[tuple[SessionRecord, Prepared]]:
+    """The session (locked for the turn) and its next turn prepared; the scratch dir goes afterwards."""
+    record = _prepare_session(agent, session_id, new_id, tags)
     store = agent.sessions
     with _session_lock(store.root / ".locks" / f"{record.id}.lock"):
         if session_id is not None:
             record = store.find(session_id)
         prepared = prepare(agent, prompt, record)
         try:
-            return _run_prepared_sync(agent, prompt, record, prepared, timeout_s or agent.timeout_s, on_spawn)
+            yield record, prepared
         finally:
-            remove_scratch(prepared)
+            remove_scratch(prepared)  # after the adapter has read what the tool left there
 
 
 @dataclass
