@@ -34,6 +34,7 @@ import pytest
 from agentbox.core.engine.models import Run
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.workspace.worktrees import TURN_TRAILER
 from tests.engine.support import (
     WORK_RE,
     agent_processes,
@@ -49,7 +50,7 @@ from tests.engine.support import (
     wait_gone,
     work_rule,
 )
-from tests.engine.test_crash import check_after_kill
+from tests.engine.test_crash import ROLES, check_after_kill
 from tests.engine.test_worktree_runs import git, make_repo, person_state
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
@@ -60,17 +61,10 @@ MAX_KILLS = 45
 """Kills at most: past KILLS, the loop goes on only until a kill has landed in each window."""
 MAX_RUNS = 4
 SEED = int(os.environ.get("AGENTBOX_CRASH_SEED", "20261201"))
-TURN_TRAILER = "Agentbox-Turn: "
+TRAILER = f"{TURN_TRAILER}: "
 WORK_S, REVIEW_S = 0.4, 0.2
 """How long a scripted work turn and a review take (besides starting a sandboxed process)."""
 
-ROLES = {
-    "lead": {"profile": "t-lead", "writes": []},
-    "builder": {"profile": "t-worker", "writes": ["src/**"]},
-    "tester": {"profile": "t-worker", "writes": ["tests/**"]},
-    "writer": {"profile": "t-worker", "writes": ["docs/**"]},
-    "reviewer": {"profile": "t-reviewer", "writes": []},
-}
 TASKS = [
     task("t1", "builder", writes=["src/t1/**"]),
     task("t2", "tester", writes=["tests/t2/**"], deps=["t1"]),
@@ -344,8 +338,8 @@ def check_git(root: Path, run: Run, log: list[dict[str, object]]) -> None:
         # one commit per turn that changed something: no commit of a resumed turn repeats its first attempt
         commits = git(root, "rev-list", "--no-merges", f"{state.base}..{state.head}").split()
         assert len(commits) == COMMITS_PER_TASK[task_id], (task_id, len(commits))
-        turns = [next(line[len(TURN_TRAILER):] for line in git(root, "cat-file", "commit", c).splitlines()
-                      if line.startswith(TURN_TRAILER)) for c in commits]
+        turns = [next(line[len(TRAILER):] for line in git(root, "cat-file", "commit", c).splitlines()
+                      if line.startswith(TRAILER)) for c in commits]
         assert len(set(turns)) == len(turns), f"{task_id}: a turn committed twice: {turns}"
         recorded = {e["commit"] for e in of_type(log, "commit", task_id) if e.get("commit")}
         assert recorded == set(commits), f"{task_id}: the log's commits are not the branch's"
