@@ -192,9 +192,9 @@ def render_file(file: FilePatch) -> Text:
     old_lines = _highlight(old_side, lexer)
     new_lines = _highlight(new_side, lexer)
     width = len(str(_last_line_number(file.lines)))
+    old_code, new_code = iter(old_lines), iter(new_lines)  # one highlighted line per " " / "-" and " " / "+" line
     body = Text(no_wrap=True, overflow="ellipsis", end="")
     old_no = new_no = 0
-    old_at = new_at = 0
     for line in file.lines:
         hunk = _HUNK.match(line)
         if hunk:
@@ -208,25 +208,27 @@ def render_file(file: FilePatch) -> Text:
         body.append("\n")
         if mark == " ":
             body.append(f"{old_no:>{width}} {new_no:>{width}}  ", "dim")
-            body.append_text(new_lines[new_at] if new_at < len(new_lines) else Text(line[1:]))
-            old_no, new_no, old_at, new_at = old_no + 1, new_no + 1, old_at + 1, new_at + 1
+            next(old_code)
+            body.append_text(next(new_code))
+            old_no, new_no = old_no + 1, new_no + 1
         elif mark == "-":
-            body.append(f"{old_no:>{width}} {'':>{width}} ", "dim")
-            start = len(body)
-            body.append("-", "bold red")
-            body.append_text(old_lines[old_at] if old_at < len(old_lines) else Text(line[1:]))
-            body.stylize(REMOVED_STYLE, start, len(body))
-            old_no, old_at = old_no + 1, old_at + 1
+            _append_marked(body, f"{old_no:>{width}} {'':>{width}} ", "-", "bold red", next(old_code), REMOVED_STYLE)
+            old_no += 1
         elif mark == "+":
-            body.append(f"{'':>{width}} {new_no:>{width}} ", "dim")
-            start = len(body)
-            body.append("+", "bold green")
-            body.append_text(new_lines[new_at] if new_at < len(new_lines) else Text(line[1:]))
-            body.stylize(ADDED_STYLE, start, len(body))
-            new_no, new_at = new_no + 1, new_at + 1
+            _append_marked(body, f"{'':>{width}} {new_no:>{width}} ", "+", "bold green", next(new_code), ADDED_STYLE)
+            new_no += 1
         else:  # "\ No newline at end of file"
             body.append(" " * (2 * width + 2) + line, "dim italic")
     return body
+
+
+def _append_marked(body: Text, gutter: str, mark: str, mark_style: str, code: Text, line_style: str) -> None:
+    """An added or removed line: its gutter, then the mark and the code on the line's background."""
+    body.append(gutter, "dim")
+    start = len(body)
+    body.append(mark, mark_style)
+    body.append_text(code)
+    body.stylize(line_style, start, len(body))
 
 
 def _highlight(code_lines: list[str], lexer: str) -> list[Text]:
