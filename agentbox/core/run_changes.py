@@ -7,6 +7,7 @@ A shared run has no branches: asking for its diff is a clear error.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,18 +61,24 @@ def task_diff(project: ProjectPaths, run: Run, task_id: str, *, stat_only: bool 
     task = _task(run, task_id)
     if task.base is None or task.head is None:
         return git.Diff("", "", False, f"agentbox diff {run.id} {task_id}")
-    diff = git.diff_text(project.root, task.base, task.head, max_bytes=max_bytes,
-                         full_command=f"git diff {task.base[:12]} {task.head[:12]}")
-    return git.Diff(diff.stat, "" if stat_only else diff.patch, diff.truncated and not stat_only, diff.full_command)
+    return _diff(project, task.base, task.head, f"git diff {task.base[:12]} {task.head[:12]}",
+                 stat_only=stat_only, max_bytes=max_bytes)
 
 
 def run_diff(project: ProjectPaths, run: Run, *, stat_only: bool = False, max_bytes: int = DIFF_BYTES) -> git.Diff:
     """Everything the run's integration branch holds over the run's base (what `agentbox merge` brings)."""
     _worktree_run(run)
     assert run.git is not None
-    diff = git.diff_text(project.root, run.git.base, run.git.integration_branch, max_bytes=max_bytes,
-                         full_command=f"git diff {run.git.base[:12]} {run.git.integration_branch}")
-    return git.Diff(diff.stat, "" if stat_only else diff.patch, diff.truncated and not stat_only, diff.full_command)
+    return _diff(project, run.git.base, run.git.integration_branch,
+                 f"git diff {run.git.base[:12]} {run.git.integration_branch}", stat_only=stat_only, max_bytes=max_bytes)
+
+
+def _diff(project: ProjectPaths, base: str, head: str, full_command: str, *, stat_only: bool,
+          max_bytes: int) -> git.Diff:
+    """The diff from git; with `stat_only` the stat alone (no patch computed), never marked cut."""
+    diff = git.diff_text(project.root, base, head, max_bytes=max_bytes, full_command=full_command,
+                         stat_only=stat_only)
+    return dataclasses.replace(diff, truncated=False) if stat_only else diff
 
 
 def run_files(project: ProjectPaths, run: Run) -> list[ChangedPath]:

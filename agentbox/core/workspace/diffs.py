@@ -100,11 +100,13 @@ def _count(value: bytes) -> int | None:
 
 
 def diff_text(root: Path, base: str, head: str, *, max_bytes: int = DIFF_MAX_BYTES,
-              full_command: str | None = None) -> Diff:
+              full_command: str | None = None, stat_only: bool = False) -> Diff:
     """The stat and patch between `base` and `head`, each cut at `max_bytes` (at a line
-    end), with a command showing the whole diff (`full_command`, else the git one)."""
+    end), with a command showing the whole diff (`full_command`, else the git one).
+    With `stat_only` the patch is not computed (it is empty)."""
     stat, stat_cut = git_bounded(root, "diff", "--stat=120", *_SAFE_DIFF, base, head, "--", max_bytes=max_bytes)
-    patch, patch_cut = git_bounded(root, "diff", "--patch", *_SAFE_DIFF, base, head, "--", max_bytes=max_bytes)
+    patch, patch_cut = (b"", False) if stat_only else git_bounded(
+        root, "diff", "--patch", *_SAFE_DIFF, base, head, "--", max_bytes=max_bytes)
     command = full_command or shlex.join(["git", "-C", str(root), "diff", base, head])
     return Diff(_text(stat, stat_cut), _text(patch, patch_cut), stat_cut or patch_cut, command)
 
