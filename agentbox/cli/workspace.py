@@ -52,17 +52,16 @@ def merge(args: argparse.Namespace) -> int:
 
 def clean(args: argparse.Namespace) -> int:
     """Remove what finished runs left behind; unmerged work is kept unless --force."""
+    from agentbox.core import runs as runs_mod
     from agentbox.core import workspace as git
-    from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
     from agentbox.core.engine.run_store import RunStore
     from agentbox.core.errors import UsageError
 
     project = project_from(args)
     if git.repo_info(project.root) is None:
         raise UsageError(f"{project.root} is not a git repository with a commit: there is nothing to clean")
-    store = RunStore(project)
-    live = [r.id for r in store.scan() if isinstance(r, Run) and r.status not in TERMINAL_RUN_STATES]
-    run_id = store.resolve_id(args.run) if args.run else None
+    live = [r.id for r in runs_mod.active_runs(project)]
+    run_id = RunStore(project).resolve_id(args.run) if args.run else None
     if run_id is not None and run_id in live:
         raise UsageError(f"run {run_id} is not finished", f"cancel it first (`agentbox cancel {run_id}`)")
     plan = git.clean(project.root, run_id, dry_run=args.dry_run, force=args.force, keep_runs=live)
