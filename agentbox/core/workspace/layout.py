@@ -151,3 +151,12 @@ def read_small(path: Path) -> str | None:
         return path.read_text(encoding="utf-8", errors="surrogateescape")
     except (FileNotFoundError, NotADirectoryError):
         return None
+
+
+def write_small(path: Path, text: str) -> None:
+    """Replace a small bookkeeping file with `text` atomically, unless it holds that already."""
+    if read_small(path) == text:
+        return
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8", errors="surrogateescape")
+    os.replace(partial, path)

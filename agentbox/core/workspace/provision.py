@@ -32,7 +32,7 @@ from pathlib import Path
 
 from agentbox.core.errors import StateError, UsageError
 from agentbox.core.workspace.gitcmd import git
-from agentbox.core.workspace.layout import admin_dir, common_dir, gitfiles_dir
+from agentbox.core.workspace.layout import admin_dir, common_dir, gitfiles_dir, write_small
 
 SANDBOX_GIT_DIR = Path("/run/agentbox/git")
 """Where the common git dir is bound inside a sandbox (its `/run` is a private tmpfs)."""
@@ -174,14 +174,6 @@ def sandbox_git_view(root: Path, worktree: Path, *, mount_at: Path = SANDBOX_GIT
     if admin is None or admin.parent != common / "worktrees" or not admin.is_dir():
         raise StateError(f"{worktree} is not a worktree of {root}", "ensure the task's worktree first")
     gitfile = gitfiles_dir(common) / admin.name
-    text = f"gitdir: {mount_at / 'worktrees' / admin.name}\n".encode()
-    try:
-        current = gitfile.read_bytes()
-    except FileNotFoundError:
-        current = None
-    if current != text:
-        gitfile.parent.mkdir(parents=True, exist_ok=True)
-        partial = gitfile.with_name(f".{gitfile.name}.partial")
-        partial.write_bytes(text)
-        os.replace(partial, gitfile)
+    gitfile.parent.mkdir(parents=True, exist_ok=True)
+    write_small(gitfile, f"gitdir: {mount_at / 'worktrees' / admin.name}\n")
     return SandboxGitView(binds=[(common, mount_at), (gitfile, root / ".git")], hide=[mount_at / "agentbox"])

@@ -52,6 +52,7 @@ from agentbox.core.workspace.layout import (
     task_branch,
     task_worktree_path,
     worktrees_dir,
+    write_small,
 )
 
 CHECKOUT_TIMEOUT_S = 600.0
@@ -250,11 +251,7 @@ def _point_admin_at(path: Path) -> None:
     admin = admin_dir(path)
     if admin is None or not admin.is_dir():
         return
-    wanted = f"{path / '.git'}\n"
-    if read_small(admin / "gitdir") != wanted:
-        partial = admin / "gitdir.agentbox"
-        partial.write_text(wanted, encoding="utf-8", errors="surrogateescape")
-        os.replace(partial, admin / "gitdir")
+    write_small(admin / "gitdir", f"{path / '.git'}\n")
 
 
 def agentbox_worktree_dirs(common: Path) -> list[Path]:
