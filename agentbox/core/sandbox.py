@@ -134,8 +134,7 @@ def _sized_tmpfs(path: str | Path, size: int) -> list[str]:
 
 def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> list[str]:
     """The full bwrap command line for `command` under `spec` (pure: no filesystem access)."""
-    root = spec.mount_at or spec.project_root
-    """The project's path inside the sandbox."""
+    root = spec.mount_at or spec.project_root  # the project's path inside the sandbox
 
     def seen(path: Path) -> str:
         """Where a host path is seen inside the sandbox."""
