@@ -27,7 +27,7 @@ from textual.widgets import Tree
 from agentbox.core.engine.models import Run, Task
 from agentbox.core.tasks import TERMINAL_STATES
 from agentbox.tui import model
-from agentbox.tui.widgets.tree import StyleMemo
+from agentbox.tui.widgets.tree import TREE_PARTS, StyleMemo
 
 GROUP_PREFIX = "state:"
 GUIDE_WIDTH = 2
@@ -79,11 +79,6 @@ def label(look: Look) -> Text:
     return Text.assemble(*_label_parts(look))
 
 
-def task_label(task: Task) -> Text:
-    """The label of `task`'s row."""
-    return label(task_look(task))
-
-
 def _line_width(look: Look) -> int:
     """Cells of the row (guide or icon included) without building its text."""
     return GUIDE_WIDTH + sum(cell_len(text) for text, _ in _label_parts(look))
@@ -110,10 +105,7 @@ def queue_rows(run: Run | None, collapsed: set[str]) -> list[Row]:
 class QueueList(ScrollView, can_focus=True):
     """Tasks by state; the cursor is on a task or on a group's header."""
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "tree--label", "tree--guides", "tree--guides-hover", "tree--guides-selected", "tree--cursor",
-        "tree--highlight", "tree--highlight-line",
-    }
+    COMPONENT_CLASSES: ClassVar[set[str]] = set(TREE_PARTS)
     DEFAULT_CSS = Tree.DEFAULT_CSS.replace("Tree", "QueueList")
     """Textual's tree's, so the queue looks like one."""
 
@@ -155,7 +147,6 @@ class QueueList(ScrollView, can_focus=True):
         self._widths: dict[Look, int] = {}
         self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(1024)
         self._style_memo = StyleMemo()
-        self._style_version = 0
         self._pseudo_state: object = None
 
     # ------------------------------------------------------------------ what is shown
@@ -386,11 +377,8 @@ class QueueList(ScrollView, can_focus=True):
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._pseudo_state = self.get_pseudo_class_state()
-        styles = (self.app.theme, self.rich_style,
-                  *(self.get_component_rich_style(part, partial=True) for part in sorted(self.COMPONENT_CLASSES)))
-        if self._style_memo.stale(self._pseudo_state, styles):
+        if self._style_memo.stale_for(self, self._pseudo_state):
             self._strips.clear()
-            self._style_version += 1
         return super().render_lines(crop)
 
     def render_line(self, y: int) -> Strip:
@@ -411,7 +399,7 @@ class QueueList(ScrollView, can_focus=True):
         group_selected = self.cursor_row == group_row and focused
         pad_width = max(self.virtual_size.width, width)
         key = (row.look, row.last, pad_width, self.cursor_row == index, self.hover_row == index, hover, group_hover,
-               group_selected, self._pseudo_state, self._style_version)
+               group_selected, self._pseudo_state)
         strip = self._strips.get(key)
         if strip is None:
             strip = self._strips[key] = self._render_row(row, pad_width, hover, group_hover, group_selected,

@@ -6,9 +6,12 @@ from typing import TypeVar
 
 from textual.geometry import Region
 from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Tree
 
 DataT = TypeVar("DataT")
+TREE_PARTS = tuple(sorted(Tree.COMPONENT_CLASSES))
+"""The component classes a tree line is drawn with."""
 
 
 class StyleMemo:
@@ -36,6 +39,12 @@ class StyleMemo:
         self._seen = {state: styles}
         return True
 
+    def stale_for(self, widget: Widget, state: object) -> bool:
+        """`stale` for the styles a tree line of `widget` is drawn with now: theme, own style, TREE_PARTS."""
+        styles = (widget.app.theme, widget.rich_style,
+                  *(widget.get_component_rich_style(part, partial=True) for part in TREE_PARTS))
+        return self.stale(state, styles)
+
 
 class QuietTree(Tree[DataT]):
     """Textual's tree, minus the rebuild and screen layout on every restyle.
@@ -45,10 +54,6 @@ class QuietTree(Tree[DataT]):
     size, and its line cache is keyed by the focus state: so a restyle only drops the cache
     when the styles really changed (a new theme), and otherwise just repaints.
     """
-
-    STYLED_PARTS = ("tree--label", "tree--guides", "tree--guides-hover", "tree--guides-selected", "tree--cursor",
-                    "tree--highlight", "tree--highlight-line")
-    """The component classes a tree line is drawn with."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -62,9 +67,7 @@ class QuietTree(Tree[DataT]):
 
     def render_lines(self, crop: Region) -> list[Strip]:
         """The lines in `crop`; the line cache is dropped first if the styles really changed."""
-        styles = (self.app.theme, self.rich_style,
-                  *(self.get_component_rich_style(part, partial=True) for part in self.STYLED_PARTS))
-        if self._style_memo.stale(self.get_pseudo_class_state(), styles):
+        if self._style_memo.stale_for(self, self.get_pseudo_class_state()):
             self._line_cache.clear()
             self._updates += 1
         return super().render_lines(crop)
