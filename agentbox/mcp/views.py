@@ -116,7 +116,7 @@ def events(project: ProjectPaths, run_id: str) -> str:
     """The latest records of a run's decision log, one JSON object a line."""
     from agentbox.core.watch import tail_events
 
-    records, _ = tail_events(project, runs.load(project, run_id).id, EVENTS_LIMIT)
+    records, _ = tail_events(project, RunStore(project).resolve_id(run_id), EVENTS_LIMIT)
     return "".join(json.dumps(record, ensure_ascii=False, default=str) + "\n" for record in records)
 
 
@@ -136,8 +136,9 @@ def session(project: ProjectPaths, session_id: str) -> dict[str, Any]:
 
 def artifacts(project: ProjectPaths, run_id: str) -> list[dict[str, Any]]:
     """The run's manifest of who made which file, each with the index that reads it."""
-    run_id = runs.load(project, run_id).id
-    entries = RunStore(project).manifest(run_id)
+    store = RunStore(project)
+    run_id = store.resolve_id(run_id)  # the manifest needs no run state read
+    entries = store.manifest(run_id)
     return [{"index": index, **entry, "uri": f"agentbox://runs/{run_id}/artifacts/{index}"}
             for index, entry in enumerate(entries)]
 
