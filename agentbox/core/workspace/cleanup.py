@@ -161,21 +161,14 @@ def clean(root: Path, run_id: str | None = None, *, dry_run: bool = False, force
             if os.path.lexists(path):
                 trash_worktree(common, path)
         forget_missing_worktrees(common)
-        commands = [f"delete refs/heads/{b} {runs_commit}" for b, runs_commit in _branch_commits(runs, plan)]
-        commands += [f"delete {ref} {commit}" for ref, commit in _ref_commits(runs, plan)]
+        commits: dict[str, str] = {}  # branch short names and full ref names never collide
+        for state in runs.values():
+            commits |= state.branches | state.refs
+        commands = [f"delete refs/heads/{branch} {commits[branch]}" for branch in plan.branches]
+        commands += [f"delete {ref} {commits[ref]}" for ref in plan.refs]
         update_refs(root, commands, message="agentbox: clean")
         _tidy(common, chosen)
     return plan
-
-
-def _branch_commits(runs: dict[str, _RunState], plan: CleanPlan) -> list[tuple[str, str]]:
-    found = {b: c for state in runs.values() for b, c in state.branches.items()}
-    return [(b, found[b]) for b in plan.branches]
-
-
-def _ref_commits(runs: dict[str, _RunState], plan: CleanPlan) -> list[tuple[str, str]]:
-    found = {r: c for state in runs.values() for r, c in state.refs.items()}
-    return [(r, found[r]) for r in plan.refs]
 
 
 def _plan_run(root: Path, run_id: str, state: _RunState, tips: list[str], force: bool, plan: CleanPlan) -> None:
