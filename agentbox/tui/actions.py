@@ -72,11 +72,13 @@ class RunActions:
         Textual asks this for every binding on every focus change; the answers are worked
         out once per run snapshot (a big run has thousands of tasks to look through).
         """
-        if action not in action_table.CONTEXT_ACTIONS:
-            return True
+        return action not in action_table.CONTEXT_ACTIONS or action in self.offered_actions()
+
+    def offered_actions(self) -> frozenset[str]:
+        """The run-dependent actions offered for the shown run (worked out once per run snapshot)."""
         if self._offers_for is not self.run:
             self._offers_for, self._offers = self.run, action_table.offered(self.run)
-        return action in self._offers
+        return self._offers
 
     # ------------------------------------------------------------------ commands to the run
     def send(self, action: str, target: str | None = None, **fields: Any) -> None:

@@ -30,7 +30,6 @@ from agentbox.core.monitor import ProcessMonitor, agent_pids
 from agentbox.core.paths import ProjectPaths
 from agentbox.tui import action_table, alerts, gc_tuning, loaders
 from agentbox.tui import messages as msg
-from agentbox.tui.action_table import CONTEXT_ACTIONS
 from agentbox.tui.actions import RunActions
 from agentbox.tui.model import CrewInfo
 from agentbox.tui.widgets.artifacts import ArtifactsPanel
@@ -88,7 +87,7 @@ class DashboardScreen(RunActions, Screen[None]):
         """Run id → the status last shown (a change of it may call for the bell)."""
         self._monitor = ProcessMonitor()
         self._listed_once = False
-        self._possible_actions: tuple[bool, ...] = ()
+        self._possible_actions: frozenset[str] | None = None
         self._run_digest: bytes | None = None
 
     def compose(self) -> ComposeResult:
@@ -289,7 +288,7 @@ class DashboardScreen(RunActions, Screen[None]):
         self.run = message.run
         if first:
             self.call_after_refresh(gc_tuning.freeze)
-        possible = tuple(bool(self.check_action(action, ())) for action in sorted(CONTEXT_ACTIONS))
+        possible = self.offered_actions()
         if possible != self._possible_actions:  # the footer redraws only when what it offers changes
             self._possible_actions = possible
             self.refresh_bindings()
