@@ -22,7 +22,7 @@ from agentbox.core.config import Strict, validate_document
 from agentbox.core.errors import ConfigError
 from agentbox.core.scopes import has_control_character
 from agentbox.core.secrets import reference_problem
-from agentbox.core.yaml_io import parse_yaml, read_yaml_text
+from agentbox.core.yaml_io import load_yaml
 
 CONFIG_FILE = "config.yaml"
 SCHEMA_HINT = "`agentbox schema config` prints the full schema; docs/notifications.md explains it"
@@ -127,7 +127,7 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     path = path or config_path()
     if not os.path.lexists(path):
         return UserConfig()
-    document = parse_yaml(read_yaml_text(path), path)
+    document = load_yaml(path)
     if document is None:
         return UserConfig()
     try:
