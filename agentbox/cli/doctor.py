@@ -16,7 +16,7 @@ def doctor(args: argparse.Namespace) -> int:
 
     project = Path(args.project) if args.project else None
     checks = run_checks(project)
-    if getattr(args, "profiles", False):
+    if args.profiles:
         checks += check_profile_turns(project)
     ok = healthy(checks)
     if args.json:
