@@ -101,7 +101,7 @@ def open_checkpoints(project: ProjectPaths, run_id: str | None) -> list[dict[str
 def checkpoint_run(project: ProjectPaths, checkpoint_id: str, run_id: str | None) -> str:
     """The run whose checkpoint `checkpoint_id` a person answers (the only active run that has it open)."""
     if run_id:
-        return runs.load(project, run_id).id
+        return RunStore(project).resolve_id(run_id)
     holding = [run.id for run in runs.active_runs(project) if checkpoint_id in
                {cp.id for cp in run.open_checkpoints()}]
     if len(holding) == 1:
