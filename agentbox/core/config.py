@@ -384,9 +384,11 @@ class Crew(Strict):
 M = TypeVar("M", bound=BaseModel)
 
 
-def validate_document(model: type[M], data: Any, file: Path, document: Any = None) -> M:
-    """Validate parsed data against `model`; errors become one ConfigError naming file/line/field."""
-    schema_hint = f"`agentbox schema {model.__name__.lower()}` prints the full schema"
+def validate_document(model: type[M], data: Any, file: Path, document: Any = None, *,
+                      schema_hint: str | None = None) -> M:
+    """Validate parsed data against `model`; errors become one ConfigError naming file/line/field
+    (with `schema_hint`, else one naming `agentbox schema <model>`)."""
+    schema_hint = schema_hint or f"`agentbox schema {model.__name__.lower()}` prints the full schema"
     if data is None:
         raise ConfigError("file is empty (no YAML content)", file=file, line=1, hint=schema_hint)
     if not isinstance(data, dict):

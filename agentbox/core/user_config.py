@@ -19,7 +19,6 @@ from pydantic import AfterValidator, BeforeValidator, Field
 
 from agentbox.core import paths
 from agentbox.core.config import Strict, validate_document
-from agentbox.core.errors import ConfigError
 from agentbox.core.scopes import has_control_character
 from agentbox.core.secrets import reference_problem
 from agentbox.core.yaml_io import load_yaml
@@ -130,8 +129,4 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     document = load_yaml(path)
     if document is None:
         return UserConfig()
-    try:
-        return validate_document(UserConfig, document, path, document)
-    except ConfigError as exc:
-        raise ConfigError(exc.detail, file=exc.file, line=exc.line, column=exc.column, field=exc.field,
-                          hint=SCHEMA_HINT) from None
+    return validate_document(UserConfig, document, path, document, schema_hint=SCHEMA_HINT)
