@@ -32,10 +32,6 @@ MAX_SECONDS = 7 * 24 * 3600.0
 """Longest duration a limit may name (a week): beyond it a number is a mistake."""
 
 
-write_scope_problem = scope_problem
-"""Why a crew.yaml write scope is refused (`agentbox.core.scopes.scope_problem`)."""
-
-
 def box_path_problem(value: str, what: str) -> str | None:
     """Why `value` is refused as a file path relative to `.agent-box/`, or None (text only)."""
     if not value.strip():
@@ -50,14 +46,14 @@ def box_path_problem(value: str, what: str) -> str | None:
 
 
 def _scope(scope: str) -> str:
-    problem = write_scope_problem(scope)
+    problem = scope_problem(scope)
     if problem:
         raise ValueError(problem)
     return scope
 
 
 WriteScope = Annotated[str, AfterValidator(_scope)]
-"""One write scope of a role, checked by `write_scope_problem`."""
+"""One write scope of a role, checked by `agentbox.core.scopes.scope_problem`."""
 
 
 def _box_path(value: str | None, what: str) -> str | None:
