@@ -11,6 +11,7 @@ import pytest
 from textual.message import Message
 from textual.pilot import Pilot
 from textual.screen import Screen
+from textual.widgets import DataTable
 
 from agentbox.core.paths import ProjectPaths
 from agentbox.tui.app import AgentboxApp
@@ -66,6 +67,20 @@ async def wait_for(pilot: Pilot[None], condition: Callable[[], object], what: st
         await pilot.pause(0.02)
 
 
+def tables_settled(screen: Screen[object]) -> bool:
+    """No table on `screen` has a rebuild or a re-measure of its columns still to run.
+
+    A DataTable sizes its columns when the app is idle; a screenshot taken before that
+    shows the header at the old widths over rows at the new ones, and only under load.
+    """
+    for table in screen.query(DataTable):
+        if getattr(table, "_scheduled", False):  # MembersTable: a rebuild waits for the next refresh
+            return False
+        if table._require_update_dimensions or table._updated_cells or table._new_rows:
+            return False
+    return True
+
+
 async def dashboard_loaded(pilot: Pilot[None]) -> None:
     """Wait until every first read of the dashboard has landed and the workers are idle."""
     app = pilot.app
@@ -84,6 +99,8 @@ async def dashboard_loaded(pilot: Pilot[None]) -> None:
     others = [w for w in app.workers if w.name != "watcher"]
     if others:  # an empty list would mean every worker, the never-ending watcher included
         await app.workers.wait_for_complete(others)
+    await pilot.pause()
+    await wait_for(pilot, lambda: tables_settled(app.screen), "the tables to size their columns")
     await pilot.pause()
 
 

@@ -276,3 +276,23 @@ async def test_a_run_started_elsewhere_is_followed(project_at: Callable[[str], P
         assert board.run_ids == (RUN_ID, new_id)
         assert board.run.contract.goal == "a second goal"
         assert queue_states(board) == {} and board.query_one(EventLog).records_shown == 0
+
+
+async def test_members_columns_fit_their_rows_in_the_same_frame(project_at: Callable[[str], ProjectPaths]) -> None:
+    """A rebuild of the members table sizes its columns itself: no frame shows the header
+    and the rows at different widths while the table waits to be idle to measure them."""
+    project = project_at("waiting")
+    app = make_app(project, live=False, sample_interval_s=None)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await dashboard_loaded(pilot)
+        board = app.dashboard
+        assert board is not None
+        table = board.query_one(MembersTable)
+        for narrow in (True, False):  # each switch lays the columns out afresh
+            table.narrow = narrow
+            table._rebuild()  # noqa: SLF001 - synchronously, with no idle in between
+            assert table.row_count == len(table.rows_shown) > 0
+            for key, column in table.columns.items():
+                widest = max([len(str(key.value))] + [table.get_cell(row.role, key.value).cell_len
+                                                      for row in table.rows_shown])
+                assert column.get_render_width(table) - 2 * table.cell_padding >= widest, key.value

@@ -32,6 +32,7 @@ class MembersTable(DataTable[Any]):
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self.rows_shown: list[MemberRow] = []
         self._columns: tuple[str, ...] = ()
+        self._widths: tuple[int, ...] = ()
         self._scheduled = False
         self._user_chose = False
 
@@ -79,21 +80,29 @@ class MembersTable(DataTable[Any]):
         # until the person picks a member the top row (the busiest) stays highlighted, so
         # what is highlighted never depends on the order in which the first reads landed
         selected = self.selected_role if self._user_chose else None
-        if columns != self._columns:
+        cells = [self._cells(row) for row in rows]
+        # the columns are sized here, from the rows about to be shown, rather than by the
+        # table when the app is next idle: a frame painted in between would show the
+        # header and the rows at different widths
+        widths = tuple(max([len(name)] + [line[name].cell_len for line in cells]) for name in columns)
+        if (columns, widths) != (self._columns, self._widths):
             self.clear(columns=True)
-            for name in columns:
-                self.add_column(name, key=name)
-            self._columns = columns
+            for name, width in zip(columns, widths, strict=True):
+                self.add_column(name, key=name, width=width)
+            self._columns, self._widths = columns, widths
         else:
             self.clear()
-        for row in rows:
-            cells = {
-                "role": Text(row.role, style="bold"), "profile": row.profile, "tool": row.tool,
-                "state": Text(row.state, style=model.MEMBER_STATE_STYLE.get(row.state, "")), "task": row.task,
-                "session": row.session, "tokens": Text(row.tokens, justify="right"),
-                "cpu": Text(row.cpu, justify="right"), "mem": Text(row.memory, justify="right"),
-            }
-            self.add_row(*(cells[c] for c in columns), key=row.role)
+        for line, row in zip(cells, rows, strict=True):
+            self.add_row(*(line[c] for c in columns), key=row.role)
         self.rows_shown = rows
         index = next((i for i, r in enumerate(rows) if r.role == selected), 0) if selected else 0
         self.move_cursor(row=index, animate=False)
+
+    @staticmethod
+    def _cells(row: MemberRow) -> dict[str, Text]:
+        return {
+            "role": Text(row.role, style="bold"), "profile": Text(row.profile), "tool": Text(row.tool),
+            "state": Text(row.state, style=model.MEMBER_STATE_STYLE.get(row.state, "")), "task": Text(row.task),
+            "session": Text(row.session), "tokens": Text(row.tokens, justify="right"),
+            "cpu": Text(row.cpu, justify="right"), "mem": Text(row.memory, justify="right"),
+        }
