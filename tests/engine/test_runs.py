@@ -214,7 +214,8 @@ async def test_invalid_reply_gets_one_corrective_reprompt_then_is_a_contract_def
         "[agentbox:work task=t1 attempt=1]", "[agentbox:correction model=Submission]",
         "[agentbox:work task=t1 attempt=2]", "[agentbox:correction model=Submission]"]
     assert "no JSON object found" in prompts[1]
-    assert "Your previous reply could not be used" in prompts[2]
+    assert "Note from agentbox: Your previous reply could not be used" in prompts[2]
+    assert "Note from the human" not in prompts[2]  # agentbox's words are never passed off as a person's
     assert {e["session"] for e in of_type(log, "dispatch", "t1")} == {t1.session_id}
     assert t1.state == "cancelled"
 

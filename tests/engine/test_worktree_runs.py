@@ -175,6 +175,7 @@ async def test_two_tasks_changing_one_file_conflict_and_the_second_is_reworked(p
     assert conflict["files"] == ["src/app.py"]
     rework = prompts_of(paths, final.tasks["t2"].session_id or "")[-1]
     assert "merge conflict" in rework and "src/app.py" in rework
+    assert "Note from agentbox: merge conflict" in rework and "Note from the human" not in rework
     integration = final.git.integration_branch if final.git else ""
     assert git(project, "show", f"{integration}:src/app.py") == "print('t1')\nprint('t2')\n"
     assert git(project, "show", "HEAD:src/app.py") == "print('app')\n"  # the person's branch: untouched

@@ -168,7 +168,7 @@ def _approve(ctx: CommandContext, command: Approve) -> str:
         ctx.abort_turns(task.id, "approved by the human")
         conflicts = ctx.workspaces.integrate(task)
         if conflicts:
-            ctx.ledger.leave_note(task, merge_conflict_note(conflicts))
+            ctx.ledger.leave_note(task, merge_conflict_note(conflicts), by="agentbox")
             ctx.ledger.transition(task, TaskEvent.REJECT, "approved by the human, but its branch conflicts with "
                                   "the run's approved work in " + ", ".join(conflicts[:10]), human=True)
             ctx.ledger.drop_jobs(task.id)
@@ -373,7 +373,7 @@ def _answer(ctx: CommandContext, command: Answer) -> str:
             else:
                 ledger.transition(task, TaskEvent.REJECT, f"human said retry at {cp.id}: rework with the verdict",
                                   human=True)
-            ledger.leave_note(task, decision.note)
+            ledger.leave_note(task, decision.note, by="human")
             ctx.mode.requeue(task)
         elif decision.how == "rerun":
             spec = cp.data.job
@@ -396,7 +396,7 @@ def _answer(ctx: CommandContext, command: Answer) -> str:
     if isinstance(decision, PassAnswer) and task is not None:
         if decision.unblock:
             ledger.transition(task, TaskEvent.UNBLOCK, f"the human answered {cp.id}", human=True)
-        ledger.leave_note(task, decision.note)
+        ledger.leave_note(task, decision.note, by="human")
         ctx.mode.requeue(task)
         return f"{cp.id}: answer passed to {task.assignee}"
     ctx.mode.on_answer(cp, text)

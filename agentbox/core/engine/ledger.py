@@ -26,10 +26,12 @@ from agentbox.core.engine.models import (
     Failure,
     Job,
     JobData,
+    NoteAuthor,
     Run,
     RunResult,
     RunStatus,
     Task,
+    TaskNote,
     Verdict,
 )
 from agentbox.core.engine.replies import NodeResult, Submission
@@ -202,9 +204,10 @@ class RunLedger:
         """A review outcome of `task` (a reviewer's, the human's, the engine's)."""
         self._task(task).verdicts.append(verdict)
 
-    def leave_note(self, task: Task, note: str | None) -> None:
-        """A note passed to the task's worker on its next work turn."""
+    def leave_note(self, task: Task, note: str | None, *, by: NoteAuthor) -> None:
+        """A note passed to the task's worker on its next work turn, signed by who wrote it."""
         self._task(task).note = note
+        task.note_by = by
 
     def record_submission(self, task: Task, submission: Submission | NodeResult) -> None:
         """The worker's submission of `task`."""
@@ -214,11 +217,11 @@ class RunLedger:
         """`task`'s work goes on in the agentbox session `session_id` (a rework resumes it)."""
         self._task(task).session_id = session_id
 
-    def take_note(self, task: Task) -> str | None:
+    def take_note(self, task: Task) -> TaskNote | None:
         """The note waiting for the task's next work turn, which consumes it."""
         self._task(task)
         note, task.note = task.note, None
-        return note
+        return TaskNote(note, task.note_by) if note else None
 
     def record_git(self, task: Task, *, branch: str, base: str, head: str, changed: list[ChangedPath]) -> None:
         """Where a worktree task's branch stands and what it changed, from git."""

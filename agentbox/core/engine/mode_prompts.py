@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentbox.core.engine.mode_state import ChatMessage, Delivery, HandoffAnswer, HandoffHop
-from agentbox.core.engine.models import Run, Task
+from agentbox.core.engine.models import Run, Task, TaskNote
+from agentbox.core.engine.prompts import note_line
 from agentbox.core.engine.replies import FORMAT_HINTS, NodeResult
 
 NODE_RESULT_EXAMPLES: tuple[dict[str, Any], ...] = (
@@ -142,7 +143,7 @@ def _task_line(task: Task, artifacts_dir: str) -> str:
 
 def node_prompt(run: Run, task: Task, *, artifacts_dir: str, upstream: Sequence[Task],
                 failures: Sequence[tuple[Task, Delivery]], previous: Task | None,
-                routes: Sequence[str], note: str | None) -> str:
+                routes: Sequence[str], note: TaskNote | None) -> str:
     """Ask a node's role to do the node's one thing and report its outcome."""
     scope = ", ".join(task.writes) if task.writes else "(read-only: do not modify files)"
     parts = [
@@ -163,7 +164,7 @@ def node_prompt(run: Run, task: Task, *, artifacts_dir: str, upstream: Sequence[
     if previous is not None:
         parts.append(f"Your previous run of this node:\n{_task_line(previous, artifacts_dir)}")
     if note:
-        parts.append(f"Note from the human: {note}")
+        parts.append(note_line(note))
     if routes:
         parts.append("If the node fails, say why with `fail_reason`; this graph routes:\n" + "\n".join(routes))
     else:

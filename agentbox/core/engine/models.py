@@ -8,7 +8,7 @@ checked where ids come from the command line (`check_id`).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Self, TypeVar
+from typing import Annotated, Any, Literal, NamedTuple, Self, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -54,6 +54,8 @@ RunStatus = Literal["planning", "running", "waiting_user", "paused", "blocked", 
                     "cancelled", "circuit_broken"]
 TERMINAL_RUN_STATES: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
+NoteAuthor = Literal["human", "agentbox"]
+"""Who left a task's note for its next dispatch."""
 JobKind = Literal["plan", "work", "review", "synthesis", "speech", "handoff", "node"]
 TASK_WORK_KINDS: frozenset[str] = frozenset({"work", "node"})
 """Job kinds that do a task's work (see `Job.works_on_task`)."""
@@ -196,6 +198,13 @@ class RunGit(Model):
     """The commit of the person's branch that brought the run in (`agentbox merge`)."""
 
 
+class TaskNote(NamedTuple):
+    """A note taken for a task's next dispatch, with who wrote it."""
+
+    text: str
+    by: NoteAuthor
+
+
 class Task(Model):
     """One unit of work with an assignee, acceptance criteria and a write scope."""
 
@@ -224,7 +233,10 @@ class Task(Model):
     review_pending: bool = False
     """Its submitted work was paused for budget before review: resuming sends that work to review."""
     note: str | None = None
-    """A human note to pass on the next dispatch (rework note, answer)."""
+    """A note to pass on the next dispatch: a person's answer, or agentbox's (a merge
+    conflict to resolve, a reply that could not be used)."""
+    note_by: NoteAuthor = "human"
+    """Who wrote `note`: the prompt names them, so a worker never takes agentbox's words for a person's."""
     round: int = 1
     node: str | None = None
     """Graph mode: the node this task runs."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from agentbox.core.engine.models import Run, Task
+from agentbox.core.engine.models import Run, Task, TaskNote
 from agentbox.core.engine.replies import FORMAT_HINTS, BlockingIssue
 
 
@@ -55,7 +55,12 @@ def upstream(tasks: Iterable[Task], artifacts_dir: str) -> str:
     return f"Upstream work (artifacts are under {artifacts_dir} or the project):\n" + "\n".join(lines)
 
 
-def work_prompt(run: Run, task: Task, artifacts_dir: str, upstream_text: str, note: str | None) -> str:
+def note_line(note: TaskNote) -> str:
+    """A task's note as its prompt gives it, naming who wrote it."""
+    return f"Note from {'the human' if note.by == 'human' else 'agentbox'}: {note.text}"
+
+
+def work_prompt(run: Run, task: Task, artifacts_dir: str, upstream_text: str, note: TaskNote | None) -> str:
     """Ask a worker to do (or redo) a task and submit."""
     kind = "rework" if task.verdicts and task.verdicts[-1].verdict == "reject" else "work"
     parts = [
@@ -75,7 +80,7 @@ def work_prompt(run: Run, task: Task, artifacts_dir: str, upstream_text: str, no
         if verdict.note:
             parts.append(f"Reviewer note: {verdict.note}")
     if note:
-        parts.append(f"Note from the human: {note}")
+        parts.append(note_line(note))
     parts.append(FORMAT_HINTS["Submission"])
     return "\n\n".join(parts)
 

@@ -52,7 +52,7 @@ def task_summary(task: Task) -> Group:
               Text.assemble(("  sessions    ", "dim"), f"work {model.short_id(task.session_id)} · "
                             f"review {model.short_id(task.review_session_id)}")]
     if task.note:
-        parts.append(Text.assemble(("  next note   ", "dim"), task.note))
+        parts.append(Text.assemble(("  next note   ", "dim"), task.note, (f"  (from {task.note_by})", "dim")))
     parts.append(section(f"Verdicts ({len(task.verdicts)})"))
     if task.verdicts:
         table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)

@@ -212,7 +212,7 @@ class ModeDriver(Generic[StateT]):
             conflicts = self.ctx.integrate(task)
             if conflicts:  # nothing was merged: the worker resolves what the approved work brought in
                 message = merge_conflict_note(conflicts)
-                self.ctx.ledger.leave_note(task, message)
+                self.ctx.ledger.leave_note(task, message, by="agentbox")
                 self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message, tuple(conflicts))
                 return
             self.ctx.ledger.transition(task, TaskEvent.APPROVE, f"review by {job.role} passed every criterion",
@@ -239,7 +239,7 @@ class ModeDriver(Generic[StateT]):
         if task is not None and job.works_on_task:
             if task.state == TaskState.EXECUTING:
                 self.ctx.ledger.transition(task, TaskEvent.REQUEUE, "invalid reply: do the task again")
-            self.ctx.ledger.leave_note(task, f"Your previous reply could not be used: {message[:500]}")
+            self.ctx.ledger.leave_note(task, f"Your previous reply could not be used: {message[:500]}", by="agentbox")
             self.requeue(task)
             return
         prompt = f"{original}\n\nYour previous reply could not be used: {message[:500]}"

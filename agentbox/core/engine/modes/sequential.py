@@ -80,7 +80,7 @@ class SequentialMode(ModeDriver[SequentialState]):
         self.ctx.ledger.transition(task, TaskEvent.START_REVIEW, "pipeline step without a reviewer: the engine checks it")
         conflicts = self.ctx.integrate(task)
         if conflicts:  # the step's branch cannot be merged: it goes back with the conflicting files
-            self.ctx.ledger.leave_note(task, merge_conflict_note(conflicts))
+            self.ctx.ledger.leave_note(task, merge_conflict_note(conflicts), by="agentbox")
             self.ctx.ledger.transition(task, TaskEvent.REJECT, "merge conflict with the run's approved work")
             self.requeue(task)
             return
