@@ -30,12 +30,14 @@ from agentbox.core.workspace import (
     diff_text,
     ensure_integration_branch,
     ensure_task_worktree,
+    ensure_view_worktree,
     integration_branch,
     merge_task,
     orphans,
     recover_run,
     remove_spares,
     remove_task_worktree,
+    remove_view_worktree,
     repo_info,
     sandbox_git_view,
     snapshot_base,
@@ -44,7 +46,8 @@ from agentbox.core.workspace import (
     task_heads,
     unresolved_conflicts,
 )
-from agentbox.core.workspace.layout import task_worktree_path
+from agentbox.core.workspace.layout import admin_dir, task_worktree_path, view_worktree_path
+from agentbox.core.workspace.worktrees import VIEW_HEAD
 
 ROLE = {"author_name": "worker (profile coder)", "author_email": "worker@agentbox"}
 
@@ -393,6 +396,50 @@ def test_a_spare_renamed_before_git_was_told_is_repaired(repo: Path) -> None:
     assert taken.origin == WorktreeOrigin.SPARE
     assert sh(taken.path, "status", "--porcelain") == ""
     assert sh(repo, "worktree", "list", "--porcelain").count("agentbox/worktrees") == 1
+
+
+def test_the_runs_view_follows_its_integration_head_rewriting_only_what_changed(repo: Path) -> None:
+    start(repo)
+    view = ensure_view_worktree(repo, "r1")
+    assert view.path == view_worktree_path(repo / ".git", "r1") and view.origin == WorktreeOrigin.NEW
+    assert (view.path / "a.txt").read_text() == "one\ntwo\nthree\n"
+    untouched = (view.path / "b.txt").stat().st_ino
+    work(repo, "t1", {"a.txt": "ONE\n", "new/x.txt": "x\n"})
+    merged = merge_task(repo, "r1", "t1").merged_commit
+    again = ensure_view_worktree(repo, "r1")
+    assert again.origin == WorktreeOrigin.EXISTING and again.base_commit == merged == head(again.path)
+    assert (again.path / "a.txt").read_text() == "ONE\n" and (again.path / "new" / "x.txt").exists()
+    assert (again.path / "b.txt").stat().st_ino == untouched, "a file the head did not change is not rewritten"
+    assert sh(again.path, "status", "--porcelain") == ""
+    assert "(detached HEAD)" in sh(repo, "worktree", "list")  # never a branch: nothing can commit to it
+
+    # killed after moving its files but before saying so: the next call finishes the move
+    work(repo, "t2", {"b.txt": "BEE\n"})
+    moved = merge_task(repo, "r1", "t2").merged_commit
+    admin = admin_dir(again.path)
+    assert admin is not None
+    (again.path / "b.txt").write_text("half-written\n")
+    (admin / VIEW_HEAD).unlink()
+    third = ensure_view_worktree(repo, "r1")
+    assert head(third.path) == moved and (third.path / "b.txt").read_text() == "BEE\n"
+    assert sh(third.path, "status", "--porcelain") == ""
+
+    remove_view_worktree(repo, "r1")
+    remove_view_worktree(repo, "r1")  # idempotent
+    assert not view.path.exists() and ".view" not in sh(repo, "worktree", "list")
+
+
+def test_the_view_takes_a_parked_worktree_and_clean_removes_it(repo: Path) -> None:
+    start(repo)
+    work(repo, "t1", {"x.txt": "x\n"})
+    merge_task(repo, "r1", "t1")
+    remove_task_worktree(repo, "r1", "t1")
+    view = ensure_view_worktree(repo, "r1")
+    assert view.origin == WorktreeOrigin.SPARE and (view.path / "x.txt").read_text() == "x\n"
+    assert sh(view.path, "status", "--porcelain") == ""
+    assert [o.name for o in orphans(repo, live_run_ids=[])] == [str(view.path)]
+    clean(repo, "r1", force=True)
+    assert not view.path.exists() and "agentbox" not in sh(repo, "worktree", "list")
 
 
 def test_removing_a_worktree_with_uncommitted_work_is_refused(repo: Path) -> None:

@@ -28,6 +28,7 @@ from tests.engine.support import (
     setup_crew,
     task,
     until,
+    when,
     work_rule,
 )
 
@@ -130,6 +131,37 @@ async def test_a_hierarchical_worktree_run_from_plan_to_merge(project: Path) -> 
     after = RunStore(paths).load(run_id)
     assert after.git is not None and after.git.delivered == git(project, "rev-parse", "HEAD").strip()
     assert not after.open_checkpoints()
+
+
+async def test_turns_that_write_nothing_read_the_runs_work_not_the_live_tree(project: Path) -> None:
+    """The lead's plan and synthesis run in the run's view at its integration head: the
+    synthesis reads the approved work, which the person's tree has only after `agentbox
+    merge`, and neither turn sees what the person has in their tree and the run does not."""
+    make_repo(project)
+    (project / "notes.txt").write_text("untracked, the person's\n")
+    tasks = [task("t1", "builder", writes=["src/t1/**"])]
+    look = "ls; cat src/t1/code.py 2>&1; git log -1 --format=%s"
+    lead = [{"id": "plan-looks", "when": when("[agentbox:plan"),
+             "do": {"run": look, "reply_json": {"tasks": tasks, "notes": "{run_output}"}}},
+            {"id": "synthesis-looks", "when": when("[agentbox:synthesis"),
+             "do": {"run": look, "reply": "# Synthesis\n\n{run_output}"}}]
+    worker = [work_rule(task_id="t1", rule_id="w1", write=writes(**{"src/t1/code.py": "VALUE = 1\n"}))]
+    paths = setup_crew(project, lead=lead, worker=worker, tasks=tasks)
+    run_id = create(paths)
+    final = await drive(paths, run_id, timeout=120)
+    assert final.status == "done", final.status_reason
+    assert not (project / "src" / "t1").exists()  # not merged into the person's tree yet
+
+    planned = of_type(events(paths, run_id), "plan")[0]["why"] or ""
+    assert "README.md" in planned and "notes.txt" not in planned and "VALUE = 1" not in planned
+    assert "start" in planned  # git works in the view: the base commit's subject
+    assert final.result is not None
+    synthesis = final.result.summary
+    assert "VALUE = 1" in synthesis and "notes.txt" not in synthesis
+    assert "agentbox: merge task t1" in synthesis  # the view's HEAD is the integration head, t1 merged
+    # the view went with the run's other worktrees
+    assert not [line for line in git(project, "worktree", "list", "--porcelain").splitlines()
+                if line.startswith("worktree ") and "/agentbox/worktrees/" in line]
 
 
 async def test_an_agent_cannot_write_git_metadata_in_its_worktree(project: Path) -> None:

@@ -59,7 +59,8 @@ class TurnRunner:
         """Run `job` in its session (resumed if it exists); failures to start become an error result.
 
         In a worktree run the turn sees its task's worktree at the project's path, a review
-        gets the task's diff, and what a writer's turn changed is committed on its branch.
+        gets the task's diff, and what a writer's turn changed is committed on its branch; a
+        turn that writes nothing (a plan, a synthesis) sees the run's approved work (its view).
         """
         session = job.session_id
         assert session is not None
@@ -69,16 +70,19 @@ class TurnRunner:
             key = self.workspaces.key_for(job)
             mount: Mount | None = None
             prompt = job.prompt
+            setup = run.contract.workspace_setup
             if key is not None:
-                setup = run.contract.workspace_setup
                 mount = await asyncio.to_thread(self.workspaces.mount, key, setup.copy_, setup.run)
                 if mount.setup_marker is not None and setup.run:
                     await asyncio.to_thread(self._set_up, mount, setup.run, setup.timeout_s, job)
+            elif self.workspaces.active and not agent.writes:
+                mount = await asyncio.to_thread(self.workspaces.view, setup.copy_)
+            if mount is not None:
                 agent = dataclasses.replace(agent, worktree=mount.path, views=mount.views, view_hidden=mount.hidden)
-                task = run.tasks.get(key)
-                if job.kind == "review" and task is not None:
-                    agent = dataclasses.replace(agent, writes=())
-                    prompt += await asyncio.to_thread(self.workspaces.review_section, task)
+            task = run.tasks.get(key or "")
+            if job.kind == "review" and task is not None:
+                agent = dataclasses.replace(agent, writes=())
+                prompt += await asyncio.to_thread(self.workspaces.review_section, task)
         except AgentboxError as exc:  # the role, its profile or its worktree cannot be had
             return job, InvokeResult(status="error", session_id=session, error_kind="spawn_failed",
                                      error=exc.message, role=job.role), None
@@ -94,7 +98,7 @@ class TurnRunner:
         except AgentboxError as exc:  # sandbox cannot be built, session busy: an environment failure
             result = InvokeResult(status="error", session_id=session, error_kind="spawn_failed", error=exc.message,
                                   role=job.role)
-        if mount is None or job.kind == "review" or result.error_kind == "spawn_failed":  # nothing ran to commit
+        if key is None or job.kind == "review" or result.error_kind == "spawn_failed":  # nothing ran to commit
             return job, result, None
         try:
             turn = await asyncio.to_thread(self.workspaces.commit, job, mount, profile=agent.profile.profile.name,

@@ -5,8 +5,10 @@ the git plumbing); its turn sees the worktree at the project's own path. After e
 turn agentbox commits what changed, and the task's changed files come from git. A review
 reads the real diff in the task's worktree. Approval merges the task into the run's
 integration branch without touching a working tree; a conflict brings the approved work
-into the task's branch with conflict markers and sends the task back (`integrate`). When
-the run is done its branch is delivered as crew.yaml's `deliver` says.
+into the task's branch with conflict markers and sends the task back (`integrate`). A turn
+that writes nothing (a plan, a synthesis, a chat turn) reads the run's view: a detached
+worktree at the integration head (`view`). When the run is done its branch is delivered
+as crew.yaml's `deliver` says.
 
 Slow git (a checkout, `git add -A` over a big tree) runs in a worker thread off the loop
 (`mount`, `commit`); quick ref updates (a merge) run in the loop. Every operation is
@@ -31,6 +33,8 @@ DIFF_PROMPT_BYTES = 48 * 1024
 """Most bytes of a task's patch put in a review prompt (the stat always goes in whole)."""
 SETUP_DONE = "agentbox-setup-done"
 """Marker in a worktree's git admin dir: crew.yaml's setup command has run there."""
+VIEW_KEY = "view"
+"""`Mount.key` of the run's read-only view of its integration branch (not a task's: ids are checked apart)."""
 HANDOFF_KEY = "handoff"
 """The branch of a handoff conversation's writing turns (merged after every turn: no review)."""
 
@@ -47,7 +51,7 @@ class Mount:
     """A turn's worktree and what makes git readable in it."""
 
     key: str
-    """The task id (or HANDOFF_KEY) whose branch the worktree holds."""
+    """The task id (or HANDOFF_KEY) whose branch the worktree holds; VIEW_KEY for the run's read-only view."""
     path: Path
     views: tuple[tuple[Path, Path], ...]
     hidden: tuple[Path, ...]
@@ -83,7 +87,8 @@ class Workspaces:
 
     # ------------------------------------------------------------------ turns
     def key_for(self, job: Job) -> str | None:
-        """Whose worktree a job's turn runs in: its task's, the handoff branch's, or none (the live tree, read-only)."""
+        """Whose worktree a job's turn runs in: its task's, the handoff branch's, or none (the
+        run's read-only view in a worktree run, see `view`; the live tree in a shared one)."""
         if not self.active:
             return None
         if job.task is not None and job.task in self.ledger.run.tasks and (job.works_on_task or job.kind == "review"):
@@ -96,19 +101,32 @@ class Workspaces:
         """Make or find the worktree of `key` (in a worker thread: a checkout may take a while)."""
         run_id = self.ledger.run.id
         tree = git.ensure_task_worktree(self.root, run_id, key)
-        box = tree.path / ".agent-box"
-        if box.is_symlink() or (box.exists() and not box.is_dir()):
-            raise AgentboxError(f"{box} is not a directory in task {key}'s branch",
-                                "the real .agent-box/ is shown there; remove what the branch put in its place")
-        box.mkdir(exist_ok=True)  # where the project's own .agent-box is shown, read-only
-        if tree.origin != git.WorktreeOrigin.EXISTING and copy_patterns:
-            git.copy_setup_files(self.root, tree.path, copy_patterns)
-        view = git.sandbox_git_view(self.root, tree.path)
+        view = self._prepare(tree, f"task {key}'s branch", copy_patterns)
         marker = None
         admin = admin_dir(tree.path)
         if setup_command and admin is not None and not (admin / SETUP_DONE).exists():
             marker = admin / SETUP_DONE
         return Mount(key, tree.path, tuple(view.binds), tuple(view.hide), marker)
+
+    def view(self, copy_patterns: list[str]) -> Mount:
+        """The run's read-only view at its integration head, for a turn that writes nothing:
+        a plan, a synthesis or a chat turn reads the work the run has approved so far, not
+        the person's live tree, which they may be editing (in a worker thread)."""
+        tree = git.ensure_view_worktree(self.root, self.ledger.run.id)
+        view = self._prepare(tree, f"run {self.ledger.run.id}'s branch", copy_patterns)
+        return Mount(VIEW_KEY, tree.path, tuple(view.binds), tuple(view.hide))
+
+    def _prepare(self, tree: git.Worktree, whose: str, copy_patterns: list[str]) -> git.SandboxGitView:
+        """Make `tree` ready for a sandbox: a place for .agent-box, the setup files copied
+        into a new tree, and the view of git the sandbox gets."""
+        box = tree.path / ".agent-box"
+        if box.is_symlink() or (box.exists() and not box.is_dir()):
+            raise AgentboxError(f"{box} is not a directory in {whose}",
+                                "the real .agent-box/ is shown there; remove what the branch put in its place")
+        box.mkdir(exist_ok=True)  # where the project's own .agent-box is shown, read-only
+        if tree.origin != git.WorktreeOrigin.EXISTING and copy_patterns:
+            git.copy_setup_files(self.root, tree.path, copy_patterns)
+        return git.sandbox_git_view(self.root, tree.path)
 
     def commit(self, job: Job, mount: Mount, *, profile: str, summary: str) -> TurnGit:
         """Commit what the turn changed on its branch (in a worker thread); what the branch holds now."""
@@ -261,6 +279,7 @@ class Workspaces:
             with contextlib.suppress(AgentboxError):
                 git.remove_task_worktree(self.root, run.id, HANDOFF_KEY, keep_spare=False, discard_uncommitted=True)
         with contextlib.suppress(AgentboxError):
+            git.remove_view_worktree(self.root, run.id)
             git.remove_spares(self.root, run.id)
         if run.status != "done" or run.git.delivered or any(c.kind == "deliver" for c in run.checkpoints.values()):
             return

@@ -10,6 +10,7 @@
     refs/agentbox/<run>/tasks/<task>/base     the integration head a task's work starts from
     <common>/agentbox/worktrees/<run>/<task>  a task's worktree
     <common>/agentbox/worktrees/<run>/.spare/ finished worktrees kept for the run's next task
+    <common>/agentbox/worktrees/<run>/.view   the integration head, for read-only turns
     <common>/agentbox/gitfiles/<name>         the `.git` file a sandbox sees (see sandbox_view)
 
 Task branches use `@`, which ids never contain: git cannot hold a branch `agentbox/<run>`
@@ -30,6 +31,8 @@ BRANCH_PREFIX = "agentbox/"
 REF_PREFIX = "refs/agentbox/"
 SPARE_DIR = ".spare"
 """Name of the directory of spare worktrees; not a valid id, so never a task's."""
+VIEW_DIR = ".view"
+"""Name of a run's read-only view of its integration branch; not a valid id, so never a task's."""
 
 
 def integration_branch(run_id: str) -> str:
@@ -125,6 +128,11 @@ def worktrees_dir(common: Path, run_id: str) -> Path:
 def task_worktree_path(common: Path, run_id: str, task_id: str) -> Path:
     """Where a task's worktree lives."""
     return worktrees_dir(common, run_id) / check_id("task", task_id)
+
+
+def view_worktree_path(common: Path, run_id: str) -> Path:
+    """Where a run's read-only view of its integration branch lives."""
+    return worktrees_dir(common, run_id) / VIEW_DIR
 
 
 def gitfiles_dir(common: Path) -> Path:

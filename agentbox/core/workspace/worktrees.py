@@ -51,6 +51,7 @@ from agentbox.core.workspace.layout import (
     task_base_ref,
     task_branch,
     task_worktree_path,
+    view_worktree_path,
     worktrees_dir,
     write_small,
 )
@@ -66,6 +67,8 @@ TURN_TRAILER = "Agentbox-Turn"
 """Commit trailer naming the turn a commit holds (so a repeated call finds it)."""
 SYNC_SUBJECT = "agentbox: bring "
 """Start of the message of a commit bringing the integration branch into a task's (`sync_task`)."""
+VIEW_HEAD = "agentbox-view-head"
+"""File in the view worktree's admin dir naming the commit its files hold, written last."""
 CONFLICTS_LEFT = "Conflicts left for the worker:"
 """Line of a sync commit's message before the paths it committed with conflict markers."""
 
@@ -139,6 +142,69 @@ def ensure_task_worktree(root: Path, run_id: str, task_id: str) -> Worktree:
     git(path, "read-tree", "--reset", "-u", heads(branch), timeout=CHECKOUT_TIMEOUT_S)
     git(path, "symbolic-ref", "-m", "agentbox: task worktree", "HEAD", heads(branch))
     return Worktree(path, branch, base, origin)
+
+
+def ensure_view_worktree(root: Path, run_id: str) -> Worktree:
+    """The run's read-only view: a detached worktree holding the integration head, what the
+    run has approved so far, for turns that read and write nothing (a plan, a synthesis, a
+    chat turn), so they see the run's work and never the person's live tree.
+
+    Made once (from a spare when one is parked), then moved to the new head before each turn
+    that needs it, which rewrites only the files that differ. The head its files hold is
+    written to its admin dir last, so a call killed half-way is finished by the next.
+    """
+    head = rev(root, heads(integration_branch(run_id)))
+    if head is None:
+        raise UsageError(f"run {run_id} has no integration branch {integration_branch(run_id)}",
+                         "the run's base must be recorded before its view is made")
+    common = common_dir(root)
+    path = view_worktree_path(common, run_id)
+    admin = admin_dir(path)
+    origin = WorktreeOrigin.EXISTING
+    if admin is not None and admin.is_dir():
+        _point_admin_at(path)  # it may have been renamed here by a call that died before telling git
+    else:
+        origin = _place_view(root, common, run_id, path, head)
+        admin = admin_dir(path)
+        assert admin is not None
+    if read_small(admin / VIEW_HEAD) != f"{head}\n":
+        _drop_stale_index_lock(path)
+        git(path, "read-tree", "--reset", "-u", head, timeout=CHECKOUT_TIMEOUT_S)
+        git(path, "update-ref", "--no-deref", "-m", "agentbox: view", "HEAD", head)
+        write_small(admin / VIEW_HEAD, f"{head}\n")
+    return Worktree(path, integration_branch(run_id), head, origin)
+
+
+def _place_view(root: Path, common: Path, run_id: str, path: Path, head: str) -> WorktreeOrigin:
+    """Leave a registered, detached worktree at `path` for the view: a spare, or a new one."""
+    drop_unfinished(common, path)
+    if os.path.lexists(path):  # not a worktree git knows at this path: only a view's leftovers
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    forget_missing_worktrees(common)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    spares = worktrees_dir(common, run_id) / SPARE_DIR
+    for spare in sorted(spares.iterdir()) if spares.is_dir() else []:
+        try:
+            os.rename(spare, path)
+        except FileNotFoundError:
+            continue  # taken meanwhile
+        _point_admin_at(path)
+        return WorktreeOrigin.SPARE
+    git(root, "worktree", "add", "--lock", "--reason", f"{MAKING}{path}", "--no-checkout", "--detach", str(path),
+        head, retry_on_lock=True)
+    admin = admin_dir(path)
+    if admin is not None:
+        (admin / "locked").unlink(missing_ok=True)
+    return WorktreeOrigin.NEW
+
+
+def remove_view_worktree(root: Path, run_id: str) -> None:
+    """Take the run's view away (its run is over). Idempotent."""
+    common = common_dir(root)
+    path = view_worktree_path(common, run_id)
+    if os.path.lexists(path):
+        trash_worktree(common, path)
+    forget_missing_worktrees(common)
 
 
 def _ensure_task_refs(root: Path, run_id: str, task_id: str) -> str:
