@@ -15,6 +15,7 @@ from pathlib import Path
 
 from agentbox.core import sandbox, scopes
 from agentbox.core.paths import agent_box_home
+from agentbox.core.process import CappedStream, wait_captured
 
 OUTPUT_TAIL = 2000
 """Characters of the command's output kept for the run's log."""
@@ -30,8 +31,13 @@ class SetupOutcome:
 
 
 def run_setup(root: Path, worktree: Path, views: tuple[tuple[Path, Path], ...], view_hidden: tuple[Path, ...],
-              command: str, timeout_s: float) -> SetupOutcome:
-    """Run `command` with `sh -c` in the sandboxed worktree; never raises for the command's own failure."""
+              command: str, timeout_s: float, log_path: Path) -> SetupOutcome:
+    """Run `command` with `sh -c` in the sandboxed worktree; never raises for the command's own failure.
+
+    Its output (stdout and stderr together) goes to `log_path`, capped as an agent's is;
+    memory holds a bounded head and tail, so a command that floods its output costs a few
+    MB, and one that hangs is killed with its process group at `timeout_s`.
+    """
     home = Path.home()
     box = root / ".agent-box"
     hidden = tuple(sorted(p for p in {home, agent_box_home()} if p != Path("/")))
@@ -44,11 +50,17 @@ def run_setup(root: Path, worktree: Path, views: tuple[tuple[Path, Path], ...], 
         **sandbox.host_layout(),  # type: ignore[arg-type]
     )
     argv = sandbox.bwrap_argv(spec, ["/bin/sh", "-c", command], sandbox.require_bwrap())
-    with sandbox.launch(argv) as launched:
-        try:
-            proc = subprocess.run(launched.argv, pass_fds=launched.pass_fds, stdin=subprocess.DEVNULL,
-                                  capture_output=True, timeout=timeout_s, start_new_session=True)
-        except subprocess.TimeoutExpired:
-            return SetupOutcome(False, f"`{command[:200]}` did not finish in {timeout_s:g} s (killed)")
-    tail = (proc.stdout + proc.stderr).decode("utf-8", "replace")[-OUTPUT_TAIL:].strip()
+    output = CappedStream(log_path)
+    try:
+        with sandbox.launch(argv) as launched:
+            proc = subprocess.Popen(launched.argv, pass_fds=launched.pass_fds, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            with proc:
+                timed_out = wait_captured(proc, None, output, output, timeout_s)
+    finally:
+        output.close()
+    if timed_out:
+        return SetupOutcome(False, f"`{command[:200]}` did not finish in {timeout_s:g} s (killed); "
+                                   f"its output is in {log_path}")
+    tail = output.text()[-OUTPUT_TAIL:].strip()
     return SetupOutcome(proc.returncode == 0, f"`{command[:200]}` exited {proc.returncode}" + (f": {tail}" if tail else ""))
