@@ -202,8 +202,10 @@ def write_tool_config(tool: str, name: str, base_url: str) -> Path:
     if tool == "hermes":
         config = directory / "dot-hermes"
         config.mkdir(exist_ok=True)
-        (config / "config.yaml").write_text(
-            "model:\n"
+        shipped = config / "config.yaml"  # the template's settings stay, as a user's would: only the model is added
+        shipped.write_text(
+            (shipped.read_text() if shipped.exists() else "")
+            + "\nmodel:\n"
             "  provider: custom\n"
             "  default: fake-model\n"
             f"  base_url: {base_url}/v1\n"
