@@ -54,10 +54,13 @@ def demo(args: argparse.Namespace) -> int:
 def _printed_demo(project: ProjectPaths, *, keep: bool) -> int:
     """Run the demo in this process; the synthesis is printed (its file goes with the project unless `keep`)."""
     from agentbox.cli.runs import _printer
-    from agentbox.core.demo import run_demo
+    from agentbox.core.demo import deliver_demo, run_demo
 
     final = asyncio.run(run_demo(project, _printer(False)))
     print(f"\nrun {final.id}: {final.status}")
+    delivered = deliver_demo(project, final)
+    if delivered:
+        print(f"the stand-in human answered the merge question: {delivered}")
     if final.result:
         where = (f"synthesis: {final.result.artifact}" if keep else
                  "synthesis (the demo project is removed on exit; `agentbox demo --no-tui --keep` keeps it):")

@@ -9,22 +9,39 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentbox.core import paths
+from agentbox.core import project as project_mod
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.runs import create_run
+from agentbox.core.runs import create_run, send_command
+from agentbox.core.workspace.gitcmd import git, ident_env
 
 DEMO_GOAL = "Add a greeting function with tests and usage docs"
 DEMO_ANSWER = "English, please"
 
 
 def make_demo_project(parent: Path | None = None) -> ProjectPaths:
-    """Copy the example project into a fresh temp directory."""
+    """The example project in a fresh temp directory, as a git repository with one commit
+    when git is installed: the demo then works as a real project does, each writer task on
+    its own branch and worktree, reviewed on its diff, merged when the person says."""
     root = Path(tempfile.mkdtemp(prefix="agentbox-demo-", dir=parent))
-    shutil.copytree(paths.example_project_dir(), root / paths.PROJECT_DIR_NAME,
-                    ignore=shutil.ignore_patterns("runs", "sessions"))
+    project_mod.init(root)
     (root / "README.md").write_text("# demo project\n\nA throw-away repository for `agentbox demo`.\n")
+    if shutil.which("git") is not None:
+        ident = ident_env("agentbox demo", "demo@agentbox.invalid", committer=("agentbox demo", "demo@agentbox.invalid"))
+        git(root, "init", "-q", "-b", "main")
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", "the demo project", env=ident)
     return ProjectPaths(root)
+
+
+def deliver_demo(project: ProjectPaths, run: Run) -> str | None:
+    """As the demo's stand-in human, merge a done worktree run into the demo's branch; what happened."""
+    waiting = [cp for cp in run.open_checkpoints() if cp.kind == "deliver"]
+    if not waiting:
+        return None
+    ok, message = send_command(project, run.id, {"action": "answer", "checkpoint": waiting[0].id, "text": "merge",
+                                                 "note": "answered by the demo's stand-in human"})
+    return message if ok else f"not merged: {message}"
 
 
 async def run_demo(project: ProjectPaths, on_event: Callable[[dict[str, Any]], None] | None = None,

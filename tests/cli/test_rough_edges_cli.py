@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,21 @@ def test_demo_no_tui_prints_no_path_inside_the_deleted_project(tmp_path: Path) -
     after_run = result.out[result.out.index("\nrun run-"):]
     assert root not in after_run, after_run
     assert "synthesis (the demo project is removed on exit; `agentbox demo --no-tui --keep` keeps it)" in after_run
+    # the demo project is a git repository: the run worked on branches and the stand-in human merged it
+    assert "worktree workspace" in result.out
+    assert re.search(r"the stand-in human answered the merge question: cp-\d+: agentbox/run-\S+ merged into main",
+                     after_run), after_run
+
+
+def test_the_demo_project_is_a_clean_git_repository_with_one_commit(tmp_path: Path) -> None:
+    from agentbox.core.demo import make_demo_project
+
+    project = make_demo_project(tmp_path)
+    log = subprocess.run(["git", "-C", str(project.root), "log", "--format=%an|%s"], capture_output=True, text=True)
+    assert log.stdout == "agentbox demo|the demo project\n", log.stderr
+    status = subprocess.run(["git", "-C", str(project.root), "status", "--porcelain", "--ignored"],
+                            capture_output=True, text=True).stdout
+    assert status == "", status  # the crew is committed, and nothing of the run's state is there yet
 
 
 # ----------------------------------------------------------------------------- jargon
