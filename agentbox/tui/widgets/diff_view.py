@@ -50,7 +50,7 @@ class DiffView(Vertical):
         if cut:
             widgets.append(Static(Text.assemble(("  " + "; ".join(cut) + ". The whole diff: ", "dim italic"),
                                                 (full_command, "bold")), classes="diff-note"))
-        self._replace((heading, id(files), truncated), widgets)
+        self._replace(None, widgets)  # a diff arrives only when its commits changed: always drawn
         self.file_paths = tuple(r.file.path for r in shown)
 
     def update_heading(self, heading: Text) -> None:
@@ -64,7 +64,8 @@ class DiffView(Vertical):
         return list(self.query(".diff-file-heading").results(Static))
 
     def _replace(self, key: object, widgets: list[Static]) -> None:
-        if key == self._shown:
+        """Show `widgets`, unless they are the note already shown under `key` (None: always)."""
+        if key is not None and key == self._shown:  # the same note again
             return
         self._shown = key
         with self.app.batch_update():
