@@ -35,7 +35,7 @@ class TaskChanges:
 
 
 def _worktree_run(run: Run) -> None:
-    if run.contract.workspace != "worktree" or run.git is None:
+    if not run.in_worktrees:
         raise UsageError(f"run {run.id} worked in the live tree (shared workspace): it has no branches to diff",
                          "`git diff` shows what it changed")
 

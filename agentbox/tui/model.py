@@ -182,7 +182,7 @@ def has_task_in(run: Run | None, *states: str) -> bool:
 
 def is_worktree_run(run: Run | None) -> bool:
     """Whether the run's writers work on git branches (so it has diffs to show and a branch to merge)."""
-    return run is not None and run.contract.workspace == "worktree" and run.git is not None
+    return run is not None and run.in_worktrees
 
 
 def can_merge(run: Run | None) -> bool:

@@ -485,6 +485,11 @@ class Run(Model):
         per_task = self.contract.limits.budget.tokens_per_task
         return None if per_task is None else per_task + task.budget_extra
 
+    @property
+    def in_worktrees(self) -> bool:
+        """Whether the run's writers work on git branches: it has diffs to show and a branch to merge."""
+        return self.contract.workspace == "worktree" and self.git is not None
+
     def open_checkpoints(self) -> list[Checkpoint]:
         """Checkpoints still waiting on the human, in the order they were opened."""
         return [c for c in self.checkpoints.values() if c.status == "open"]

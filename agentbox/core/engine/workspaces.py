@@ -82,8 +82,7 @@ class Workspaces:
     @property
     def active(self) -> bool:
         """True for a worktree run."""
-        run = self.ledger.run
-        return run.contract.workspace == "worktree" and run.git is not None
+        return self.ledger.run.in_worktrees
 
     # ------------------------------------------------------------------ turns
     def key_for(self, job: Job) -> str | None:
