@@ -26,7 +26,6 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,12 +181,12 @@ def _place_view(root: Path, common: Path, run_id: str, path: Path, head: str) ->
     if os.path.lexists(path):  # not a worktree git knows at this path: only a view's leftovers
         shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     forget_missing_worktrees(common)
-    return _spare_or_new(root, common, run_id, path, lambda: head)
+    return _spare_or_new(root, common, run_id, path, head)
 
 
-def _spare_or_new(root: Path, common: Path, run_id: str, path: Path, head: Callable[[], str]) -> WorktreeOrigin:
+def _spare_or_new(root: Path, common: Path, run_id: str, path: Path, at: str) -> WorktreeOrigin:
     """Put one of the run's spare worktrees at `path` (a rename), or make a new one there,
-    detached at `head()` and not checked out: the caller fills it."""
+    detached at `at` (a commit, or a ref naming one) and not checked out: the caller fills it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     spares = worktrees_dir(common, run_id) / SPARE_DIR
     for spare in sorted(spares.iterdir()) if spares.is_dir() else []:
@@ -198,7 +197,7 @@ def _spare_or_new(root: Path, common: Path, run_id: str, path: Path, head: Calla
         _point_admin_at(path)
         return WorktreeOrigin.SPARE
     git(root, "worktree", "add", "--lock", "--reason", f"{MAKING}{path}", "--no-checkout", "--detach", str(path),
-        head(), retry_on_lock=True)
+        at, retry_on_lock=True)
     admin = admin_dir(path)
     if admin is not None:
         (admin / "locked").unlink(missing_ok=True)
@@ -274,13 +273,7 @@ def _place_worktree(root: Path, common: Path, run_id: str, task_id: str, path: P
             return WorktreeOrigin.NEW
         shutil.rmtree(path)  # no .git file: git never finished making it, no turn ever ran in it
     forget_missing_worktrees(common)
-
-    def head() -> str:
-        found = rev(root, heads(task_branch(run_id, task_id)))
-        assert found is not None
-        return found
-
-    return _spare_or_new(root, common, run_id, path, head)
+    return _spare_or_new(root, common, run_id, path, heads(task_branch(run_id, task_id)))
 
 
 def drop_unfinished(common: Path, under: Path) -> list[Path]:
