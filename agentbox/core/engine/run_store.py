@@ -51,7 +51,7 @@ from agentbox.core.engine.changes import Changes
 from agentbox.core.engine.models import MAX_SEQ, TERMINAL_RUN_STATES, Run, check_id, is_valid_id
 from agentbox.core.errors import NotFoundError, StateError
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.safe_io import UnsafeFileError, read_bounded
+from agentbox.core.safe_io import UnsafeFileError, read_bounded, write_all
 
 RUN_FILE = "run.json"
 EVENTS_FILE = "events.jsonl"
@@ -325,9 +325,7 @@ class RunStore:
                 size = os.fstat(fd).st_size
                 if size != journal[2] or (size and os.pread(fd, 1, size - 1) != b"\n"):
                     return False  # not the journal this store wrote: start again from a snapshot
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)

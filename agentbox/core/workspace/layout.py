@@ -21,6 +21,7 @@ common dir, so the person's `git status` never shows it.
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,6 +166,7 @@ def write_small(path: Path, text: str) -> None:
     """Replace a small bookkeeping file with `text` atomically, unless it holds that already."""
     if read_small(path) == text:
         return
-    partial = path.with_name(f".{path.name}.partial")
+    # a name of its own: two engines in one repository may point git at the same worktree
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.partial")
     partial.write_text(text, encoding="utf-8", errors="surrogateescape")
     os.replace(partial, path)
