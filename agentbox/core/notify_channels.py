@@ -17,8 +17,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -122,6 +120,9 @@ def post_webhook(webhook: Webhook, payload: dict[str, Any], environ: Mapping[str
         headers = {key: expand(value, environ) for key, value in webhook.headers.items()}
     except MissingVariable as exc:
         return f"webhook not sent: ${{{exc.name}}} is not set in agentbox's environment"
+    import urllib.error  # with http.client and email: loaded only by an engine that has a webhook to call
+    import urllib.request
+
     host = urlsplit(url).hostname or "?"
     body = json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8")
     headers = {"Content-Type": "application/json", "User-Agent": f"agentbox/{__version__}", **headers}
