@@ -70,11 +70,6 @@ def role_rm(args: argparse.Namespace) -> int:
 
 def schema(args: argparse.Namespace) -> int:
     """Print a JSON Schema."""
-    if args.kind == "config":
-        from agentbox.core.user_config import UserConfig
-
-        print_json(UserConfig.model_json_schema())
-        return 0
     from agentbox.core.schemas import json_schema
 
     print_json(json_schema(args.kind))

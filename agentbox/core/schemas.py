@@ -1,4 +1,4 @@
-"""The JSON Schemas of agentbox's files (`agentbox schema profile|crew|graph`), for editors."""
+"""The JSON Schemas of agentbox's files (`agentbox schema profile|crew|graph|config`), for editors."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from pydantic import BaseModel
 
 from agentbox.core.config import Crew, Profile
 from agentbox.core.graph_model import Graph
+from agentbox.core.user_config import UserConfig
 
-SCHEMAS: dict[str, type[BaseModel]] = {"profile": Profile, "crew": Crew, "graph": Graph}
+SCHEMAS: dict[str, type[BaseModel]] = {"profile": Profile, "crew": Crew, "graph": Graph, "config": UserConfig}
 
 
-def json_schema(kind: Literal["profile", "crew", "graph"]) -> dict[str, Any]:
+def json_schema(kind: Literal["profile", "crew", "graph", "config"]) -> dict[str, Any]:
     """The JSON Schema of one of agentbox's files."""
     return SCHEMAS[kind].model_json_schema()
