@@ -19,7 +19,7 @@ from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Run, Task, Verdict
 from agentbox.core.engine.run_store import command_problem
-from agentbox.core.engine.workspaces import Workspaces, merge_conflict_note
+from agentbox.core.engine.workspaces import Workspaces
 from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
 from agentbox.core.tasks import TaskEvent, TaskState, has_evidence
 
@@ -168,7 +168,6 @@ def _approve(ctx: CommandContext, command: Approve) -> str:
         ctx.abort_turns(task.id, "approved by the human")
         conflicts = ctx.workspaces.integrate(task)
         if conflicts:
-            ctx.ledger.leave_note(task, merge_conflict_note(conflicts), by="agentbox")
             ctx.ledger.transition(task, TaskEvent.REJECT, "approved by the human, but its branch conflicts with "
                                   "the run's approved work in " + ", ".join(conflicts[:10]), human=True)
             ctx.ledger.drop_jobs(task.id)

@@ -224,10 +224,12 @@ class Workspaces:
         return []
 
     def _sent_back(self, key: str, task: Task | None, conflicts: list[str], how: str) -> None:
-        """Record where a conflicting task's branch stands and log the conflict (the caller sends it back)."""
+        """Record where a conflicting task's branch stands, leave its worker the note saying what
+        to resolve, and log the conflict (the caller sends it back)."""
         if task is not None:
             turn = self.heads(key)
             self.ledger.record_git(task, branch=turn.branch, base=turn.base, head=turn.head, changed=turn.changed)
+            self.ledger.leave_note(task, merge_conflict_note(conflicts), by="agentbox")
         self.ledger.event("merge.conflict", f"{key} conflicts with the run's approved work",
                           "in " + ", ".join(conflicts[:20]) + "; " + how, task=task.id if task else None,
                           files=conflicts[:200], human_required=False)
@@ -272,7 +274,9 @@ class Workspaces:
         if not self.active or run.git is None:
             return
         for task in run.tasks.values():
-            if task.is_terminal:
+            # most were released when merged or cancelled; a call for a gone one would walk
+            # every worktree of the repository again
+            if task.is_terminal and self._worktree_path(task.id) is not None:
                 self.release(task, discard=True)
         if run.contract.mode == "handoff":  # its writing turns' worktree (each turn was merged after it)
             with contextlib.suppress(AgentboxError):
@@ -300,7 +304,8 @@ class Workspaces:
         """The stat of everything the run's integration branch holds over its base."""
         run = self.ledger.run
         assert run.git is not None
-        diff = git.diff_text(self.root, run.git.base, git.integration_branch(run.id), max_bytes=16 * 1024)
+        diff = git.diff_text(self.root, run.git.base, git.integration_branch(run.id), max_bytes=16 * 1024,
+                             stat_only=True)
         return diff.stat.rstrip() or "(no changes)"
 
     def deliver(self, into: str | None, *, squash: bool) -> str:

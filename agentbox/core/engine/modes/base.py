@@ -211,9 +211,7 @@ class ModeDriver(Generic[StateT]):
         if reply.verdict == "approve":
             conflicts = self.ctx.integrate(task)
             if conflicts:  # nothing was merged: the worker resolves what the approved work brought in
-                message = merge_conflict_note(conflicts)
-                self.ctx.ledger.leave_note(task, message, by="agentbox")
-                self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message, tuple(conflicts))
+                self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, merge_conflict_note(conflicts), tuple(conflicts))
                 return
             self.ctx.ledger.transition(task, TaskEvent.APPROVE, f"review by {job.role} passed every criterion",
                                    evidence=verdict.evidence)

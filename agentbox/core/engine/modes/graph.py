@@ -221,9 +221,7 @@ class GraphMode(ModeDriver[GraphState]):
         self.record_artifacts(task, reply.artifacts, job, result)
         conflicts = self.ctx.integrate(task) if reply.outcome == "success" else []
         if conflicts:  # nothing was merged: the node resolves what the approved work brought in
-            message = merge_conflict_note(conflicts)
-            self.ctx.ledger.leave_note(task, message, by="agentbox")
-            self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message, tuple(conflicts))
+            self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, merge_conflict_note(conflicts), tuple(conflicts))
             return
         self.ctx.ledger.transition(task, TaskEvent.SUBMIT, reply.summary[:200])
         node = str(task.node)

@@ -14,7 +14,6 @@ from agentbox.core.config import SequentialSettings
 from agentbox.core.engine.mode_state import SequentialState
 from agentbox.core.engine.models import Acceptance, RunResult, Task, Verdict
 from agentbox.core.engine.modes.base import ModeDriver
-from agentbox.core.engine.workspaces import merge_conflict_note
 from agentbox.core.tasks import TaskEvent, TaskState
 
 STEP_CRITERION = ("The step does its role's part of the goal within the files the role may write, and its "
@@ -80,7 +79,6 @@ class SequentialMode(ModeDriver[SequentialState]):
         self.ctx.ledger.transition(task, TaskEvent.START_REVIEW, "pipeline step without a reviewer: the engine checks it")
         conflicts = self.ctx.integrate(task)
         if conflicts:  # the step's branch cannot be merged: it goes back with the conflicting files
-            self.ctx.ledger.leave_note(task, merge_conflict_note(conflicts), by="agentbox")
             self.ctx.ledger.transition(task, TaskEvent.REJECT, "merge conflict with the run's approved work")
             self.requeue(task)
             return
