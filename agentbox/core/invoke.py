@@ -259,7 +259,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
             "(with ~/.ssh and other profiles); it cannot sandbox an agent working there",
             "run agentbox from a project directory inside your home (cd into a repository)",
         )
-    hidden = tuple(sorted(p for p in {home, _agent_box_home()} if p != Path("/")))
+    hidden = sandbox.private_paths(home, _agent_box_home())
     needs = set()
     if executable is not None:
         needs |= sandbox.install_roots(executable)
@@ -273,8 +273,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     scope_plan = scopes.plan(source, list(agent.writes) if agent.writes is not None else None,
                              scratch.with_suffix(".stage"))
     try:
-        box = agent.cwd / ".agent-box"
-        state_dirs = tuple(d for d in (box / "runs", box / "sessions") if d.is_dir() and not d.is_symlink())
+        state_dirs = sandbox.run_state_dirs(agent.cwd)
         spec = sandbox.SandboxSpec(
             project_root=source,
             mount_at=agent.cwd if agent.worktree is not None else None,

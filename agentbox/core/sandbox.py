@@ -332,6 +332,17 @@ def binds_needed(paths: Iterable[Path], hidden: Iterable[Path]) -> tuple[Path, .
     return tuple(pruned)
 
 
+def private_paths(home: Path, box_home: Path) -> tuple[Path, ...]:
+    """What no sandbox sees of the person's: their home and AGENT_BOX_HOME (never `/` itself)."""
+    return tuple(sorted(p for p in {home, box_home} if p != Path("/")))
+
+
+def run_state_dirs(project_root: Path) -> tuple[Path, ...]:
+    """The project's run and session state, hidden from every sandbox (no agent may read or forge it)."""
+    box = project_root / ".agent-box"
+    return tuple(d for d in (box / "runs", box / "sessions") if d.is_dir() and not d.is_symlink())
+
+
 def require_bwrap() -> str:
     """The bwrap executable, or a SandboxError with the install hint."""
     found = shutil.which("bwrap")

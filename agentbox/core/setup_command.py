@@ -40,8 +40,8 @@ def run_setup(root: Path, worktree: Path, views: tuple[tuple[Path, Path], ...], 
     """
     home = Path.home()
     box = root / ".agent-box"
-    hidden = tuple(sorted(p for p in {home, agent_box_home()} if p != Path("/")))
-    state = tuple(d for d in (box / "runs", box / "sessions") if d.is_dir() and not d.is_symlink())
+    hidden = sandbox.private_paths(home, agent_box_home())
+    state = sandbox.run_state_dirs(root)
     metadata = scopes.worktree_metadata_paths(worktree)
     spec = sandbox.SandboxSpec(
         project_root=worktree, mount_at=root, views=views, view_hidden=view_hidden, writable=(worktree,),
