@@ -5,13 +5,16 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentbox.core import project as project_mod
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Contract, Run, RunGit, check_id
 from agentbox.core.engine.run_store import DamagedRun, DamagedRunError, RunStore, new_run_id
 from agentbox.core.errors import NotFoundError, UsageError
 from agentbox.core.paths import ProjectPaths
+
+if TYPE_CHECKING:  # git plumbing loads only when a run starts
+    from agentbox.core.workspace import RepoInfo
 
 COMMAND_ACK_TIMEOUT_S = 15.0
 """How long a command waits for a running engine to acknowledge it."""
@@ -36,7 +39,7 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
         graph_file = str(path)
     now = time.time()
     store = RunStore(project)
-    workspace = _workspace_of(project, crew.workspace)
+    workspace, info = _workspace_of(project, crew.workspace)
     if workspace == "shared":
         _refuse_a_second_shared_writer(store)
     run = Run(
@@ -52,7 +55,7 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
     if workspace == "worktree":
         from agentbox.core import workspace as git
 
-        base = git.snapshot_base(project.root)
+        base = git.snapshot_base(project.root, info)
         branch = git.ensure_integration_branch(project.root, run.id, base)
         run.git = RunGit(base=base.commit, head=base.head, branch=base.branch, dirty=base.dirty,
                          integration_branch=branch)
@@ -60,10 +63,13 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
     return run
 
 
-def _workspace_of(project: ProjectPaths, chosen: str | None) -> str:
-    """crew.yaml's `workspace`, or the default: `worktree` at the top of a git repository with a commit."""
+def _workspace_of(project: ProjectPaths, chosen: str | None) -> tuple[str, RepoInfo | None]:
+    """crew.yaml's `workspace`, or the default: `worktree` at the top of a git repository with
+    a commit; with the repository's facts (None when git was not asked: a `shared` crew)."""
     from agentbox.core.workspace import GitError, repo_info
 
+    if chosen == "shared":
+        return "shared", None
     try:
         info = repo_info(project.root)
     except GitError:  # git refuses the repository (another user's): only an error when worktrees were asked for
@@ -75,7 +81,7 @@ def _workspace_of(project: ProjectPaths, chosen: str | None) -> str:
         raise UsageError(f"crew.yaml asks for `workspace: worktree`, but {project.root} is not the top of a git "
                          "repository with at least one commit",
                          "run `git init && git add -A && git commit -m start` there, or set `workspace: shared`")
-    return chosen or ("worktree" if usable else "shared")
+    return chosen or ("worktree" if usable else "shared"), info
 
 
 def _refuse_a_second_shared_writer(store: RunStore) -> None:

@@ -29,6 +29,7 @@ from agentbox.core.workspace.gitcmd import (
 )
 from agentbox.core.workspace.layout import (
     BRANCH_PREFIX,
+    RepoInfo,
     delivered_ref,
     delivery_ref,
     heads,
@@ -88,11 +89,12 @@ class DeliverResult:
     """The working tree updated with it (where `into` is checked out), if any."""
 
 
-def snapshot_base(root: Path) -> Base:
+def snapshot_base(root: Path, info: RepoInfo | None = None) -> Base:
     """The run's base: HEAD, or when tracked files have uncommitted changes a commit of them
     on top of HEAD (made like `git stash create`, through a private copy of the index, so
-    the person's tree, index and stash list stay byte-for-byte as they were)."""
-    info = repo_info(root)
+    the person's tree, index and stash list stay byte-for-byte as they were). `info`: the
+    repository's facts when the caller has just read them."""
+    info = info or repo_info(root)
     if info is None:
         raise UsageError(f"{root} is not in a git repository with at least one commit",
                          "use `workspace: shared`, or commit something first")
