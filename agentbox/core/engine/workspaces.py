@@ -125,7 +125,7 @@ class Workspaces:
         box.mkdir(exist_ok=True)  # where the project's own .agent-box is shown, read-only
         if tree.origin != git.WorktreeOrigin.EXISTING and copy_patterns:
             git.copy_setup_files(self.root, tree.path, copy_patterns)
-        return git.sandbox_git_view(self.root, tree.path)
+        return git.sandbox_git_view(self.root, tree.path, common=tree.common)
 
     def commit(self, job: Job, mount: Mount, *, profile: str, summary: str) -> TurnGit:
         """Commit what the turn changed on its branch (in a worker thread); what the branch holds now."""

@@ -165,12 +165,13 @@ def _copy(source: Path, destination: Path) -> None:
     os.rename(partial, destination)
 
 
-def sandbox_git_view(root: Path, worktree: Path, *, mount_at: Path = SANDBOX_GIT_DIR) -> SandboxGitView:
+def sandbox_git_view(root: Path, worktree: Path, *, mount_at: Path = SANDBOX_GIT_DIR,
+                     common: Path | None = None) -> SandboxGitView:
     """The read-only binds that make git work inside a sandbox where `worktree` is bound
     at `root` (the repository's top). Writes the `.git` file it binds, under
-    `<common>/agentbox/gitfiles/`."""
+    `<common>/agentbox/gitfiles/`. `common`: the git common dir, when the caller has it."""
     admin = admin_dir(worktree)
-    common = common_dir(root)
+    common = common or common_dir(root)
     if admin is None or admin.parent != common / "worktrees" or not admin.is_dir():
         raise StateError(f"{worktree} is not a worktree of {root}", "ensure the task's worktree first")
     gitfile = gitfiles_dir(common) / admin.name

@@ -93,6 +93,8 @@ class Worktree:
     base_commit: str
     """The integration head the task's work is measured from (diffs and reviews)."""
     origin: WorktreeOrigin
+    common: Path
+    """The repository's git common dir (asked of git once per call)."""
 
 
 @dataclass(frozen=True)
@@ -134,14 +136,14 @@ def ensure_task_worktree(root: Path, run_id: str, task_id: str) -> Worktree:
     path = task_worktree_path(common, run_id, task_id)
     if _attached(path, branch):
         _drop_stale_index_lock(path)
-        return Worktree(path, branch, base, WorktreeOrigin.EXISTING)
+        return Worktree(path, branch, base, WorktreeOrigin.EXISTING, common)
     origin = _place_worktree(root, common, run_id, task_id, path)
     _drop_stale_index_lock(path)
     if _attached(path, branch):  # it only had to be found again (a moved project): keep its files
-        return Worktree(path, branch, base, WorktreeOrigin.EXISTING)
+        return Worktree(path, branch, base, WorktreeOrigin.EXISTING, common)
     git(path, "read-tree", "--reset", "-u", heads(branch), timeout=CHECKOUT_TIMEOUT_S)
     git(path, "symbolic-ref", "-m", "agentbox: task worktree", "HEAD", heads(branch))
-    return Worktree(path, branch, base, origin)
+    return Worktree(path, branch, base, origin, common)
 
 
 def ensure_view_worktree(root: Path, run_id: str) -> Worktree:
@@ -172,7 +174,7 @@ def ensure_view_worktree(root: Path, run_id: str) -> Worktree:
         git(path, "read-tree", "--reset", "-u", head, timeout=CHECKOUT_TIMEOUT_S)
         git(path, "update-ref", "--no-deref", "-m", "agentbox: view", "HEAD", head)
         write_small(admin / VIEW_HEAD, f"{head}\n")
-    return Worktree(path, integration_branch(run_id), head, origin)
+    return Worktree(path, integration_branch(run_id), head, origin, common)
 
 
 def _place_view(root: Path, common: Path, run_id: str, path: Path, head: str) -> WorktreeOrigin:
