@@ -74,6 +74,8 @@ class ChangesScreen(Screen[None]):
         self._stat_for: object = None
         self._stat: str | None = None
         self._stat_error: str | None = None
+        self._summary: Text | None = None
+        self._mergeable: bool | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="changes-body"):
@@ -90,11 +92,16 @@ class ChangesScreen(Screen[None]):
         self.watch(self.dashboard, "run", self._show, init=True)
         self.query_one(Tree).focus()
 
+    def _summarise(self, text: Text) -> None:
+        """Show the summary line, repainting only when it says something new (a run saves often)."""
+        if text != self._summary:
+            self._summary = text
+            self.query_one("#changes-summary", Static).update(text)
+
     def _show(self, run: Run | None) -> None:
-        summary = self.query_one("#changes-summary", Static)
         if run is None or not model.is_worktree_run(run):
-            summary.update(Text("this run works in the live tree (shared workspace): no branch records its "
-                                "changes; `git diff` shows them", style="dim"))
+            self._summarise(Text("this run works in the live tree (shared workspace): no branch records its "
+                                 "changes; `git diff` shows them", style="dim"))
             self.query_one(Tree).clear()
             self._tree_for = None
             return
@@ -104,9 +111,12 @@ class ChangesScreen(Screen[None]):
             self._stat_for, self._stat, self._stat_error = stat_key, None, None
             self.run_worker(partial(self._read_stat, run), thread=True, exclusive=True, group="run-stat",
                             exit_on_error=False)
-        summary.update(run_summary(run, self._stat, self._stat_error))
+        self._summarise(run_summary(run, self._stat, self._stat_error))
         self._fill(run)
-        self.refresh_bindings()
+        mergeable = action_table.enabled("merge", run)
+        if mergeable != self._mergeable:  # the merge key comes and goes with it
+            self._mergeable = mergeable
+            self.refresh_bindings()
 
     def _read_stat(self, run: Run) -> None:
         self.post_message(loaders.run_stat(self.dashboard.project, run))
@@ -117,7 +127,7 @@ class ChangesScreen(Screen[None]):
         if run is None or run.id != message.run_id or not model.is_worktree_run(run):
             return
         self._stat, self._stat_error = message.stat, message.error
-        self.query_one("#changes-summary", Static).update(run_summary(run, self._stat, self._stat_error))
+        self._summarise(run_summary(run, self._stat, self._stat_error))
 
     def _fill(self, run: Run) -> None:
         """The tree: role → task → file (rebuilt only when what it shows changed)."""
