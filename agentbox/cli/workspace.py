@@ -62,8 +62,6 @@ def clean(args: argparse.Namespace) -> int:
         raise UsageError(f"{project.root} is not a git repository with a commit: there is nothing to clean")
     live = [r.id for r in runs_mod.active_runs(project)]
     run_id = RunStore(project).resolve_id(args.run) if args.run else None
-    if run_id is not None and run_id in live:
-        raise UsageError(f"run {run_id} is not finished", f"cancel it first (`agentbox cancel {run_id}`)")
     plan = git.clean(project.root, run_id, dry_run=args.dry_run, force=args.force, keep_runs=live)
     if args.json:
         print_json({"dry_run": plan.dry_run, "worktrees": [str(p) for p in plan.worktrees], "branches": plan.branches,

@@ -147,7 +147,8 @@ def clean(root: Path, run_id: str | None = None, *, dry_run: bool = False, force
     if run_id is not None:
         check_id("run", run_id)
         if run_id in keep_runs:
-            raise UsageError(f"run {run_id} is still going", "cancel it or let it finish, then clean")
+            raise UsageError(f"run {run_id} is still going",
+                             f"cancel it first (`agentbox cancel {run_id}`), or let it finish, then clean")
     common = common_dir(root)
     runs = _scan(root, common)
     chosen = [run_id] if run_id is not None else sorted(r for r in runs if r not in keep_runs)
