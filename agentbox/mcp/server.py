@@ -24,7 +24,7 @@ from pydantic import Field
 
 from agentbox import __version__
 from agentbox.core import runs, services
-from agentbox.core.engine.models import TERMINAL_RUN_STATES
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import AgentboxError, NotFoundError
 from agentbox.core.invoke import invoke
@@ -81,8 +81,9 @@ async def _steer(project: ProjectPaths, run_id: str | None, command: dict[str, A
     return {"ok": True, "message": message}
 
 
-async def follow(project: ProjectPaths, run_id: str, wait_s: float, ctx: Context, *, from_start: bool) -> None:
-    """Report a run's new decisions as progress until it ends, needs a person, or `wait_s` passes."""
+async def follow(project: ProjectPaths, run_id: str, wait_s: float, ctx: Context, *, from_start: bool) -> Run:
+    """Report a run's new decisions as progress until it ends, needs a person, or `wait_s`
+    passes; the run as it then stands."""
     run_store = RunStore(project)
     log = run_store.events_path(run_id)
     offset = 0 if from_start or not log.exists() else log.stat().st_size
@@ -99,9 +100,9 @@ async def follow(project: ProjectPaths, run_id: str, wait_s: float, ctx: Context
             stamp, run = latest, runs.load(project, run_id)
         elapsed = time.monotonic() - started
         if run.status in TERMINAL_RUN_STATES or run.open_checkpoints() or elapsed >= wait_s:
-            return
+            return run
         if elapsed > ENGINE_GRACE_S and not runs.engine_alive(project, run_id):
-            return  # nobody drives it: waiting longer would change nothing
+            return run  # nobody drives it: waiting longer would change nothing
         await anyio.sleep(FOLLOW_POLL_S)
 
 
@@ -149,8 +150,10 @@ def build_server(project: ProjectPaths) -> MCPServer:
             pid = runs.detach(project, run.id)
             await ctx.report_progress(0, None, f"run {run.id} started (engine pid {pid})")
             if wait_s:
-                await follow(project, run.id, wait_s, ctx, from_start=True)
-            return {"engine_pid": pid, **views.run_status(project, runs.load(project, run.id))}
+                run = await follow(project, run.id, wait_s, ctx, from_start=True)
+            else:
+                run = runs.load(project, run.id)  # as the engine has it by now
+            return {"engine_pid": pid, **views.run_status(project, run)}
 
     @server.tool(description="A run's status: goal, tasks, open checkpoints (with how to answer each), tokens, "
                              "result. With wait_s, first waits for it to end or to need a person.")
@@ -158,8 +161,7 @@ def build_server(project: ProjectPaths) -> MCPServer:
         with _as_tool_error():
             loaded = runs.load(project, run)
             if wait_s:
-                await follow(project, loaded.id, wait_s, ctx, from_start=False)
-                loaded = runs.load(project, loaded.id)
+                loaded = await follow(project, loaded.id, wait_s, ctx, from_start=False)
             return views.run_status(project, loaded)
 
     @server.tool(description="Open checkpoints (questions, plans and tasks waiting for approval, budget "
