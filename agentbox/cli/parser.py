@@ -102,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     # --- runs
     p = _cmd(sub, "run", "agentbox.cli.runs:run", "start a run of the crew on a goal (or --resume one)")
     p.add_argument("goal", nargs="?", help="what the crew should achieve")
-    p.add_argument("--mode", choices=["sequential", "hierarchical", "group_chat", "handoff", "graph"])
+    p.add_argument("--mode", choices=["sequential", "hierarchical", "group_chat", "handoff", "graph"],
+                   help="how the crew works together (default: crew.yaml's mode): sequential pipeline, "
+                   "hierarchical lead + workers + review, group_chat, handoff, or graph (with --graph)")
     p.add_argument("--graph", metavar="NAME|FILE", help="work graph for graph mode")
     p.add_argument("--detach", action="store_true", help="run in the background; print the run id")
     p.add_argument("--resume", metavar="RUN", help="continue a run from disk")

@@ -20,6 +20,9 @@ def init(args: argparse.Namespace) -> int:
     print(f"created {box} with {len(created)} files:")
     for path in created:
         print(f"  {path.relative_to(box)}")
+    if any((parent / ".git").exists() for parent in (root.absolute(), *root.absolute().parents)):
+        print("commit it with your project, so the crew's runs start from it:")
+        print("  git add .agent-box && git commit -m 'Add the agentbox crew'")
     print("next: `agentbox doctor`, then `agentbox run \"a goal\"` or `agentbox` for the dashboard")
     return 0
 
