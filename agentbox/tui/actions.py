@@ -28,6 +28,7 @@ from agentbox.tui.model import CrewInfo
 from agentbox.tui.screens.modals import (
     AnswerDialog,
     ConfirmDialog,
+    MergeDialog,
     NoteDialog,
     PickDialog,
     StartRunDialog,
@@ -232,14 +233,15 @@ class RunActions:
         into = run.git.branch or "your branch"
         question = Text.assemble(("Merge ", "bold"), (run.git.integration_branch, "bold cyan"), (" into ", "bold"),
                                  (into, "bold"), ("?\n\n", "bold"), model.short_stat(message.stat) or "(no changes)",
-                                 ("\n\nA merge commit on your branch; your uncommitted changes are never "
-                                  "overwritten (the merge is refused instead).", "dim"))
+                                 ("\n\nmerge: a merge commit on your branch; squash: one commit with the "
+                                  "run's changes. Your uncommitted changes are never overwritten (the merge "
+                                  "is refused instead).", "dim"))
 
-        def confirmed(yes: bool | None) -> None:
-            if yes:
-                self.send("deliver", into=None, squash=False)
+        def chosen(how: str | None) -> None:
+            if how is not None:
+                self.send("deliver", into=None, squash=how == "squash")
 
-        self.app.push_screen(ConfirmDialog(question, yes_label="merge"), confirmed)
+        self.app.push_screen(MergeDialog(question), chosen)
 
     # ------------------------------------------------------------------ runs
     def action_start_run(self) -> None:

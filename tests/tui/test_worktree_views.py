@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Static, Tree
+from textual.widgets import Button, Static, Tree
 
 from agentbox.core import watch
 from agentbox.core.engine.models import Run
@@ -27,7 +27,7 @@ from agentbox.tui.commands import dashboard_commands
 from agentbox.tui.diffs import split_patch
 from agentbox.tui.factory import make_app
 from agentbox.tui.screens.changes import ChangesScreen
-from agentbox.tui.screens.modals import ConfirmDialog
+from agentbox.tui.screens.modals import MergeDialog
 from agentbox.tui.screens.task import TaskDetailScreen
 from agentbox.tui.widgets.diff_view import DiffView
 from tests.tui.builders import RUN_ID as DEMO_RUN_ID
@@ -168,7 +168,7 @@ async def test_the_changes_view_lists_files_by_role_and_task(tmp_path: Path) -> 
         }
         assert "no commits yet" in str(tree.root.children[0].children[1].label)
         await pilot.press("m")  # merge from here too: the dashboard asks, over this view
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the merge confirmation")
+        await wait_for(pilot, lambda: isinstance(app.screen, MergeDialog), "the merge confirmation")
         await pilot.press("n")
         await wait_for(pilot, lambda: app.screen is screen, "back to the changes")
         tree.focus()
@@ -217,7 +217,7 @@ async def test_merge_asks_with_the_stat_then_brings_the_run_into_main(tmp_path: 
         titles = [title for title, _, _ in dashboard_commands(board)]
         assert "Merge the run into main…" in titles and "Changes of the run" in titles
         await pilot.press("m")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the confirmation")
+        await wait_for(pilot, lambda: isinstance(app.screen, MergeDialog), "the confirmation")
         question = plain(app.screen.query_one(".dialog-question Static"))
         assert "Merge agentbox/run-20260101-130000-c3d4 into main?" in question
         assert "4 files changed, 14 insertions(+), 2 deletions(-)" in question and "src/greet.py" in question
@@ -232,6 +232,26 @@ async def test_merge_asks_with_the_stat_then_brings_the_run_into_main(tmp_path: 
         await wait_for(pilot, lambda: not board.check_action("merge", ()), "merge no longer offered")
 
 
+async def test_the_merge_dialog_can_squash_the_run_into_one_commit(tmp_path: Path) -> None:
+    project = build_worktree_run(tmp_path / "repo")
+    root = project.root
+    main_before = git(root, "rev-parse", "main").strip()
+    app = quiet_app(project, live=True)
+    async with app.run_test(size=(140, 44)) as pilot:
+        await dashboard_loaded(pilot)
+        board = app.dashboard
+        assert board is not None
+        await pilot.press("m")
+        await wait_for(pilot, lambda: isinstance(app.screen, MergeDialog), "the merge dialog")
+        assert [str(b.label) for b in app.screen.query(Button)] == ["merge", "squash", "no"]
+        await pilot.press("s")
+        await wait_for(pilot, lambda: board.run is not None and board.run.git is not None
+                       and board.run.git.delivered is not None, "the run to be squashed in")
+    parents = git(root, "rev-list", "--parents", "-n", "1", "main").split()
+    assert parents[1:] == [main_before], "a squash is one commit on main, not a merge"
+    assert git(root, "show", "main:src/greet.py").startswith('"""Greetings."""')
+
+
 async def test_merge_is_refused_when_uncommitted_changes_are_in_the_way(tmp_path: Path) -> None:
     project = build_worktree_run(tmp_path / "repo")
     root = project.root
@@ -241,7 +261,7 @@ async def test_merge_is_refused_when_uncommitted_changes_are_in_the_way(tmp_path
     async with app.run_test(size=(140, 44)) as pilot:
         await dashboard_loaded(pilot)
         await pilot.press("m")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the confirmation")
+        await wait_for(pilot, lambda: isinstance(app.screen, MergeDialog), "the confirmation")
         await pilot.press("y")
         await wait_for(pilot, lambda: any(n.startswith("merge:") for n in notices(app)), "the refusal")
         [refusal] = [n for n in app._notifications if n.title == "merge"]

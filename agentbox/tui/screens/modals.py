@@ -162,6 +162,46 @@ class ConfirmDialog(Dialog):
         self.dismiss(None)
 
 
+class MergeDialog(Dialog):
+    """Merge the run's branch as a merge commit, or squashed into one commit, or not at all."""
+
+    BINDINGS = [Binding("y,m", "merge", "merge"), Binding("s", "squash", "squash"),
+                Binding("n,escape", "cancel", "no")]
+
+    def __init__(self, question: str | Text) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            with VerticalScroll(classes="dialog-question", can_focus=False):
+                yield Static(self.question)
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("merge", variant="error", id="merge")
+                yield Button("squash", variant="warning", id="squash")
+                yield Button("no", id="no")
+
+    def action_merge(self) -> None:
+        """A merge commit."""
+        self.dismiss("merge")
+
+    def action_squash(self) -> None:
+        """One commit with the run's changes."""
+        self.dismiss("squash")
+
+    @on(Button.Pressed, "#merge")
+    def _merge(self) -> None:
+        self.dismiss("merge")
+
+    @on(Button.Pressed, "#squash")
+    def _squash(self) -> None:
+        self.dismiss("squash")
+
+    @on(Button.Pressed, "#no")
+    def _no(self) -> None:
+        self.dismiss(None)
+
+
 class PickDialog(Dialog):
     """Choose one of a few things (a task, a checkpoint, a run)."""
 
