@@ -5,16 +5,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from rich.text import Text
 from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from agentbox.core.paths import ProjectPaths
-from agentbox.tui import gc_tuning
+from agentbox.tui import gc_tuning, model
 from agentbox.tui import messages as msg
 from agentbox.tui.commands import AgentboxCommands
 from agentbox.tui.screens.dashboard import DashboardScreen
+from agentbox.tui.screens.modals import ConfirmDialog
 
 DEMO_HINT = ("This is the demo crew at work. The builder will ask you a question: "
              "press a to answer it. ctrl+p lists every action.")
@@ -76,6 +78,27 @@ class AgentboxApp(App[None]):
             await board.run_action(message.call)
         if message.then is not None:
             message.then()
+
+    async def action_quit(self) -> None:
+        """Quit; with a finished run whose work is not merged yet, ask first."""
+        board = self.dashboard
+        run = board.run if board is not None else None
+        if run is None or not model.can_merge(run) or isinstance(self.screen, ConfirmDialog):
+            self.exit()
+            return
+        where = run.git.integration_branch if run.git is not None else "its branch"
+        question = Text.assemble(
+            ("Quit with the run's work not merged?\n\n", "bold"),
+            (f"{run.id} approved work that is only on {where}. ", ""),
+            ("Quitting removes the demo project, and that work with it." if self.demo else
+             "It stays there: `agentbox merge` brings it in later, `agentbox diff` shows it."),
+            ("\n\nPress n to go back, then m to merge.", "dim"))
+
+        def chosen(yes: bool | None) -> None:
+            if yes:
+                self.exit()
+
+        self.push_screen(ConfirmDialog(question, yes_label="quit"), chosen)
 
     def action_toggle_keys(self) -> None:
         """Show or hide the list of every key."""

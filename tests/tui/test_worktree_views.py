@@ -27,7 +27,7 @@ from agentbox.tui.commands import dashboard_commands
 from agentbox.tui.diffs import split_patch
 from agentbox.tui.factory import make_app
 from agentbox.tui.screens.changes import ChangesScreen
-from agentbox.tui.screens.modals import MergeDialog
+from agentbox.tui.screens.modals import ConfirmDialog, MergeDialog
 from agentbox.tui.screens.task import TaskDetailScreen
 from agentbox.tui.widgets.diff_view import DiffView
 from tests.tui.builders import RUN_ID as DEMO_RUN_ID
@@ -230,6 +230,39 @@ async def test_merge_asks_with_the_stat_then_brings_the_run_into_main(tmp_path: 
         assert git(root, "show", "main:src/greet.py").startswith('"""Greetings."""')
         assert (root / "tests" / "test_greet.py").exists() and not (root / "OLD.md").exists()  # main's tree too
         await wait_for(pilot, lambda: not board.check_action("merge", ()), "merge no longer offered")
+
+
+async def test_quit_asks_first_while_a_finished_run_is_not_merged(tmp_path: Path) -> None:
+    project = build_worktree_run(tmp_path / "repo")
+    app = quiet_app(project)
+    exits: list[bool] = []
+    async with app.run_test(size=(140, 44)) as pilot:
+        await dashboard_loaded(pilot)
+        app.exit = lambda *a, **k: exits.append(True)  # type: ignore[method-assign]  # see the ask, keep the app
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
+        question = plain(app.screen.query_one(".dialog-question Static"))
+        assert "not merged" in question and "agentbox/run-20260101-130000-c3d4" in question
+        assert exits == []
+        await pilot.press("n")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmDialog), "back to the dashboard")
+        assert exits == []
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question again")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: exits == [True], "the quit")
+
+
+async def test_quit_is_at_once_without_unmerged_work(tmp_path: Path) -> None:
+    project = build_worktree_run(tmp_path / "repo", status="running")
+    app = quiet_app(project)
+    exits: list[bool] = []
+    async with app.run_test(size=(140, 44)) as pilot:
+        await dashboard_loaded(pilot)
+        app.exit = lambda *a, **k: exits.append(True)  # type: ignore[method-assign]
+        await pilot.press("q")
+        await wait_for(pilot, lambda: exits == [True], "the quit")
+        assert not isinstance(app.screen, ConfirmDialog)
 
 
 async def test_the_merge_dialog_can_squash_the_run_into_one_commit(tmp_path: Path) -> None:
