@@ -158,6 +158,7 @@ async def test_the_changes_view_lists_files_by_role_and_task(tmp_path: Path) -> 
         await wait_for(pilot, lambda: "4 files changed" in plain(summary), "the run's stat from git")
         assert "agentbox/run-20260101-130000-c3d4 → main" in plain(summary)
         assert "not merged yet: press m to merge" in plain(summary)
+        assert screen.query_one("#changes-body").border_subtitle.startswith("enter opens the selected task")
         tree: Tree[str] = screen.query_one(Tree)
         shown = {str(role.label).split()[0]: {str(task.label).split()[0]: [str(f.label).strip() for f in task.children]
                                               for task in role.children}

@@ -88,7 +88,9 @@ class ChangesScreen(Screen[None]):
 
     def on_mount(self) -> None:
         """Follow the dashboard's run."""
-        self.query_one("#changes-body").border_title = "changes"
+        body = self.query_one("#changes-body")
+        body.border_title = "changes"
+        body.border_subtitle = "enter opens the selected task: brief, verdicts, diff"
         self.watch(self.dashboard, "run", self._show, init=True)
         self.query_one(Tree).focus()
 
