@@ -18,6 +18,9 @@ from agentbox.tui.commands import AgentboxCommands
 from agentbox.tui.screens.dashboard import DashboardScreen
 from agentbox.tui.screens.modals import ConfirmDialog
 
+TOASTS_SHOWN = 2
+"""Notifications shown at once (the newest); older ones stay in the event log, not over it."""
+
 DEMO_HINT = ("This is the demo crew at work. The builder will ask you a question: "
              "press a to answer it. ctrl+p lists every action.")
 
@@ -58,6 +61,22 @@ class AgentboxApp(App[None]):
         gc_tuning.tune()
         if self.demo:
             self.notify(DEMO_HINT, title="agentbox demo", timeout=8)
+
+    def _refresh_notifications(self) -> None:
+        """Show only the newest few notifications, so they never stack down over the events panel."""
+        from textual.app import ScreenStackError
+        from textual.css.query import NoMatches
+        from textual.notifications import Notifications
+        from textual.widgets._toast import ToastRack
+
+        try:
+            rack = self.screen.get_child_by_type(ToastRack)
+        except (ScreenStackError, NoMatches):  # no screen yet, or one without toasts
+            return
+        newest = Notifications()
+        for notification in list(self._notifications)[-TOASTS_SHOWN:]:
+            newest.add(notification)
+        self.call_later(rack.show, newest)
 
     @property
     def dashboard(self) -> DashboardScreen | None:
