@@ -321,3 +321,17 @@ async def test_notifications_never_cover_the_events_panel(project_at: Callable[[
                 return False
 
         await wait_for(pilot, newest_on_top, "the newest notice in view")
+
+
+async def test_members_are_the_runs_crew_not_every_role_of_crew_yaml(
+        project_at: Callable[[str], ProjectPaths]) -> None:
+    project = project_at("executing")
+    app = make_app(project, live=False, sample_interval_s=None)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await dashboard_loaded(pilot)
+        board = app.dashboard
+        assert board is not None and board.run is not None
+        shown = {row.role for row in board.query_one(MembersTable).rows_shown}
+        assignees = {task.assignee for task in board.run.tasks.values()}
+        assert shown == {"lead", "reviewer"} | assignees, shown
+        assert not shown & {"host", "architect", "skeptic", "designer", "checker"}  # other modes' roles
