@@ -101,6 +101,15 @@ def session_turns(project: ProjectPaths, record: SessionRecord) -> msg.TurnsLoad
     return msg.TurnsLoaded(record.id, SessionStore(project.sessions_dir).turns(record))
 
 
+def session_turns_by_id(project: ProjectPaths, session_id: str) -> msg.TurnsLoaded:
+    """Every turn of the session with this id (none when it is gone or unreadable)."""
+    sessions = SessionStore(project.sessions_dir)
+    try:
+        return msg.TurnsLoaded(session_id, sessions.turns(sessions.find(session_id)))
+    except (AgentboxError, TypeError, ValueError):
+        return msg.TurnsLoaded(session_id, [])
+
+
 def tail_events(project: ProjectPaths, run_id: str, limit: int = EVENTS_SHOWN) -> msg.EventsRead:
     """The end of a run's decision log, and where to follow it from (nothing when the log is damaged)."""
     try:
