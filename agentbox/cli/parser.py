@@ -166,6 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
     p.add_argument("--print-config", choices=["claude", "codex", "opencode"], metavar="CLIENT",
                    help="print the snippet that registers this server with claude, codex or opencode, and exit")
+    p = _cmd(sub, "ask", "agentbox.cli.ask:ask",
+             "ask the crew's liaison where things stand (a read-only turn answering from the run's state, "
+             "with the time of its data)")
+    p.add_argument("words", nargs="+", metavar="[RUN] QUESTION", help="a run id (or prefix; default: the latest "
+                   "run) and the question")
+    p.add_argument("--runs", action="store_true", help="about the project's runs, not one run")
+    _json(p)
     p = _cmd(sub, "serve", "agentbox.cli.serve:serve",
              "the dashboard in a browser: 127.0.0.1 by default, a token on every request, TLS beyond loopback")
     p.add_argument("--host", default="127.0.0.1", metavar="ADDR", help="address to listen on (default 127.0.0.1)")
