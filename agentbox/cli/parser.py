@@ -168,6 +168,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
     p.add_argument("--print-config", choices=["claude", "codex", "opencode"], metavar="CLIENT",
                    help="print the snippet that registers this server with claude, codex or opencode, and exit")
+    p = _cmd(sub, "ask", "agentbox.cli.ask:ask",
+             "ask the crew's liaison where things stand (a read-only turn answering from the run's state, "
+             "with the time of its data)")
+    p.add_argument("words", nargs="+", metavar="[RUN] QUESTION", help="a run id (or prefix; default: the latest "
+                   "run) and the question")
+    p.add_argument("--runs", action="store_true", help="about the project's runs, not one run")
+    _json(p)
+    p = _cmd(sub, "serve", "agentbox.cli.serve:serve",
+             "the dashboard in a browser: 127.0.0.1 by default, a token on every request, TLS beyond loopback")
+    p.add_argument("--host", default="127.0.0.1", metavar="ADDR", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765)")
+    p.add_argument("--new-token", action="store_true", help="make a new token (old addresses and cookies stop working)")
+    p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate: serve over https (needed beyond loopback)")
+    p.add_argument("--tls-key", metavar="FILE", help="PEM key of --tls-cert")
+    p.add_argument("--insecure-http", action="store_true", help="beyond loopback without TLS (says why not)")
+    p.add_argument("--max-sessions", type=int, default=4, metavar="N", help="browser tabs at once (default 4)")
+    p.add_argument("--public-url", metavar="URL", help="the address browsers use, when not http(s)://HOST:PORT")
     p = _cmd(sub, "demo", "agentbox.cli.tui:demo", "run the demo crew in a temp project and watch it")
     p.add_argument("--no-tui", action="store_true", help="print progress instead of opening the dashboard")
     p.add_argument("--keep", action="store_true", help="keep the temp project")

@@ -14,7 +14,15 @@ import functools
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from agentbox.core.errors import ConfigError
 from agentbox.core.scopes import has_control_character, scope_problem
@@ -362,6 +370,9 @@ class Crew(Strict):
     (showing what changed), `manual` leaves it for `agentbox merge RUN`, `merge` merges it."""
     workspace_setup: WorkspaceSetup = Field(default_factory=WorkspaceSetup)
     """How a new task worktree is made ready."""
+    liaison: RoleName | None = None
+    """The role whose profile answers `agentbox ask` ("where are we?") from a digest of the run's
+    state, read-only and in sessions of its own. Default: the lead's profile."""
 
     host_only_keys: ClassVar[tuple[str, ...]] = ("hooks", "notify")
     """Keys of the user's own $AGENT_BOX_HOME/config.yaml: a crew.yaml comes with a repository, so it
@@ -373,6 +384,14 @@ class Crew(Strict):
         if not roles:
             raise ValueError("a crew needs at least one role")
         return roles
+
+    @field_validator("liaison")
+    @classmethod
+    def _liaison_is_a_role(cls, liaison: str | None, info: ValidationInfo) -> str | None:
+        roles = info.data.get("roles") or {}
+        if liaison is not None and roles and liaison not in roles:
+            raise ValueError(f"{liaison!r} is not a role of the crew (roles: {', '.join(roles)})")
+        return liaison
 
 
 # ----------------------------------------------------------------------------- loading

@@ -199,6 +199,19 @@ def build_server(project: ProjectPaths) -> MCPServer:
             run_id = run or runs.the_active_run(project, "cancel")
             return await _steer(project, run_id, {"action": "cancel_run", "note": "cancelled through MCP"})
 
+    @server.tool(description="Ask the crew's liaison where things stand: a read-only turn that answers from a "
+                             "digest of the run's state (tasks, checks, checkpoints, decisions, costs, engine), "
+                             "stating the time of its data; never changes the run. Follow-ups continue its session.")
+    async def ask(question: Text, run: RunRef = None) -> dict[str, Any]:
+        from agentbox.core import liaison
+
+        with _as_tool_error():
+            answer = await liaison.ask(project, question, run)
+        if not answer.ok:
+            raise ToolError(f"the liaison's turn failed: {answer.error}")
+        return {"answer": answer.text, "data_as_of": liaison.stamp(answer.as_of), "run": answer.run_id,
+                "session_id": answer.session_id, "tokens": answer.tokens, "cost_usd": answer.cost_usd}
+
     _add_resources(server, project)
     return server
 

@@ -62,6 +62,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("edit_artifact", "e", "edit artifact", show=False),
     ActionSpec("view_artifact", "v", "view artifact", show=False),
     ActionSpec("profiles", "f", "profiles", show=False),
+    ActionSpec("ask", "k", "ask", "ask the liaison where things stand", show=False),
 )
 
 CONTEXT_ACTIONS = frozenset(RULES)

@@ -322,6 +322,43 @@ class RunActions:
             screen.use_session(session_id)
         self.app.push_screen(name)
 
+    def action_ask(self) -> None:
+        """Ask the liaison a question about the run shown (answered from its state, read-only)."""
+
+        def asked(question: str | None) -> None:
+            if question:
+                self.notify("the liaison is reading the run's state…", title="ask", timeout=4)
+                self.run_worker(self._ask(question, self.run.id if self.run else None), group="ask",
+                                name="ask the liaison", exit_on_error=False)
+
+        self.app.push_screen(NoteDialog("Ask the liaison", "Where things stand, answered from the run's files "
+                                        "(with the time of the data). It costs a turn and changes nothing.",
+                                        required=True, placeholder="where are we? what is blocked?", ok_label="ask"),
+                             asked)
+
+    async def _ask(self, question: str, run_id: str | None) -> None:
+        from agentbox.core import liaison
+
+        try:
+            answer = await liaison.ask(self.project, question, run_id)
+        except AgentboxError as exc:
+            self.post_message(msg.ActionFailed("ask the liaison", exc.message))
+            return
+        self.post_message(msg.LiaisonAnswered(question, answer))
+
+    def on_liaison_answered(self, message: msg.LiaisonAnswered) -> None:
+        """Show the answer under the time of its data."""
+        from agentbox.core import liaison
+
+        answer = message.answer
+        head = Text.assemble(("liaison", "bold cyan"), (f" · data as of {liaison.stamp(answer.as_of)}", "dim"),
+                             ("\n\n", ""))
+        body = Text(answer.text if answer.ok else f"the liaison's turn failed: {answer.error}",
+                    style="" if answer.ok else "red")
+        tokens = "unknown" if answer.tokens is None else str(answer.tokens)
+        foot = Text(f"\n\n{tokens} tokens · session {answer.session_id[:8]}", style="dim")
+        self.app.push_screen(ConfirmDialog(Text.assemble(head, body, foot), yes_label="ok"))
+
     def action_history(self, role: str | None = None) -> None:
         """A member's session history."""
         from agentbox.tui.screens.sessions import SessionHistoryScreen

@@ -25,6 +25,8 @@ def dashboard_commands(board: DashboardScreen) -> Iterator[Command]:
     """(title, callback, help) of every action the dashboard can do now."""
     run = board.run
     yield "Start a run…", board.action_start_run, "a goal and a mode; the engine runs in the background"
+    yield ("Ask the liaison where things stand…", board.action_ask,
+           "a read-only turn answering from the run's state, with the time of its data")
     if run is not None:
         if enabled("resume", run):
             yield "Resume the run", board.action_resume, f"resume {run.id}"

@@ -153,6 +153,14 @@ class ActionFailed(Message):
 
 
 @dataclass
+class LiaisonAnswered(Message):
+    """The liaison answered a question asked from the dashboard."""
+
+    question: str
+    answer: Any
+
+
+@dataclass
 class MemberReplied(Message):
     """A member answered a prompt from the talk box."""
 

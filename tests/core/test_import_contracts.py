@@ -120,7 +120,7 @@ def test_nothing_in_the_engine_imports_its_loop() -> None:
 
 
 def test_core_never_imports_a_face() -> None:
-    assert _violations("agentbox.core", ("agentbox.cli", "agentbox.tui")) == []
+    assert _violations("agentbox.core", ("agentbox.cli", "agentbox.tui", "agentbox.mcp", "agentbox.web")) == []
 
 
 def test_runtimes_know_nothing_of_runs() -> None:

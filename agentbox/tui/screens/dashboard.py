@@ -100,7 +100,7 @@ class DashboardScreen(RunActions, Screen[None]):
                 yield QueueList(id="queue").data_bind(cls.run)
                 yield ArtifactsPanel(self.project.root, id="artifacts").data_bind(cls.manifest)
             yield EventLog(id="events")
-        yield KeyFooter(compact=True, show_command_palette=False)
+        yield KeyFooter(compact=True)  # with the palette key: on a phone it is how every action is a tap away
 
     def on_mount(self) -> None:
         """Start following the project: watcher, clock, process sampler, first reads."""

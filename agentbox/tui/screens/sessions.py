@@ -151,7 +151,9 @@ class SessionHistoryScreen(Screen[None]):
 
     @on(DataTable.RowHighlighted, "#turn-list")
     def _turn_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self._show_turn(event.cursor_row)
+        # the table's cursor now, not the event's: a highlight of row 0 posted while the rows were
+        # refilled can arrive after the cursor moved to the newest turn
+        self._show_turn(event.data_table.cursor_row)
 
     def _show_turn(self, index: int) -> None:
         if 0 <= index < len(self.turns):
