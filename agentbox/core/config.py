@@ -17,7 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentbox.core.errors import ConfigError
-from agentbox.core.scopes import has_control_character, scope_problem
+from agentbox.core.scopes import has_control_character, protected_problem, scope_problem
 from agentbox.core.secrets import reference_problem
 from agentbox.core.tools import Tool
 from agentbox.core.validation import NAME_PATTERN, problems, short
@@ -54,6 +54,17 @@ def _scope(scope: str) -> str:
 
 WriteScope = Annotated[str, AfterValidator(_scope)]
 """One write scope of a role, checked by `agentbox.core.scopes.scope_problem`."""
+
+
+def _protected(pattern: str) -> str:
+    problem = protected_problem(pattern)
+    if problem:
+        raise ValueError(problem)
+    return pattern
+
+
+ProtectedPath = Annotated[str, AfterValidator(_protected)]
+"""One protected path of a crew, checked by `agentbox.core.scopes.protected_problem`."""
 
 
 def _box_path(value: str | None, what: str) -> str | None:
@@ -362,6 +373,11 @@ class Crew(Strict):
     (showing what changed), `manual` leaves it for `agentbox merge RUN`, `merge` merges it."""
     workspace_setup: WorkspaceSetup = Field(default_factory=WorkspaceSetup)
     """How a new task worktree is made ready."""
+    protected: list[ProtectedPath] = Field(default_factory=list, max_length=100)
+    """Paths no role may write in any turn, whatever its scope (`contracts/**`, `tests/acceptance/**`):
+    read-only in every sandbox, as `.git` is, so the work is judged by what its workers cannot edit.
+    A directory (`dir/**`), a file, or a one-level pattern (`dir/*.snap`); a plan task whose
+    `writes` reaches into one is refused."""
 
     host_only_keys: ClassVar[tuple[str, ...]] = ("hooks", "notify")
     """Keys of the user's own $AGENT_BOX_HOME/config.yaml: a crew.yaml comes with a repository, so it

@@ -10,6 +10,7 @@ from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import Plan
 from agentbox.core.engine.reply_rules import check_plan
 from agentbox.core.invoke import InvokeResult
+from agentbox.core.protected import overlaps
 from agentbox.core.scopes import glob_static_prefix
 
 APPROVE_WORDS = {"approve", "approved", "yes", "y", "ok", "go"}
@@ -50,7 +51,7 @@ class HierarchicalMode(ModeDriver[HierarchicalState]):
         self._ask_plan(None)
 
     def _ask_plan(self, feedback: str | None) -> None:
-        prompt = prompts.plan_prompt(self.run, self._roles_for_planner(), feedback)
+        prompt = prompts.plan_prompt(self.run, self._roles_for_planner(), feedback, self.ctx.crew.protected)
         self.ctx.ledger.enqueue("plan", self.lead, prompt, data=JobData(session_key="lead", original_prompt=prompt))
 
     def on_success(self, job: Job, result: InvokeResult) -> None:
@@ -65,6 +66,11 @@ class HierarchicalMode(ModeDriver[HierarchicalState]):
     def _scope_problems(self, plan: Plan) -> list[str]:
         problems = []
         for task in plan.tasks:
+            for pattern in task.writes:
+                for guarded in self.ctx.crew.protected:
+                    if overlaps(pattern, guarded):
+                        problems.append(f"task {task.id}: writes {pattern!r}, which reaches the protected path "
+                                        f"{guarded!r} (no role may write it); narrow the task's writes")
             role = self.ctx.crew.roles.get(task.assignee)
             if role is None or role.writes is None:
                 continue
