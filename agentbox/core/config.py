@@ -278,8 +278,20 @@ class HierarchicalSettings(Strict):
     """Role that plans the tasks and writes the synthesis."""
     reviewer: str | None = None
     """Role that reviews submissions; default: the lead."""
+    reviewers: list[RoleName] = Field(default_factory=list, max_length=2)
+    """Two roles that review every submission independently (`[reviewer, critic]`), their verdicts
+    compared in code: agreement approves or sends back the union of their issues; a disagreement,
+    a blocker only one of them raised, or an invalid verdict asks you. Empty: one reviewer (and a
+    plan task with `review: double` is reviewed by `reviewer` and the lead)."""
     plan_approval: bool = False
     """Ask the human to approve the plan before dispatching it."""
+
+    @field_validator("reviewers")
+    @classmethod
+    def _two_distinct(cls, reviewers: list[str]) -> list[str]:
+        if reviewers and (len(reviewers) != 2 or reviewers[0] == reviewers[1]):
+            raise ValueError("reviewers names two different roles (or none)")
+        return reviewers
 
 
 class GroupChatSettings(Strict):

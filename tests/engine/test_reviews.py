@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agentbox.core.engine.models import Task
+from agentbox.core.paths import ProjectPaths
+from tests.conftest import run_cli
 from tests.engine.support import (
+    REVIEW_RE,
+    answering,
     assert_log_consistent,
     create,
     drive,
@@ -15,6 +22,8 @@ from tests.engine.support import (
     prompts_of,
     setup_crew,
     task,
+    when,
+    write_profile,
 )
 
 pytestmark = pytest.mark.bwrap
@@ -34,3 +43,111 @@ async def test_a_plan_task_writing_a_protected_path_is_refused_at_plan_time(proj
     assert "Protected paths" in prompts[0] and "src/contracts/**" in prompts[0]
     assert prompts[1].startswith("[agentbox:correction model=Plan]") and "protected path" in prompts[1]
     assert run.tasks["t1"].writes == ["src/t1/**"]
+
+
+# ----------------------------------------------------------------------------- two reviewers
+
+ROLES = {
+    "lead": {"profile": "t-lead", "writes": []},
+    "builder": {"profile": "t-worker", "writes": ["src/**"]},
+    "reviewer": {"profile": "t-reviewer", "writes": []},
+    "critic": {"profile": "t-critic", "writes": []},
+}
+
+
+def reply(issues: list[tuple[str, str]] = (), *, failing: bool = False) -> dict[str, Any]:  # type: ignore[assignment]
+    """A verdict on t1's criterion a1: approve, or reject with `(id, severity)` issues."""
+    blocking = [{"id": i, "acceptance_id": "a1", "severity": s, "detail": f"{i}: the {s} flaw only this review saw"}
+                for i, s in issues]
+    rejects = bool(blocking) or failing
+    return {"verdict": "reject" if rejects else "approve", "blocking_issues": blocking, "confidence": 0.8,
+            "checklist": [{"item": "criterion a1", "acceptance_id": "a1", "pass": not rejects,
+                           "evidence": "read src/t1"}]}
+
+
+def review(answer: dict[str, Any] | str, *, times: int | None = None) -> dict[str, Any]:
+    do = {"delay_s": 0.1, **({"reply": answer} if isinstance(answer, str) else {"reply_json": answer})}
+    return {"id": f"review-{id(answer)}-{times}", "when": when(regex=REVIEW_RE, times=times), "do": do}
+
+
+def two_reviewers(project: Path, reviewer: list[dict[str, Any]], critic: list[dict[str, Any]]) -> ProjectPaths:
+    write_profile("t-critic", [*critic, review(reply())])
+    return setup_crew(project, reviewer=reviewer, tasks=[task("t1", "builder")], roles=ROLES,
+                      hierarchical={"reviewers": ["reviewer", "critic"]}, sequential={"steps": ["builder"]})
+
+
+def review_prompts(paths: ProjectPaths, task_: Task, role: str) -> list[str]:
+    return prompts_of(paths, task_.review_sessions[role])
+
+
+async def test_two_reviewers_who_both_approve_approve_in_separate_sessions(project: Path) -> None:
+    paths = two_reviewers(project, [], [])
+    run_id = create(paths)
+    run = await drive(paths, run_id)
+    assert run.status == "done", run.status_reason
+    t1 = run.tasks["t1"]
+    assert t1.state == "approved" and t1.panel is not None and t1.panel.outcome == "approve"
+    assert [(v.verdict, v.by) for v in t1.verdicts] == [("approve", "reviewer"), ("approve", "critic")] or \
+        [(v.verdict, v.by) for v in t1.verdicts] == [("approve", "critic"), ("approve", "reviewer")]
+    assert t1.review_sessions["reviewer"] != t1.review_sessions["critic"]
+    log = assert_log_consistent(paths, run_id)
+    (compared,) = of_type(log, "review.compared", "t1")
+    assert compared["outcome"] == "approve" and compared["reviewers"] == ["reviewer", "critic"]
+    status = json.loads(run_cli("status", run_id, "--json", cwd=project).out)
+    panel = status["tasks"]["t1"]["panel"]
+    assert panel["outcome"] == "approve" and set(panel["verdicts"]) == {"reviewer", "critic"}
+
+
+async def test_agreeing_rejections_send_back_the_union_and_neither_sees_the_other(project: Path) -> None:
+    paths = two_reviewers(project, [review(reply([("b1", "major"), ("b2", "major")]), times=1)],
+                          [review(reply([("b1", "major")]), times=1)])
+    run_id = create(paths)
+    run = await drive(paths, run_id)
+    assert run.status == "done", run.status_reason
+    t1 = run.tasks["t1"]
+    combined = next(v for v in t1.verdicts if v.by == "reviewer + critic")
+    assert {b.id for b in combined.blocking_issues} == {"b1", "b2"} and "to verify: b2[a1]" in (combined.note or "")
+    rework = prompts_of(paths, t1.session_id)[1]
+    assert rework.startswith("[agentbox:rework task=t1") and "b1: the major flaw" in rework and "b2: the major" in rework
+    assert "to verify: b2[a1]" in rework
+    for prompt in review_prompts(paths, t1, "critic"):  # the second round too: nothing of the other review
+        assert "b2: the major flaw" not in prompt and "reviewer" not in prompt.split("\n", 1)[0]
+    log = assert_log_consistent(paths, run_id)
+    assert [e["outcome"] for e in of_type(log, "review.compared", "t1")] == ["rework", "approve"]
+    assert t1.state == "approved" and t1.attempts == 2
+
+
+async def test_disagreeing_reviews_ask_a_person_who_sends_back_both(project: Path) -> None:
+    paths = two_reviewers(project, [review(reply([("b1", "major")]), times=1)],
+                          [review(reply([("b3", "major")]), times=1)])
+    run_id = create(paths)
+    run = await drive(paths, run_id, answering(("review_disagreement", "rework and mind the tests")))
+    assert run.status == "done", run.status_reason
+    t1 = run.tasks["t1"]
+    (cp,) = [c for c in run.checkpoints.values() if c.kind == "review_disagreement"]
+    assert "only reviewer raised b1[a1]" in cp.question and "only critic raised b3[a1]" in cp.question
+    rework = prompts_of(paths, t1.session_id)[1]
+    assert "b1: the major flaw" in rework and "b3: the major flaw" in rework and "mind the tests" in rework
+    assert t1.state == "approved"
+
+
+async def test_a_blocker_only_one_review_raised_asks_a_person(project: Path) -> None:
+    paths = two_reviewers(project, [], [review(reply([("b9", "blocker")]), times=1)])
+    run_id = create(paths)
+    run = await drive(paths, run_id, answering(("review_disagreement", "approve: I ran it myself")))
+    assert run.status == "done", run.status_reason
+    t1 = run.tasks["t1"]
+    assert t1.panel is not None and t1.panel.outcome == "checkpoint" and "blocker b9[a1]" in str(t1.panel.reason)
+    assert t1.verdicts[-1].by == "human" and t1.attempts == 1
+
+
+async def test_an_empty_verdict_asks_a_person(project: Path) -> None:
+    paths = two_reviewers(project, [], [review("Looks fine to me.", times=1)])
+    run_id = create(paths)
+    run = await drive(paths, run_id, answering(("review_disagreement", "cancel")))
+    assert run.status == "failed" and run.tasks["t1"].state == "cancelled"
+    t1 = run.tasks["t1"]
+    invalid = t1.panel.verdicts["critic"] if t1.panel else None
+    assert invalid is not None and invalid.verdict == "invalid" and "no JSON object" in str(invalid.note)
+    log = assert_log_consistent(paths, run_id)
+    assert not of_type(log, "reply.invalid"), "no corrective re-prompt: the comparison asks a person"

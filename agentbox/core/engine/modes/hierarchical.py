@@ -36,6 +36,13 @@ class HierarchicalMode(ModeDriver[HierarchicalState]):
         """The reviewer role, else the lead."""
         return self.settings.reviewer or self.lead
 
+    def reviewers_for(self, task: Task) -> list[str]:
+        """`hierarchical.reviewers` for every task; for a task planned with `review: double`, the reviewer and the lead."""
+        if self.settings.reviewers:
+            return list(self.settings.reviewers)
+        single = self.reviewer_for(task)
+        return [single, self.lead] if task.review == "double" and single != self.lead else [single]
+
     def _roles_for_planner(self) -> dict[str, str]:
         described = {}
         for name, role in self.ctx.crew.roles.items():
@@ -66,6 +73,9 @@ class HierarchicalMode(ModeDriver[HierarchicalState]):
     def _scope_problems(self, plan: Plan) -> list[str]:
         problems = []
         for task in plan.tasks:
+            if task.review == "double" and not self.settings.reviewers and (self.settings.reviewer or self.lead) == self.lead:
+                problems.append(f"task {task.id}: review: double needs two reviewers, and this crew has one "
+                                f"({self.lead}); plan it without `review`")
             for pattern in task.writes:
                 for guarded in self.ctx.crew.protected:
                     if overlaps(pattern, guarded):
@@ -103,7 +113,7 @@ class HierarchicalMode(ModeDriver[HierarchicalState]):
         for planned in plan.tasks:
             task = Task(id=planned.id, assignee=planned.assignee, brief=planned.brief,
                         acceptance=[Acceptance(id=a.id, criterion=a.criterion) for a in planned.acceptance],
-                        writes=list(planned.writes), depends_on=list(planned.depends_on))
+                        writes=list(planned.writes), depends_on=list(planned.depends_on), review=planned.review)
             self.ctx.ledger.add_task(task, "from the lead's plan")
         self.update_state(phase="executing")
         self.release_dependents()
