@@ -151,3 +151,30 @@ async def test_an_empty_verdict_asks_a_person(project: Path) -> None:
     assert invalid is not None and invalid.verdict == "invalid" and "no JSON object" in str(invalid.note)
     log = assert_log_consistent(paths, run_id)
     assert not of_type(log, "reply.invalid"), "no corrective re-prompt: the comparison asks a person"
+
+
+async def test_a_plan_asks_for_two_reviews_of_one_task(project: Path) -> None:
+    roles = {name: role for name, role in ROLES.items() if name != "critic"}
+    double = {**task("t1", "builder"), "review": "double"}
+    paths = setup_crew(project, lead=[review(reply())], tasks=[double, task("t2", "builder", deps=["t1"])],
+                       roles=roles, sequential={"steps": ["builder"]})
+    run_id = create(paths)
+    run = await drive(paths, run_id)
+    assert run.status == "done", run.status_reason
+    t1, t2 = run.tasks["t1"], run.tasks["t2"]
+    assert t1.review == "double" and t1.panel is not None and t1.panel.reviewers == ["reviewer", "lead"]
+    assert {v.by for v in t1.verdicts} == {"reviewer", "lead"} and t1.panel.outcome == "approve"
+    assert t2.panel is None and [v.by for v in t2.verdicts] == ["reviewer"]
+
+
+async def test_a_double_review_with_one_reviewer_is_refused_at_plan_time(project: Path) -> None:
+    roles = {"lead": ROLES["lead"], "builder": ROLES["builder"]}
+    double = {**task("t1", "builder"), "review": "double"}
+    paths = setup_crew(project, lead=[plan_rule([double], times=1), review(reply())], tasks=[task("t1", "builder")],
+                       roles=roles, sequential={"steps": ["builder"]}, hierarchical={"reviewer": None})
+    run_id = create(paths)
+    run = await drive(paths, run_id)
+    assert run.status == "done", run.status_reason
+    (invalid,) = of_type(assert_log_consistent(paths, run_id), "reply.invalid")
+    assert "task t1: review: double needs two reviewers" in invalid["why"]
+    assert run.tasks["t1"].review is None
