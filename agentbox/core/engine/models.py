@@ -285,6 +285,14 @@ class Task(Model):
         return is_terminal(self.state)
 
     @property
+    def state_label(self) -> str:
+        """The state as a person reads it: a graph node closed on the failure it reported (and that was
+        routed on) says `failed (routed)`, not `approved`."""
+        if self.state == TaskState.APPROVED and self.verdicts and self.verdicts[-1].verdict == "fail":
+            return "failed (routed)"
+        return str(self.state)
+
+    @property
     def submitted_summary(self) -> str:
         """What the last submission says was done ("" before the first one)."""
         return self.submission.summary if self.submission is not None else ""

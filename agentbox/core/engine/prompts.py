@@ -81,8 +81,8 @@ def work_prompt(run: Run, task: Task, artifacts_dir: str, upstream_text: str, no
         issues = "\n".join(_issue_line(i) for i in verdict.blocking_issues)
         failing = "\n".join(f"- [{c.acceptance_id}] {c.item}: {c.evidence}" for c in verdict.checklist if not c.pass_)
         parts.append(f"The review rejected your submission ({verdict.by}). Fix these:\n{issues or ''}\n{failing or ''}".strip())
-        if verdict.note:
-            parts.append(f"Reviewer note: {verdict.note}")
+        if verdict.note and verdict.note.strip() not in {i.detail.strip() for i in verdict.blocking_issues}:
+            parts.append(f"Reviewer note: {verdict.note}")  # a note that is one of the issues is not said twice
     if note:
         parts.append(note_line(note))
     parts.append(FORMAT_HINTS["Submission"])

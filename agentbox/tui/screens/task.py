@@ -37,7 +37,7 @@ def section(title: str) -> Text:
 def task_summary(task: Task) -> Group:
     """Everything about a task except its events."""
     head = Text.assemble((task.id, "bold"), "  ", (task.assignee, "cyan"), "  ",
-                         (task.state, model.STATE_STYLE.get(task.state) or "bold"),
+                         (task.state_label, model.STATE_STYLE.get(task.state_label) or "bold"),
                          f"  · attempts {task.attempts} · round {task.round} · tokens ",
                          model.tokens(task.tokens, task.unknown_usage_turns), f" · {model.cost(task.cost_usd)}")
     parts: list[Any] = [head, section("Brief"), Text(task.brief)]
