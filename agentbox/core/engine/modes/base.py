@@ -205,8 +205,12 @@ class ModeDriver(Generic[StateT]):
         """Validate a review; approve with evidence or send back for rework."""
         task = self.run.tasks[job.task]
         panel = task.panel
-        if panel is not None and panel.outcome is None and job.role in panel.reviewers:
-            self.handle_panel_verdict(job, result, task)
+        if panel is not None and job.role in panel.reviewers:
+            if panel.outcome is None and job.role not in panel.verdicts:
+                self.handle_panel_verdict(job, result, task)
+            else:  # the double review was decided already: a late answer never decides it again
+                self.ctx.ledger.event("verdict.ignored", f"{task.id}: a late review by {job.role} is ignored",
+                                      "the two independent reviews were already in", task=task.id, role=job.role)
             return
         ids = [a.id for a in task.acceptance]
         reply = self.ctx.structured(job, result, VerdictReply, lambda v: check_verdict(v, ids))
