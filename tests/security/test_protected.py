@@ -131,3 +131,14 @@ async def test_the_setup_command_cannot_write_a_protected_path(guarded: ProjectP
     assert outcome.ok, outcome.detail
     assert _protected_files(worktree) == PRISTINE
     assert (worktree / "src" / "app.py").read_text() == "mine\n"
+
+
+def test_an_attached_session_cannot_write_a_protected_path(guarded: ProjectPaths) -> None:
+    """The sandbox `agentbox attach` opens, with a shell in place of the tool."""
+    with services.interactive_session(services.role_agent(guarded, "all"), None) as command:
+        shell = [*command.argv[: command.argv.index("--") + 1], "/bin/sh", "-c", ATTACKS.format(r=guarded.root)]
+        proc = subprocess.run(shell, env=command.env, pass_fds=command.pass_fds, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert _protected_files(guarded.root) == PRISTINE
+    assert (guarded.root / "src" / "app.py").read_text() == "mine\n"
