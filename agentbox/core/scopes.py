@@ -87,7 +87,7 @@ class ScopePlan:
     """Directories bound read-write at their own path."""
     staged: tuple[Staged, ...] = ()
     made: list[Path] = field(default_factory=list)
-    """Directories created for directory scopes and protected paths (removed after the turn when left empty)."""
+    """Directories created for directory scopes (removed after the turn when left empty)."""
     protected: tuple[Path, ...] = ()
     """Protected directories and files, bound read-only over every scope."""
     pinned: tuple[Path, ...] = ()
@@ -193,8 +193,14 @@ def _make_dirs(directory: Path, made: list[Path]) -> None:
         directory.mkdir(parents=True, exist_ok=True)
 
 
-def _guard_protected(root: Path, patterns: tuple[str, ...], made: list[Path]) -> ScopePlan:
-    """The read-only binds, pinned parents and guards of the protected `patterns` (made when missing)."""
+def _guard_protected(root: Path, patterns: tuple[str, ...]) -> ScopePlan:
+    """The read-only binds, pinned parents and guards of the protected `patterns`.
+
+    A missing protected directory (and its parents) is made and kept: a turn running at
+    the same time may have it as its read-only mount point, and taking it away would undo
+    that mount there.
+    """
+    kept: list[Path] = []
     binds: list[Path] = []
     pins: set[Path] = set()
     guards: list[Guard] = []
@@ -209,7 +215,7 @@ def _guard_protected(root: Path, patterns: tuple[str, ...], made: list[Path]) ->
         target = root.joinpath(*full)
         tree = guarded.name is None or (guarded.literal and target.is_dir() and not target.is_symlink())
         directory = target if tree else root.joinpath(*guarded.parts)
-        _make_dirs(directory, made)
+        _make_dirs(directory, kept)
         pins.update(d for d in (directory if not tree else directory.parent, *directory.parents)
                     if d != root and d.is_relative_to(root))
         if tree:
@@ -235,7 +241,7 @@ def plan(project_root: Path, scopes: list[str] | None, stage_root: Path | None =
     """The mounts for `scopes` (None = the whole project, [] = read-only); stages files under `stage_root`.
 
     `protected_paths` (crew.yaml's `protected:`) stay read-only over every scope: their
-    directories are made when missing and bound read-only, every parent on the way is bound
+    directories are made when missing (and kept) and bound read-only, every parent on the way is bound
     onto itself (so it cannot be renamed away), existing matching files are bound read-only,
     staged views never copy or carry one back, and a match created in a writable directory
     is moved aside after the turn. Raises UsageError for a scope that is malformed or
@@ -243,7 +249,7 @@ def plan(project_root: Path, scopes: list[str] | None, stage_root: Path | None =
     symlink or cannot be enforced.
     """
     made: list[Path] = []
-    guarded = _guard_protected(project_root, protected_paths, made)
+    guarded = _guard_protected(project_root, protected_paths)
     if scopes is None:
         guarded.writable, guarded.made = (project_root,), made
         return guarded
