@@ -228,6 +228,9 @@ def _guard_protected(root: Path, patterns: tuple[str, ...]) -> ScopePlan:
                 guard.before[entry.name] = (info.st_dev, info.st_ino)
                 if not entry.is_symlink():
                     binds.append(directory / entry.name)
+        if len(guard.before) > MAX_SEALED_ENTRIES:
+            raise SandboxError(f"protected path {pattern!r} matches {len(guard.before)} entries: too many to bind "
+                               "read-only one by one", f"protect the directory instead (`{'/'.join(guarded.parts)}/**`)")
         guards.append(guard)
     return ScopePlan(protected=tuple(binds), pinned=tuple(sorted(pins)), guards=tuple(guards))
 

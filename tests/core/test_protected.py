@@ -66,3 +66,47 @@ def test_the_schema_documents_protected() -> None:
 
     schema = json.dumps(Crew.model_json_schema())
     assert "Paths no role may write in any turn" in schema
+
+
+def test_a_protected_pattern_matching_too_many_files_is_refused_with_a_hint(tmp_path: Path) -> None:
+    from agentbox.core import scopes
+    from agentbox.core.errors import SandboxError
+
+    (tmp_path / "snaps").mkdir()
+    for index in range(scopes.MAX_SEALED_ENTRIES + 1):
+        (tmp_path / "snaps" / f"{index}.snap").write_text("")
+    with pytest.raises(SandboxError, match="too many to bind") as caught:
+        scopes.plan(tmp_path, ["src/**"], tmp_path / "stage", ("snaps/*.snap",))
+    assert "snaps/**" in str(caught.value.hint)
+
+
+def test_a_turn_plan_binds_protected_paths_and_pins_their_parents(tmp_path: Path) -> None:
+    from agentbox.core import scopes
+
+    (tmp_path / "src" / "contracts").mkdir(parents=True)
+    (tmp_path / "SPEC.md").write_text("spec")
+    plan = scopes.plan(tmp_path, None, None, ("src/contracts/**", "tests/acceptance/**", "SPEC.md"))
+    assert set(plan.protected) == {tmp_path / "src" / "contracts", tmp_path / "tests" / "acceptance",
+                                   tmp_path / "SPEC.md"}
+    assert set(plan.pinned) == {tmp_path / "src", tmp_path / "tests"}
+    assert (tmp_path / "tests" / "acceptance").is_dir()  # made, so it can be bound read-only
+    scopes.finish(plan, tmp_path / "discarded")
+    assert (tmp_path / "tests" / "acceptance").is_dir()  # and kept: another turn may be bound there
+
+
+def test_pinned_parents_keep_their_access_and_come_before_what_is_bound_in_them() -> None:
+    from agentbox.core.sandbox import SandboxSpec, bwrap_argv
+
+    root = Path("/work/proj")
+    spec = SandboxSpec(project_root=root, writable=(root / "src", root / "tests" / "unit"),
+                       protected=(root / "src" / "api" / "contracts", root / "tests" / "acceptance"),
+                       pinned=(root / "src", root / "src" / "api", root / "tests"), extra_rw=(), homes=(),
+                       hidden=(), ro_binds=())
+    argv = bwrap_argv(spec, ["true"])
+    pairs = [(argv[i], argv[i + 1]) for i in range(len(argv) - 1) if argv[i] in ("--bind", "--ro-bind")]
+    assert ("--bind", str(root / "src" / "api")) in pairs  # inside a writable scope: still writable
+    assert ("--ro-bind", str(root / "tests")) in pairs  # outside every scope: read-only, as it was
+    assert pairs.count(("--bind", str(root / "src"))) == 1  # a scope is a mount point already
+    order = [p for _, p in pairs]
+    assert order.index(str(root / "tests")) < order.index(str(root / "tests" / "unit"))
+    assert order.index(str(root / "src" / "api")) < order.index(str(root / "src" / "api" / "contracts"))
