@@ -252,10 +252,10 @@ def plan(project_root: Path, scopes: list[str] | None, stage_root: Path | None =
     symlink or cannot be enforced.
     """
     made: list[Path] = []
-    guarded = _guard_protected(project_root, protected_paths)
+    guard_plan = _guard_protected(project_root, protected_paths)
     if scopes is None:
-        guarded.writable, guarded.made = (project_root,), made
-        return guarded
+        guard_plan.writable = (project_root,)
+        return guard_plan
     dirs: list[Path] = []
     patterns: dict[Path, list[str]] = {}
     for scope in scopes:
@@ -284,8 +284,8 @@ def plan(project_root: Path, scopes: list[str] | None, stage_root: Path | None =
         _make_dirs(directory, made)
     dirs = _outermost(dirs)
     staged = [(d, tuple(p)) for d, p in patterns.items() if not any(d == w or d.is_relative_to(w) for w in dirs)]
-    result = ScopePlan(writable=tuple(dirs), made=made, protected=guarded.protected, pinned=guarded.pinned,
-                       guards=guarded.guards)
+    result = ScopePlan(writable=tuple(dirs), made=made, protected=guard_plan.protected, pinned=guard_plan.pinned,
+                       guards=guard_plan.guards)
     if staged:
         if stage_root is None:
             raise SandboxError("a file or pattern write scope needs a staging dir for the turn")

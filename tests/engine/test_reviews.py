@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from tests.engine.support import (
     setup_crew,
     task,
     when,
+    work_rule,
     write_profile,
 )
 
@@ -178,3 +180,56 @@ async def test_a_double_review_with_one_reviewer_is_refused_at_plan_time(project
     (invalid,) = of_type(assert_log_consistent(paths, run_id), "reply.invalid")
     assert "task t1: review: double needs two reviewers" in invalid["why"]
     assert run.tasks["t1"].review is None
+
+
+# ----------------------------------------------------------------------------- a worktree run
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
+
+
+async def test_both_reviewers_of_a_worktree_task_review_its_real_diff(project: Path) -> None:
+    (project / "src").mkdir()
+    (project / "src" / "app.py").write_text("print('app')\n")
+    (project / ".gitignore").write_text(".agent-box/runs/\n.agent-box/sessions/\n")
+    git(project, "init", "-q", "-b", "main")
+    git(project, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "add", "-A")
+    git(project, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "commit", "-q", "-m", "start")
+    worker = [work_rule(task_id="t1", rule_id="w1", write={"src/t1/code.py": "VALUE = 1\n"})]
+    write_profile("t-critic", [review(reply([("b1", "major")]), times=1), review(reply())])
+    paths = setup_crew(project, worker=worker, reviewer=[review(reply([("b1", "major")]), times=1)],
+                       tasks=[task("t1", "builder")], roles=ROLES,
+                       hierarchical={"reviewers": ["reviewer", "critic"]}, sequential={"steps": ["builder"]})
+    run_id = create(paths)
+    run = await drive(paths, run_id, timeout=120)
+    assert run.status == "done", run.status_reason
+    t1 = run.tasks["t1"]
+    assert t1.state == "approved" and t1.attempts == 2 and t1.merged
+    for role in ("reviewer", "critic"):  # both rounds, each reviewer in the task's worktree, read-only
+        prompts = review_prompts(paths, t1, role)
+        assert len(prompts) == 2 and all("## The task's changes" in p and "+VALUE = 1" in p for p in prompts), role
+
+
+async def test_a_worktree_step_writing_src_cannot_change_a_protected_contract(project: Path) -> None:
+    (project / "src" / "contracts").mkdir(parents=True)
+    (project / "src" / "contracts" / "api.yaml").write_text("version: 1\n")
+    (project / ".gitignore").write_text(".agent-box/runs/\n.agent-box/sessions/\n")
+    git(project, "init", "-q", "-b", "main")
+    git(project, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "add", "-A")
+    git(project, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "commit", "-q", "-m", "start")
+    attack = ("echo evil > src/contracts/api.yaml; echo evil > src/contracts/new.yaml; mv src src2; "
+              "mkdir -p src/contracts && echo evil > src/contracts/api.yaml; true")
+    worker = [work_rule(rule_id="w1", write={"src/code.py": "VALUE = 1\n"}, run=attack)]
+    roles = {"builder": ROLES["builder"], "reviewer": ROLES["reviewer"], "lead": ROLES["lead"]}
+    paths = setup_crew(project, worker=worker, mode="sequential", roles=roles, sequential={"steps": ["builder"]},
+                       protected=["src/contracts/**"])
+    run_id = create(paths)
+    run = await drive(paths, run_id, timeout=120)
+    assert run.status == "done", run.status_reason
+    (step,) = run.tasks.values()
+    assert step.writes == ["src/**"] and [c.path for c in step.changed_files] == ["src/code.py"]
+    integration = run.git.integration_branch if run.git else ""
+    assert git(project, "show", f"{integration}:src/contracts/api.yaml") == "version: 1\n"
+    assert {f for f in git(project, "ls-tree", "-r", "--name-only", integration).split()
+            if f.startswith("src")} == {"src/code.py", "src/contracts/api.yaml"}
