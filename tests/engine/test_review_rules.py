@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agentbox.core.engine.commands import CancelTaskAt, SettleReview, decide_answer
+from agentbox.core.engine.models import Checkpoint, Contract, Run
 from agentbox.core.engine.replies import Verdict
 from agentbox.core.engine.reviews import Review, compare
+from agentbox.core.errors import ConfigError
+from agentbox.core.paths import ProjectPaths
+from agentbox.core.project import load_checked_crew
 
 
 def verdict(*issues: tuple[str, str | None, str], failing: tuple[str, ...] = ()) -> Verdict:
@@ -69,3 +75,33 @@ def test_the_reason_names_what_only_one_side_raised() -> None:
     assert "only reviewer raised b1[a1]" in decision.reason and "only critic raised b2[a2]" in decision.reason
     decision = compare(Review("reviewer", verdict(A, HIGH)), Review("critic", verdict(A)))
     assert "only reviewer raised the blocker b9[a2]" in decision.reason
+
+
+def _crew_error(project: Path, hierarchical: str) -> ConfigError:
+    (project / ".agent-box" / "crew.yaml").write_text(
+        "mode: hierarchical\nroles:\n  lead: {profile: claude}\n  reviewer: {profile: claude}\n"
+        f"hierarchical:\n{hierarchical}")
+    with pytest.raises(ConfigError) as caught:
+        load_checked_crew(ProjectPaths(project))
+    return caught.value
+
+
+def test_two_reviewers_must_be_two_different_roles_of_the_crew(project: Path) -> None:
+    same = _crew_error(project, "  reviewers: [reviewer, reviewer]\n")
+    assert same.line == 6 and same.field == "hierarchical.reviewers" and "two different roles" in same.message
+    unknown = _crew_error(project, "  reviewers: [reviewer, critic]\n")
+    assert unknown.line == 6 and "unknown role 'critic'" in unknown.message
+
+
+@pytest.mark.parametrize(("text", "decision"), [
+    ("approve", SettleReview(approve=True, note="approve")),
+    ("Approve: I ran the suite myself", SettleReview(approve=True, note="Approve: I ran the suite myself")),
+    ("rework", SettleReview(approve=False, note="")),
+    ("rework mind the tests", SettleReview(approve=False, note="mind the tests")),
+    ("the critic is right about b3", SettleReview(approve=False, note="the critic is right about b3")),
+    ("cancel", CancelTaskAt()),
+])
+def test_an_answer_to_two_unsettled_reviews_approves_reworks_or_cancels(text: str, decision: object) -> None:
+    run = Run(id="run-1", contract=Contract(goal="g", mode="hierarchical"))
+    cp = Checkpoint(id="cp-1", kind="review_disagreement", question="?", task="t1")
+    assert decide_answer(run, cp, text) == decision
