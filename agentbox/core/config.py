@@ -278,13 +278,13 @@ class HierarchicalSettings(Strict):
     """Role that plans the tasks and writes the synthesis."""
     reviewer: str | None = None
     """Role that reviews submissions; default: the lead."""
+    plan_approval: bool = False
+    """Ask the human to approve the plan before dispatching it."""
     reviewers: list[RoleName] = Field(default_factory=list, max_length=2)
     """Two roles that review every submission independently (`[reviewer, critic]`), their verdicts
     compared in code: agreement approves or sends back the union of their issues; a disagreement,
     a blocker only one of them raised, or an invalid verdict asks you. Empty: one reviewer (and a
     plan task with `review: double` is reviewed by `reviewer` and the lead)."""
-    plan_approval: bool = False
-    """Ask the human to approve the plan before dispatching it."""
 
     @field_validator("reviewers")
     @classmethod
