@@ -308,7 +308,7 @@ def status(args: argparse.Namespace) -> int:
         print()
         worktree = run.git is not None
         print_table(["task", "state", "assignee", "deps", "attempts", "tokens", "verdict", *(["files"] if worktree else [])],
-                    [[t.id, t.state, t.assignee, ",".join(t.depends_on) or "-", str(t.attempts),
+                    [[t.id, t.state_label, t.assignee, ",".join(t.depends_on) or "-", str(t.attempts),
                       f"{t.tokens:,}" + ("+?" if t.unknown_usage_turns else ""),
                       t.verdicts[-1].verdict + f" ({t.verdicts[-1].by})" if t.verdicts else "-",
                       *([str(len(t.changed_files)) + (" merged" if t.merged else "")] if worktree else [])]

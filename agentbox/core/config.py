@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from agentbox.core.errors import ConfigError
-from agentbox.core.scopes import has_control_character, scope_problem
+from agentbox.core.scopes import has_control_character, protected_problem, scope_problem
 from agentbox.core.secrets import reference_problem
 from agentbox.core.tools import Tool
 from agentbox.core.validation import NAME_PATTERN, problems, short
@@ -62,6 +62,17 @@ def _scope(scope: str) -> str:
 
 WriteScope = Annotated[str, AfterValidator(_scope)]
 """One write scope of a role, checked by `agentbox.core.scopes.scope_problem`."""
+
+
+def _protected(pattern: str) -> str:
+    problem = protected_problem(pattern)
+    if problem:
+        raise ValueError(problem)
+    return pattern
+
+
+ProtectedPath = Annotated[str, AfterValidator(_protected)]
+"""One protected path of a crew, checked by `agentbox.core.scopes.protected_problem`."""
 
 
 def _box_path(value: str | None, what: str) -> str | None:
@@ -277,6 +288,18 @@ class HierarchicalSettings(Strict):
     """Role that reviews submissions; default: the lead."""
     plan_approval: bool = False
     """Ask the human to approve the plan before dispatching it."""
+    reviewers: list[RoleName] = Field(default_factory=list, max_length=2)
+    """Two roles that review every submission independently (`[reviewer, critic]`), their verdicts
+    compared in code: agreement approves or sends back the union of their issues; a disagreement,
+    a blocker only one of them raised, or an invalid verdict asks you. Empty: one reviewer (and a
+    plan task with `review: double` is reviewed by `reviewer` and the lead)."""
+
+    @field_validator("reviewers")
+    @classmethod
+    def _two_distinct(cls, reviewers: list[str]) -> list[str]:
+        if reviewers and (len(reviewers) != 2 or reviewers[0] == reviewers[1]):
+            raise ValueError("reviewers names two different roles (or none)")
+        return reviewers
 
 
 class GroupChatSettings(Strict):
@@ -373,6 +396,11 @@ class Crew(Strict):
     liaison: RoleName | None = None
     """The role whose profile answers `agentbox ask` ("where are we?") from a digest of the run's
     state, read-only and in sessions of its own. Default: the lead's profile."""
+    protected: list[ProtectedPath] = Field(default_factory=list, max_length=100)
+    """Paths no role may write in any turn, whatever its scope (`contracts/**`, `tests/acceptance/**`):
+    read-only in every sandbox, as `.git` is, so the work is judged by what its workers cannot edit.
+    A directory (`dir/**`), a file, or a one-level pattern (`dir/*.snap`); a plan task whose
+    `writes` reaches into one is refused."""
 
     host_only_keys: ClassVar[tuple[str, ...]] = ("hooks", "notify")
     """Keys of the user's own $AGENT_BOX_HOME/config.yaml: a crew.yaml comes with a repository, so it

@@ -74,6 +74,8 @@ class Agent:
     """Write scopes (globs relative to cwd); None = all of cwd; () = read-only."""
     protected: tuple[Path, ...] = ()
     """Paths that stay read-only even inside write scopes (the project's .agent-box/)."""
+    protected_paths: tuple[str, ...] = ()
+    """crew.yaml's `protected:` patterns (relative to cwd): read-only in every turn, whatever the scope."""
     extra_rw: tuple[Path, ...] = ()
     """More writable dirs (the run's artifact dir)."""
     timeout_s: float | None = None
@@ -271,7 +273,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     source = agent.worktree or agent.cwd  # what is seen at the project's path
     metadata = scopes.metadata_paths(source) if agent.worktree is None else scopes.worktree_metadata_paths(source)
     scope_plan = scopes.plan(source, list(agent.writes) if agent.writes is not None else None,
-                             scratch.with_suffix(".stage"))
+                             scratch.with_suffix(".stage"), agent.protected_paths)
     try:
         state_dirs = sandbox.run_state_dirs(agent.cwd)
         spec = sandbox.SandboxSpec(
@@ -283,7 +285,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
             staged=tuple((view.stage, view.real) for view in scope_plan.staged),
             sealed=scope_plan.sealed,
             links=scope_plan.links,
-            protected=tuple(dict.fromkeys((*agent.protected, *metadata))),
+            pinned=scope_plan.pinned,
+            protected=tuple(dict.fromkeys((*agent.protected, *metadata, *scope_plan.protected))),
             extra_rw=(*agent.extra_rw, scratch),
             homes=tuple(homes),
             ro_homes=tuple(ro_homes),

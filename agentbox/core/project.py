@@ -217,6 +217,8 @@ def check_references(project: ProjectPaths, loaded: LoadedCrew) -> list[ConfigEr
     if crew.mode == "hierarchical":
         need_role(crew.hierarchical.lead, ("hierarchical", "lead"))
     need_role(crew.hierarchical.reviewer, ("hierarchical", "reviewer"))
+    for index, reviewer in enumerate(crew.hierarchical.reviewers):
+        need_role(reviewer, ("hierarchical", "reviewers", index))
     for index, speaker in enumerate(crew.group_chat.speakers):
         need_role(speaker, ("group_chat", "speakers", index))
     need_role(crew.group_chat.lead, ("group_chat", "lead"))

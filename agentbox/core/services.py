@@ -59,7 +59,8 @@ def role_agent(proj: ProjectPaths, role_name: str, *, extra_rw: tuple[Path, ...]
         sessions=SessionStore(proj.sessions_dir), instructions=instructions_for(proj, role_name, crew),
         model=role.model, extra_args=tuple(role.extra_args), env=dict(role.env),
         writes=tuple(role.writes) if role.writes is not None else None,
-        protected=(proj.box,), extra_rw=extra_rw, timeout_s=crew.limits.task_timeout_s,
+        protected=(proj.box,), protected_paths=tuple(crew.protected), extra_rw=extra_rw,
+        timeout_s=crew.limits.task_timeout_s,
     )
 
 

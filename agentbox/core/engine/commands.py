@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from agentbox.core.engine import reviews
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Run, Task, Verdict
@@ -199,7 +200,7 @@ def _rework(ctx: CommandContext, command: Rework) -> str:
 
 def _close_task_checkpoints(ctx: CommandContext, task_id: str, why: str) -> None:
     for cp in ctx.run.open_checkpoints():
-        if cp.task == task_id and cp.kind in ("retry_escalation",):
+        if cp.task == task_id and cp.kind in ("retry_escalation", "review_disagreement"):
             ctx.ledger.close_checkpoint(cp, why)
 
 
@@ -296,19 +297,27 @@ class DeliverLater:
 
 
 @dataclass(frozen=True)
+class SettleReview:
+    """Decision: the human settles two reviews that did not: approve, or rework with every issue either raised."""
+
+    approve: bool
+    note: str
+
+
+@dataclass(frozen=True)
 class ModeAnswer:
     """Decision: the mode's own checkpoint (plan approval, ping-pong): the mode reads the answer."""
 
 
 AnswerDecision = (CancelTaskAt | CancelRunAt | RetryEscalated | RaiseTaskBudget | RaiseRunBudget | PassAnswer
-                  | DeliverNow | DeliverLater | ModeAnswer)
+                  | DeliverNow | DeliverLater | SettleReview | ModeAnswer)
 
 
 def decide_answer(run: Run, cp: Checkpoint, text: str) -> AnswerDecision:
     """What the human's non-empty answer `text` to the open checkpoint `cp` decides."""
     word = text.split()[0].lower()
     task = run.tasks.get(cp.task or "")
-    if cp.kind in ("retry_escalation", "budget") and word == "cancel":
+    if cp.kind in ("retry_escalation", "budget", "review_disagreement") and word == "cancel":
         return CancelTaskAt()
     if cp.kind == "run_budget" and word in ("cancel", "stop"):
         return CancelRunAt()
@@ -331,6 +340,12 @@ def decide_answer(run: Run, cp: Checkpoint, text: str) -> AnswerDecision:
         return RaiseTaskBudget(0)
     if cp.kind == "run_budget":
         return RaiseRunBudget(_number(text) or run.contract.limits.budget.tokens_total or 0)
+    if cp.kind == "review_disagreement":
+        said = word.strip(":,.;!")
+        rest = text.split(None, 1)[1].strip() if len(text.split(None, 1)) > 1 else ""
+        if said in ("approve", "approved", "yes", "y"):
+            return SettleReview(approve=True, note=text)
+        return SettleReview(approve=False, note=rest if said == "rework" else text)
     if cp.kind == "question" and task is not None:
         return PassAnswer(f"You asked: {cp.question}\nThe human answered: {text}", task.state == TaskState.BLOCKED)
     return ModeAnswer()
@@ -392,6 +407,8 @@ def _answer(ctx: CommandContext, command: Answer) -> str:
     if isinstance(decision, RaiseRunBudget):
         ledger.raise_run_budget(decision.tokens)
         return f"{cp.id}: run budget raised by {decision.tokens}"
+    if isinstance(decision, SettleReview) and task is not None:
+        return f"{cp.id}: " + _settle_review(ctx, task, decision, cp.id)
     if isinstance(decision, PassAnswer) and task is not None:
         if decision.unblock:
             ledger.transition(task, TaskEvent.UNBLOCK, f"the human answered {cp.id}", human=True)
@@ -400,6 +417,21 @@ def _answer(ctx: CommandContext, command: Answer) -> str:
         return f"{cp.id}: answer passed to {task.assignee}"
     ctx.mode.on_answer(cp, text)
     return f"{cp.id}: answered"
+
+
+def _settle_review(ctx: CommandContext, task: Task, decision: SettleReview, cp_id: str) -> str:
+    """Approve the twice-reviewed task, or send it back with the union of both reviews' issues and the note."""
+    if task.state != TaskState.REVIEWING:
+        return f"task {task.id} is {task.state}: nothing to settle"
+    if decision.approve:
+        return _approve(ctx, Approve(action="approve", task=task.id, note=decision.note))
+    issues = list(reviews.compare_panel(task.panel).issues) if task.panel is not None else []
+    ctx.ledger.transition(task, TaskEvent.REJECT, f"sent back by the human at {cp_id}", human=True)
+    ctx.ledger.add_verdict(task, Verdict(verdict="reject", by="human", at=ctx.clock(), blocking_issues=issues,
+                                         note=decision.note or None))
+    ctx.ledger.drop_jobs(task.id)
+    ctx.mode.requeue(task)
+    return f"task {task.id} sent back for rework with both reviews' issues"
 
 
 def _rejected_for(task: Task, fp: str | None) -> bool:

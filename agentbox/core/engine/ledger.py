@@ -27,6 +27,7 @@ from agentbox.core.engine.models import (
     Job,
     JobData,
     NoteAuthor,
+    ReviewPanel,
     Run,
     RunResult,
     RunStatus,
@@ -171,6 +172,8 @@ class RunLedger:
         if job.kind == "work" and task is not None:
             task.session_id = task.session_id or new
             job.session_id = task.session_id
+        elif job.kind == "review" and task is not None and task.panel is not None and job.role in task.panel.reviewers:
+            job.session_id = task.review_sessions.setdefault(job.role, new)  # each reviewer of two in its own
         elif job.kind == "review" and task is not None:
             task.review_session_id = task.review_session_id or new
             job.session_id = task.review_session_id
@@ -203,6 +206,22 @@ class RunLedger:
     def add_verdict(self, task: Task, verdict: Verdict) -> None:
         """A review outcome of `task` (a reviewer's, the human's, the engine's)."""
         self._task(task).verdicts.append(verdict)
+
+    def open_panel(self, task: Task, reviewers: list[str]) -> None:
+        """A double review of the task's current submission starts (any earlier one is done with)."""
+        self._task(task).panel = ReviewPanel(reviewers=list(reviewers))
+
+    def panel_verdict(self, task: Task, role: str, verdict: Verdict) -> None:
+        """One reviewer's verdict of the double review (also in the task's verdicts)."""
+        assert task.panel is not None
+        self._task(task).panel.verdicts[role] = verdict  # type: ignore[union-attr]
+        task.verdicts.append(verdict)
+
+    def close_panel(self, task: Task, outcome: str, reason: str) -> None:
+        """What the comparison of the two verdicts decided."""
+        assert task.panel is not None
+        self._task(task)
+        task.panel = task.panel.model_copy(update={"outcome": outcome, "reason": reason})
 
     def leave_note(self, task: Task, note: str | None, *, by: NoteAuthor) -> None:
         """A note passed to the task's worker on its next work turn, signed by who wrote it."""

@@ -169,6 +169,19 @@ class Verdict(Model):
     note: str | None = None
 
 
+class ReviewPanel(Model):
+    """A double review of the task's current submission: two reviewers, compared in code."""
+
+    reviewers: list[str]
+    """The two reviewer roles, each in its own session."""
+    verdicts: dict[str, Verdict] = Field(default_factory=dict)
+    """Reviewer → its verdict (`invalid` when it gave none usable), as they come in."""
+    outcome: Literal["approve", "rework", "checkpoint"] | None = None
+    """What the comparison decided, once both verdicts are in."""
+    reason: str | None = None
+    """Why, in one sentence."""
+
+
 class ChangedPath(Model):
     """One file a task changed, as git counts it."""
 
@@ -221,6 +234,12 @@ class Task(Model):
     session_id: SessionId | None = None
     """The worker's agentbox session for this task (rework resumes it)."""
     review_session_id: SessionId | None = None
+    review: Literal["single", "double"] | None = None
+    """How its submissions are reviewed: `double` by two reviewers compared in code (None: as the crew says)."""
+    review_sessions: dict[str, SessionId] = Field(default_factory=dict)
+    """Double review: each reviewer role's own session."""
+    panel: ReviewPanel | None = None
+    """Double review: the verdicts of the latest submission and their comparison."""
     submission: Submission | NodeResult | None = Field(default=None, union_mode="left_to_right")
     """The worker's last submission (a graph node's report in graph mode)."""
     verdicts: list[Verdict] = Field(default_factory=list)
@@ -264,6 +283,14 @@ class Task(Model):
     def is_terminal(self) -> bool:
         """Approved or cancelled: nothing more happens to it."""
         return is_terminal(self.state)
+
+    @property
+    def state_label(self) -> str:
+        """The state as a person reads it: a graph node closed on the failure it reported (and that was
+        routed on) says `failed (routed)`, not `approved`."""
+        if self.state == TaskState.APPROVED and self.verdicts and self.verdicts[-1].verdict == "fail":
+            return "failed (routed)"
+        return str(self.state)
 
     @property
     def submitted_summary(self) -> str:
@@ -328,7 +355,8 @@ class Checkpoint(Model):
     """Something that waits on a human."""
 
     id: ItemId
-    kind: Literal["plan_approval", "question", "retry_escalation", "budget", "ping_pong", "run_budget", "deliver"]
+    kind: Literal["plan_approval", "question", "retry_escalation", "budget", "ping_pong", "run_budget", "deliver",
+                  "review_disagreement"]
     question: str
     options: list[str] = Field(default_factory=list)
     task: TaskId | None = None

@@ -7,7 +7,7 @@ scripted runtime's scenarios) can tell what is being asked.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from agentbox.core.engine.models import Run, Task, TaskNote
 from agentbox.core.engine.replies import FORMAT_HINTS, BlockingIssue
@@ -27,8 +27,9 @@ def _scope(writes: list[str]) -> str:
     return ", ".join(writes) if writes else "(read-only: do not modify files)"
 
 
-def plan_prompt(run: Run, roles: dict[str, str], feedback: str | None = None) -> str:
-    """Ask the lead for a task plan."""
+def plan_prompt(run: Run, roles: dict[str, str], feedback: str | None = None,
+                protected: Sequence[str] = ()) -> str:
+    """Ask the lead for a task plan (`protected`: the paths no task may write)."""
     listing = "\n".join(f"- {name}: {desc}" for name, desc in roles.items())
     parts = [
         f"[agentbox:plan run={run.id}]",
@@ -36,6 +37,9 @@ def plan_prompt(run: Run, roles: dict[str, str], feedback: str | None = None) ->
         "Break the goal into tasks for the crew. Roles you can assign:",
         listing,
     ]
+    if protected:
+        parts.append("Protected paths (the work is judged by them; no task may write them, so keep every "
+                     "task's writes clear of them): " + ", ".join(protected))
     if run.contract.success_criteria:
         parts.append("Success criteria:\n" + "\n".join(f"- {c}" for c in run.contract.success_criteria))
     if feedback:
@@ -77,8 +81,8 @@ def work_prompt(run: Run, task: Task, artifacts_dir: str, upstream_text: str, no
         issues = "\n".join(_issue_line(i) for i in verdict.blocking_issues)
         failing = "\n".join(f"- [{c.acceptance_id}] {c.item}: {c.evidence}" for c in verdict.checklist if not c.pass_)
         parts.append(f"The review rejected your submission ({verdict.by}). Fix these:\n{issues or ''}\n{failing or ''}".strip())
-        if verdict.note:
-            parts.append(f"Reviewer note: {verdict.note}")
+        if verdict.note and verdict.note.strip() not in {i.detail.strip() for i in verdict.blocking_issues}:
+            parts.append(f"Reviewer note: {verdict.note}")  # a note that is one of the issues is not said twice
     if note:
         parts.append(note_line(note))
     parts.append(FORMAT_HINTS["Submission"])

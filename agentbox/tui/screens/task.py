@@ -37,7 +37,7 @@ def section(title: str) -> Text:
 def task_summary(task: Task) -> Group:
     """Everything about a task except its events."""
     head = Text.assemble((task.id, "bold"), "  ", (task.assignee, "cyan"), "  ",
-                         (task.state, model.STATE_STYLE.get(task.state) or "bold"),
+                         (task.state_label, model.STATE_STYLE.get(task.state_label) or "bold"),
                          f"  · attempts {task.attempts} · round {task.round} · tokens ",
                          model.tokens(task.tokens, task.unknown_usage_turns), f" · {model.cost(task.cost_usd)}")
     parts: list[Any] = [head, section("Brief"), Text(task.brief)]
@@ -70,6 +70,10 @@ def task_summary(task: Task) -> Group:
         parts.append(table)
     else:
         parts.append(Text("  not reviewed yet", style="dim"))
+    if task.panel is not None:
+        decided = task.panel.outcome or f"waiting for {len(task.panel.reviewers) - len(task.panel.verdicts)} review(s)"
+        parts.append(Text.assemble(("  two reviews ", "dim"), (" + ".join(task.panel.reviewers), "cyan"), " → ",
+                                   (decided, "bold"), (f"  {task.panel.reason}" if task.panel.reason else "", "dim")))
     parts.append(section(f"Failures ({len(task.failures)})"))
     if task.failures:
         table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
