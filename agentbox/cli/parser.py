@@ -95,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _cmd(sub, "attach", "agentbox.cli.agents:attach", "open a role's tool interactively, resuming its session, in its sandbox")
     p.add_argument("role")
     p.add_argument("session_id", nargs="?", metavar="UUID")
+    p = _cmd(sub, "tail", "agentbox.cli.tail:tail",
+             "show what a member's turn prints (its text, tool calls and results), as it happens")
+    p.add_argument("target", metavar="ROLE|TASK", help="a role of the crew (its running or last turn), or a task")
+    p.add_argument("--run", help="the run of the task (default: the latest run that has it)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the turn ends")
     p = _cmd(sub, "launch", "agentbox.cli.agents:launch", "open a profile's tool interactively in its sandbox (agent-box v1's launch)")
     p.add_argument("profile")
     p.add_argument("--session", metavar="UUID", help="resume this agentbox session")

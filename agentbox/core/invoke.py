@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agentbox.core import safe_io, sandbox, scopes, secrets
 from agentbox.core.errors import SandboxError, UsageError
+from agentbox.core.live import LiveWriter, live_dir_for
 from agentbox.core.process import (
     KILL_GRACE_S,
     CappedStream,
@@ -429,6 +430,8 @@ class _Turn:
     stderr: CappedStream
     base: dict[str, Any]
     t0: float
+    live: LiveWriter
+    """The turn's live view, written as the output comes (`agentbox tail`, the dashboard)."""
 
 
 def _open_turn(agent: Agent, record: SessionRecord, prepared: Prepared) -> _Turn:
@@ -448,21 +451,23 @@ def _open_turn(agent: Agent, record: SessionRecord, prepared: Prepared) -> _Turn
             "usage": Usage().as_dict(), "duration_s": 0, "exit_code": None, "native_id": record.native_id,
             "log_path": str(kept),
         })
+    live = LiveWriter(live_dir_for(out_log), adapter_for(agent.profile.tool).display, prepared.secrets)
     record.status = "running"
-    record.running = {"turn": turn, "pid": None, "started": started, "log": str(out_log)}
+    record.running = {"turn": turn, "pid": None, "started": started, "log": str(out_log), "live": str(live.directory)}
     store.save(record)  # the session exists on disk before the process starts
 
     base = {"session_id": record.id, "turn": turn, "role": agent.role, "profile": agent.profile.name,
             "tool": agent.profile.tool, "sandboxed": record.sandboxed, "log_path": str(out_log)}
     t0 = time.monotonic()
-    return _Turn(turn, started, out_log, err_log, CappedStream(out_log), CappedStream(err_log, lazy=True), base, t0)
+    return _Turn(turn, started, out_log, err_log, CappedStream(out_log, tee=live.feed_stdout),
+                 CappedStream(err_log, lazy=True, tee=live.feed_stderr), base, t0, live)
 
 
 def _spawn_failed(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepared, turn: _Turn,
                   exc: OSError) -> InvokeResult:
     result = InvokeResult(status="error", error_kind="spawn_failed",
                           error=f"cannot start {prepared.argv[0]}: {exc.strerror or exc}", **turn.base)
-    return _finish(agent.sessions, record, prompt, result, turn.started)
+    return _finish(agent.sessions, record, prompt, result, turn.started, turn.live)
 
 
 def _spawned(record: SessionRecord, pid: int, on_spawn: Callable[[SessionRecord, int], None] | None) -> None:
@@ -500,7 +505,7 @@ def _killed(agent: Agent, prompt: str, record: SessionRecord, turn: _Turn, why: 
     turn.stderr.close()
     killed = InvokeResult(status="error", error_kind="killed", error=f"{why}; the process group was killed",
                           **{**turn.base, "duration_s": time.monotonic() - turn.t0})
-    _finish(agent.sessions, record, prompt, killed, turn.started)
+    _finish(agent.sessions, record, prompt, killed, turn.started, turn.live)
 
 
 def _close_turn(prepared: Prepared, turn: _Turn) -> None:
@@ -614,10 +619,10 @@ def _conclude(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepar
         result = InvokeResult(status="error", error_kind="timeout",
                               error=f"no answer within {timed_out_after:g} s; the process group was killed",
                               text=_tail(out_text), **base)
-        return _finish(store, record, prompt, result, started)
+        return _finish(store, record, prompt, result, started, turn.live)
     if record.sandboxed and exit_code == 1 and err_text.startswith("bwrap:") and not out_text.strip():
         result = InvokeResult(status="error", error_kind="spawn_failed", error=err_text.strip(), **base)
-        return _finish(store, record, prompt, result, started)
+        return _finish(store, record, prompt, result, started, turn.live)
     exit_kind = classify_exit(exit_code, record.sandboxed)
     captured = CapturedOutput(out_text, err_text, exit_code, stdout.truncated, prepared.scratch)
     try:
@@ -632,7 +637,7 @@ def _conclude(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepar
         else:
             result = InvokeResult(status="error", error_kind="parse_error",
                                   error=f"unreadable {agent.profile.tool} output: {exc}", text=_tail(out_text), **base)
-        return _finish(store, record, prompt, result, started)
+        return _finish(store, record, prompt, result, started, turn.live)
     if parsed.native_id:
         record.native_id = parsed.native_id
     record.adapter_state = parsed.adapter_state or record.adapter_state
@@ -644,7 +649,17 @@ def _conclude(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepar
                               error=_tail(err_text) or f"exit code {exit_code}", **common)
     else:
         result = InvokeResult(status="ok", **common)
-    return _finish(store, record, prompt, result, started)
+    return _finish(store, record, prompt, result, started, turn.live)
+
+
+def _ending(result: InvokeResult) -> str:
+    """How a turn ended, in one line, for its live view."""
+    tokens = result.usage.total_tokens
+    spent = "unknown tokens" if tokens is None else f"{tokens:,} tokens"
+    if result.ok:
+        return f"ok · {spent} · {result.duration_s:.1f}s"
+    error = (result.error or "").strip().splitlines()
+    return f"error ({result.error_kind}){': ' + error[0][:300] if error else ''} · {result.duration_s:.1f}s"
 
 
 def _keep_interrupted_logs(out_log: Path, err_log: Path) -> Path | None:
@@ -693,8 +708,10 @@ async def _feed(proc: asyncio.subprocess.Process, data: bytes | None) -> None:
 
 
 def _finish(store: SessionStore, record: SessionRecord, prompt: str, result: InvokeResult,
-            started: float) -> InvokeResult:
-    """Record the turn and the session's new state; returns the result."""
+            started: float, live: LiveWriter | None = None) -> InvokeResult:
+    """Record the turn and the session's new state (and end its live view); returns the result."""
+    if live is not None:
+        live.end(_ending(result))
     record.turns = result.turn
     record.status = "idle"
     record.running = None

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import run_cli
 from tests.realcli.conftest import Box, FakeView, body_text, canary_secret, write_project
 
 pytestmark = [pytest.mark.realcli, pytest.mark.bwrap]
@@ -94,6 +95,11 @@ def test_claude_role_tool_use_respects_write_scope_and_hidden_home(
     assert marker in body_text(first), "role instructions missing from the first turn (--append-system-prompt)"
     session = t1.result["session_id"]
     assert t1.result["role"] == "builder" and t1.result["native_id"] == session
+    # claude's stream (stream-json) was shown as it came: the tool call, its result, the answer
+    tail = run_cli("tail", "builder", cwd=root)
+    assert tail.code == 0, tail.err
+    assert f"→ Bash: echo inside-{tag} > src/inside.txt" in tail.out, tail.out
+    assert f"  ← inside-{tag}" in tail.out and f"echo: inside-{tag}" in tail.out, tail.out
 
     # -- turn 2 (--continue): writes outside the scope fail; nothing reaches the host
     etc_file = Path(f"/etc/agentbox-realcli-{tag}")

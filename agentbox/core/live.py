@@ -1,0 +1,332 @@
+"""The live output of a running turn: display events written as they happen, followed by offset.
+
+invoke tees the tool's stdout and stderr into a `LiveWriter`. It cuts them into lines
+(a line longer than `LINE_BYTES` is cut), masks the profile's secrets, turns each stdout
+line into display events with the adapter's `display` and appends them, one JSON line
+each, to the turn's live log: the directory `turn-N.live/` next to the turn's raw log,
+in numbered segments of at most `SEGMENT_BYTES`, of which the newest `KEEP_SEGMENTS` are
+kept. A flood of output therefore keeps its last megabytes and never more, and the log
+is only ever appended to. Its last line says that the turn ended, and how.
+
+Readers in other processes (`agentbox tail`, the dashboard) follow it with a
+`LiveCursor`: a segment and an offset into it, reading only what was added since, at most
+`READ_BYTES` per call, so neither a reader's memory nor its work grows with the turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import stat
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentbox.core.runtimes.base import DisplayEvent
+from agentbox.core.secrets import mask
+
+LINE_BYTES = 16 << 10
+"""Longest line taken from the tool's output; the rest of a longer line is dropped."""
+EVENT_CHARS = 8000
+"""Most characters of one event's text in the live log."""
+SEGMENT_BYTES = 512 << 10
+"""Size at which the writer starts the next segment."""
+KEEP_SEGMENTS = 4
+"""Segments kept: the live log of a turn never holds much more than KEEP_SEGMENTS × SEGMENT_BYTES."""
+READ_BYTES = 256 << 10
+"""Most bytes a reader takes in one call."""
+SUFFIX = ".jsonl"
+
+
+def live_dir_for(log_path: Path) -> Path:
+    """The live log of the turn whose raw stdout log is `log_path` (`turn-N.log` → `turn-N.live`)."""
+    return log_path.with_name(log_path.name.removesuffix(".log") + ".live")
+
+
+@dataclass(frozen=True)
+class LiveEvent:
+    """One line of a live log: a display event, a stderr line, or the turn's end."""
+
+    kind: str
+    """text, tool, result, error, note (from the adapter), stderr, cut (output dropped), end."""
+    text: str
+    name: str | None = None
+    at: float = 0.0
+
+    @property
+    def ended(self) -> bool:
+        """This is the turn's last line."""
+        return self.kind == "end"
+
+
+class _Lines:
+    """Cuts a byte stream into lines, bounded: a partial line is kept up to LINE_BYTES."""
+
+    def __init__(self) -> None:
+        self.partial = bytearray()
+        self.dropping = False
+
+    def feed(self, chunk: bytes) -> list[str]:
+        lines: list[str] = []
+        start = 0
+        while True:
+            cut = chunk.find(b"\n", start)
+            if cut < 0:
+                break
+            if self.dropping:
+                self.dropping = False
+            else:
+                self.partial += chunk[start:cut]
+                lines.append(self._take())
+            start = cut + 1
+        if not self.dropping:
+            room = LINE_BYTES - len(self.partial)
+            rest = chunk[start:]
+            self.partial += rest[:room]
+            if len(rest) > room:
+                lines.append(self._take() + " …")
+                self.dropping = True
+        return lines
+
+    def flush(self) -> list[str]:
+        return [self._take()] if self.partial else []
+
+    def _take(self) -> str:
+        data, self.partial = self.partial, bytearray()
+        return str(data, "utf-8", errors="replace").rstrip("\r")
+
+
+class LiveWriter:
+    """The writing end of one turn's live log (see the module's docstring)."""
+
+    def __init__(self, directory: Path, display: Callable[[str], list[DisplayEvent]],
+                 secrets: tuple[str, ...] = (), *, clock: Callable[[], float] = time.time) -> None:
+        self.directory = directory
+        self._display = display
+        self._secrets = tuple(s for s in secrets if len(s) >= 4)
+        self._clock = clock
+        self._out = _Lines()
+        self._err = _Lines()
+        self._segment = 0
+        self._size = 0
+        self._fd: int | None = None
+        self.ended = False
+        with contextlib.suppress(OSError):  # an earlier attempt of this turn (an engine crash) starts over
+            if directory.is_symlink():
+                directory.unlink()
+            else:
+                shutil.rmtree(directory)
+        try:
+            directory.mkdir(mode=0o700, parents=True)
+            self._open(1)
+        except OSError:
+            self._fd = None  # no live view; the turn itself goes on
+
+    def _open(self, segment: int) -> None:
+        path = self.directory / f"{segment:06d}{SUFFIX}"
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self._segment, self._size = segment, 0
+        old = self.directory / f"{segment - KEEP_SEGMENTS:06d}{SUFFIX}"
+        with contextlib.suppress(OSError):
+            old.unlink()
+
+    def feed_stdout(self, chunk: bytes) -> None:
+        """Bytes the tool wrote to stdout."""
+        self._write_lines(self._out.feed(chunk), stderr=False)
+
+    def feed_stderr(self, chunk: bytes) -> None:
+        """Bytes the tool wrote to stderr."""
+        self._write_lines(self._err.feed(chunk), stderr=True)
+
+    def _write_lines(self, lines: list[str], *, stderr: bool) -> None:
+        if self._fd is None or not lines:
+            return
+        events: list[tuple[str, str, str | None]] = []
+        for line in lines:
+            if self._secrets:
+                line = mask(line, self._secrets)
+            if stderr:
+                if line.strip():
+                    events.append(("stderr", line, None))
+                continue
+            try:
+                shown = self._display(line)
+            except Exception:  # noqa: BLE001 - a line the adapter cannot read is shown as it is
+                shown = [DisplayEvent("text", line)]
+            for event in shown:
+                previous = events[-1] if events else None
+                if (event.kind == "text" and event.name is None and previous is not None and previous[0] == "text"
+                        and previous[2] is None and len(previous[1]) + len(event.text) < EVENT_CHARS):
+                    events[-1] = ("text", previous[1] + "\n" + event.text, None)  # plain lines travel together
+                else:
+                    events.append((event.kind, event.text, event.name))
+        self._append(events)
+
+    def _append(self, events: Iterable[tuple[str, str, str | None]]) -> None:
+        if self._fd is None:
+            return
+        at = round(self._clock(), 2)
+        data = b"".join(_encode(kind, text, name, at) for kind, text, name in events)
+        if not data:
+            return
+        try:
+            if self._size and self._size + len(data) > SEGMENT_BYTES:
+                os.close(self._fd)
+                self._fd = None
+                self._open(self._segment + 1)
+            assert self._fd is not None
+            os.write(self._fd, data)
+            self._size += len(data)
+        except OSError:  # a full disk ends the live view, never the turn
+            self.close()
+
+    def end(self, status: str) -> None:
+        """Write what is left of a last line and the turn's end; close the log."""
+        if self.ended:
+            return
+        self.ended = True
+        self._write_lines(self._out.flush(), stderr=False)
+        self._write_lines(self._err.flush(), stderr=True)
+        self._append([("end", status, None)])
+        self.close()
+
+    def close(self) -> None:
+        """Close the log (a writer that was not ended leaves no end line: its turn was cut short)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+def _encode(kind: str, text: str, name: str | None, at: float) -> bytes:
+    if len(text) > EVENT_CHARS:
+        text = text[: EVENT_CHARS - 1] + "…"
+    record: dict[str, object] = {"k": kind, "t": text, "at": at}
+    if name:
+        record["n"] = name[:200]
+    return json.dumps(record, ensure_ascii=False).encode("utf-8", "replace") + b"\n"
+
+
+@dataclass(frozen=True)
+class LiveRead:
+    """What one `LiveCursor.read` found: the new events, and whether the turn has ended."""
+
+    events: list[LiveEvent]
+    ended: bool
+
+
+class LiveCursor:
+    """The reading end: follows one turn's live log from where it last stopped."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.segment: int | None = None
+        self.offset = 0
+        self._partial = b""
+        self.ended = False
+
+    def _segments(self) -> list[int]:
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return []
+        return sorted(int(n[: -len(SUFFIX)]) for n in names if n.endswith(SUFFIX) and n[: -len(SUFFIX)].isdigit())
+
+    def read(self, max_bytes: int = READ_BYTES) -> LiveRead:
+        """The events added since the last call (at most about `max_bytes` of them)."""
+        events: list[LiveEvent] = []
+        if self.ended:
+            return LiveRead(events, True)
+        segments = self._segments()
+        if not segments:
+            return LiveRead(events, False)
+        if self.segment is None:
+            if segments[0] > 1:
+                events.append(_dropped())
+            self.segment = segments[0]
+        elif self.segment not in segments:  # the writer moved on past what this reader had seen
+            events.append(_dropped())
+            self.segment = next((s for s in segments if s > self.segment), segments[0])
+            self.offset, self._partial = 0, b""
+        budget = max_bytes
+        while budget > 0:
+            data = self._read_segment(budget)
+            if data:
+                budget -= len(data)
+                events.extend(self._parse(data))
+                if self.ended:
+                    break
+                continue
+            newer = [s for s in self._segments() if s > self.segment]
+            if not newer:
+                break
+            final = self._read_segment(budget)  # written before the next segment was begun
+            if final:
+                budget -= len(final)
+                events.extend(self._parse(final))
+                continue
+            if newer[0] != self.segment + 1:
+                events.append(_dropped())
+            self.segment, self.offset, self._partial = newer[0], 0, b""
+        return LiveRead(events, self.ended)
+
+    def _read_segment(self, budget: int) -> bytes:
+        path = self.directory / f"{self.segment:06d}{SUFFIX}"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            return b""
+        try:
+            data = os.pread(fd, budget, self.offset) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        except OSError:
+            data = b""
+        finally:
+            os.close(fd)
+        self.offset += len(data)
+        return data
+
+    def _parse(self, data: bytes) -> list[LiveEvent]:
+        data = self._partial + data
+        cut = data.rfind(b"\n")
+        self._partial = data[cut + 1:] if cut >= 0 else data
+        if len(self._partial) > 2 * LINE_BYTES + EVENT_CHARS * 4:  # no line of the writer's is that long
+            self._partial = b""
+        events = []
+        for raw in data[: cut + 1].splitlines() if cut >= 0 else ():
+            event = _decode(raw)
+            if event is not None:
+                events.append(event)
+                if event.ended:
+                    self.ended = True
+                    break
+        return events
+
+
+def _dropped() -> LiveEvent:
+    return LiveEvent("cut", f"… output dropped here (the live view keeps the latest {KEEP_SEGMENTS * SEGMENT_BYTES >> 20} MB)")
+
+
+def _decode(raw: bytes) -> LiveEvent | None:
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("k"), str) or not isinstance(record.get("t"), str):
+        return None
+    name = record.get("n")
+    at = record.get("at")
+    return LiveEvent(record["k"], record["t"], name if isinstance(name, str) else None,
+                     float(at) if isinstance(at, int | float) and not isinstance(at, bool) else 0.0)
+
+
+_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """`text` safe to print on a terminal: control characters (ESC, CR, BEL, C1) and bidi
+    overrides become visible escapes such as `\\x1b`; newlines and tabs stay."""
+    return _INVISIBLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
