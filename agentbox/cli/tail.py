@@ -5,50 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TYPE_CHECKING
 
 from agentbox.cli.common import project_from
-
-if TYPE_CHECKING:
-    from agentbox.core.live import LiveEvent
 
 POLL_S = 0.2
 """How often a follower looks for new output."""
 CHECK_S = 1.0
 """How often a follower that sees nothing new asks whether the turn still runs."""
-RESULT_LINES = 12
-"""Lines of a tool's result shown; the rest is counted."""
-
-
-def render(event: LiveEvent) -> str:
-    """One event as terminal-safe text (what an agent wrote never reaches the terminal raw)."""
-    from agentbox.core.live import visible
-
-    text = visible(event.text.rstrip("\n"))
-    name = visible(event.name) if event.name else ""
-    if event.kind == "text":
-        return text
-    if event.kind == "tool":
-        return f"→ {name or 'tool'}" + (f": {text}" if text else "")
-    if event.kind in ("result", "error"):
-        lines = text.splitlines() or [""]
-        shown = lines[:RESULT_LINES]
-        if len(lines) > RESULT_LINES:
-            shown.append(f"… ({len(lines) - RESULT_LINES} more lines)")
-        mark = "←" if event.kind == "result" else "✗"
-        return "\n".join(f"  {mark if i == 0 else ' '} {line}" for i, line in enumerate(shown))
-    if event.kind == "stderr":
-        return f"  stderr: {text}"
-    if event.kind == "end":
-        return f"— turn ended: {text}"
-    if event.kind == "cut":
-        return text
-    return f"· {text}"
 
 
 def tail(args: argparse.Namespace) -> int:
     """Print the live view of a role's (or task's) turn; with --follow, until the turn ends."""
-    from agentbox.core.live import LiveCursor
+    from agentbox.core.live import LiveCursor, render
     from agentbox.core.live_sources import find_source, still_running
 
     project = project_from(args)

@@ -328,6 +328,14 @@ class RunActions:
         if role is not None:
             self.app.push_screen(SessionHistoryScreen(self, role))
 
+    def action_live(self, role: str | None = None) -> None:
+        """Watch a member work: the live output of its running (else last) turn."""
+        from agentbox.tui.screens.live import LiveScreen
+
+        role = self._role(role)
+        if role is not None:
+            self.app.push_screen(LiveScreen(self.project, role))
+
     def action_attach(self, role: str | None = None, session_id: str | None = None) -> None:
         """Suspend the dashboard and run the member's tool interactively, resuming its session."""
         from agentbox.core import services
