@@ -6,7 +6,9 @@ line into display events with the adapter's `display` and appends them, one JSON
 each, to the turn's live log: the directory `turn-N.live/` next to the turn's raw log,
 in numbered segments of at most `SEGMENT_BYTES`, of which the newest `KEEP_SEGMENTS` are
 kept. A flood of output therefore keeps its last megabytes and never more, and the log
-is only ever appended to. Its last line says that the turn ended, and how.
+is only ever appended to; output faster than `RATE_BYTES_S` (after a first burst) is
+counted rather than shown, so a flood costs the turn little. Its last line says that
+the turn ended, and how.
 
 Readers in other processes (`agentbox tail`, the dashboard) follow it with a
 `LiveCursor`: a segment and an offset into it, reading only what was added since, at most
@@ -29,8 +31,10 @@ from pathlib import Path
 from agentbox.core.runtimes.base import DisplayEvent
 from agentbox.core.secrets import mask
 
-LINE_BYTES = 16 << 10
-"""Longest line taken from the tool's output; the rest of a longer line is dropped."""
+LINE_BYTES = 256 << 10
+"""Longest line taken from the tool's output (a JSON message with a big tool result fits); the rest is dropped."""
+JSON_LINES_PER_CHUNK = 32
+"""Most JSON lines of one chunk of output turned into events (a chunk holds more only in a flood)."""
 EVENT_CHARS = 8000
 """Most characters of one event's text in the live log."""
 SEGMENT_BYTES = 512 << 10
@@ -39,6 +43,10 @@ KEEP_SEGMENTS = 4
 """Segments kept: the live log of a turn never holds much more than KEEP_SEGMENTS × SEGMENT_BYTES."""
 RESULT_LINES = 12
 """Lines of a tool's result shown; the rest is counted."""
+RATE_BYTES_S = 1 << 20
+"""Output shown per second once a burst is spent; a flood beyond it is counted, not shown (no one reads that fast)."""
+BURST_BYTES = KEEP_SEGMENTS * SEGMENT_BYTES
+"""Output shown at once before the rate applies."""
 READ_BYTES = 256 << 10
 """Most bytes a reader takes in one call."""
 SUFFIX = ".jsonl"
@@ -66,47 +74,66 @@ class LiveEvent:
 
 
 class _Lines:
-    """Cuts a byte stream into lines, bounded: a partial line is kept up to LINE_BYTES."""
+    """Cuts a byte stream at line ends, bounded: a line is kept up to LINE_BYTES, the rest of it dropped."""
 
     def __init__(self) -> None:
-        self.partial = bytearray()
+        self.partial = b""
         self.dropping = False
 
-    def feed(self, chunk: bytes) -> list[str]:
-        lines: list[str] = []
-        start = 0
-        while True:
-            cut = chunk.find(b"\n", start)
-            if cut < 0:
-                break
-            if self.dropping:
-                self.dropping = False
-            else:
-                self.partial += chunk[start:cut]
-                lines.append(self._take())
-            start = cut + 1
-        if not self.dropping:
-            room = LINE_BYTES - len(self.partial)
-            rest = chunk[start:]
-            self.partial += rest[:room]
-            if len(rest) > room:
-                lines.append(self._take() + " …")
-                self.dropping = True
-        return lines
+    def feed(self, chunk: bytes) -> str | None:
+        """The lines `chunk` completes, as one text without its last newline (None when it completes none)."""
+        last = chunk.rfind(b"\n")
+        if last < 0:
+            self._keep(chunk)
+            return None
+        first_end = chunk.find(b"\n")
+        if self.dropping:  # a line too long to keep ends here: what was kept of it, marked
+            parts = [self._line(self.partial) + " …"] if self.partial else []
+        else:
+            parts = [self._line(self.partial + chunk[:first_end])]
+        self.partial, self.dropping = b"", False
+        if first_end < last:  # the lines after the first, decoded at once (each is shorter than a chunk)
+            parts.append(str(chunk[first_end + 1:last], "utf-8", errors="replace"))
+        self._keep(chunk[last + 1:])
+        return "\n".join(parts)
 
-    def flush(self) -> list[str]:
-        return [self._take()] if self.partial else []
+    def skip(self, chunk: bytes) -> None:
+        """Pass over `chunk` unread: the line it is in the middle of is not shown."""
+        last = chunk.rfind(b"\n")
+        if last < 0:
+            self.dropping = True
+            return
+        self.partial, self.dropping = b"", False
+        self._keep(chunk[last + 1:])
 
-    def _take(self) -> str:
-        data, self.partial = self.partial, bytearray()
-        return str(data, "utf-8", errors="replace").rstrip("\r")
+    def _keep(self, rest: bytes) -> None:
+        if self.dropping:
+            return
+        room = LINE_BYTES - len(self.partial)
+        self.partial += rest[:room]
+        if len(rest) > room:  # the line goes on past what is kept of it: the rest is dropped
+            self.dropping = True
+
+    def flush(self) -> str | None:
+        """What is left of a last line without a newline."""
+        if not self.partial:
+            return None
+        line = self._line(self.partial) + (" …" if self.dropping else "")
+        self.partial, self.dropping = b"", False
+        return line
+
+    @staticmethod
+    def _line(data: bytes) -> str:
+        cut = len(data) > LINE_BYTES
+        return str(data[:LINE_BYTES], "utf-8", errors="replace").rstrip("\r") + (" …" if cut else "")
 
 
 class LiveWriter:
     """The writing end of one turn's live log (see the module's docstring)."""
 
     def __init__(self, directory: Path, display: Callable[[str], list[DisplayEvent]],
-                 secrets: tuple[str, ...] = (), *, clock: Callable[[], float] = time.time) -> None:
+                 secrets: tuple[str, ...] = (), *, clock: Callable[[], float] = time.time,
+                 rate_bytes_s: float = RATE_BYTES_S, burst_bytes: int = BURST_BYTES) -> None:
         self.directory = directory
         self._display = display
         self._secrets = tuple(s for s in secrets if len(s) >= 4)
@@ -117,6 +144,10 @@ class LiveWriter:
         self._size = 0
         self._fd: int | None = None
         self.ended = False
+        self._rate, self._burst = rate_bytes_s, float(burst_bytes)
+        self._budget = self._burst
+        self._refilled = time.monotonic()
+        self._skipped_lines = 0
         with contextlib.suppress(OSError):  # an earlier attempt of this turn (an engine crash) starts over
             if directory.is_symlink():
                 directory.unlink()
@@ -138,35 +169,70 @@ class LiveWriter:
 
     def feed_stdout(self, chunk: bytes) -> None:
         """Bytes the tool wrote to stdout."""
-        self._write_lines(self._out.feed(chunk), stderr=False)
+        self._feed(self._out, chunk, stderr=False)
 
     def feed_stderr(self, chunk: bytes) -> None:
         """Bytes the tool wrote to stderr."""
-        self._write_lines(self._err.feed(chunk), stderr=True)
+        self._feed(self._err, chunk, stderr=True)
 
-    def _write_lines(self, lines: list[str], *, stderr: bool) -> None:
-        if self._fd is None or not lines:
+    def _feed(self, lines: _Lines, chunk: bytes, *, stderr: bool) -> None:
+        if self._fd is None:
+            return
+        if not self._admit(len(chunk)):  # counted, not shown: not even decoded
+            self._skipped_lines += chunk.count(b"\n")
+            lines.skip(chunk)
+            return
+        if self._skipped_lines:
+            self._append([("cut", f"… {self._skipped_lines:,} lines went by too fast to show "
+                                  "(the turn's raw log has them)", None)])
+            self._skipped_lines = 0
+        self._write(lines.feed(chunk), stderr=stderr)
+
+    def _write(self, text: str | None, *, stderr: bool) -> None:
+        """Complete lines of output as events: JSON lines through the adapter, the rest as text in blocks.
+
+        Only lines that look like JSON objects cost a call each; a flood of text is cut into
+        events by position, so the live view adds little to a turn whatever it prints.
+        """
+        if self._fd is None or not text:
+            return
+        if self._secrets:
+            text = mask(text, self._secrets)
+        if stderr:
+            self._append(_blocks("stderr", text))
+            return
+        if "{" not in text:  # no JSON line in it: cut into blocks by position
+            self._append(_blocks("text", text))
             return
         events: list[tuple[str, str, str | None]] = []
-        for line in lines:
-            if self._secrets:
-                line = mask(line, self._secrets)
-            if stderr:
-                if line.strip():
-                    events.append(("stderr", line, None))
-                continue
+        matches = list(_JSON_LINE.finditer(text))
+        position = 0
+        if len(matches) > JSON_LINES_PER_CHUNK:  # a flood of JSON: the newest lines are shown, as the ring would keep
+            position = matches[-JSON_LINES_PER_CHUNK].start()
+            skipped = text.count("\n", 0, position)
+            events.append(("cut", f"… {skipped} lines went by too fast to show (all are in the turn's log)", None))
+            matches = matches[-JSON_LINES_PER_CHUNK:]
+        for match in matches:
+            events += _blocks("text", text[position:match.start()])
+            position = match.end()
+            line = match.group(0)
             try:
                 shown = self._display(line)
             except Exception:  # noqa: BLE001 - a line the adapter cannot read is shown as it is
                 shown = [DisplayEvent("text", line)]
-            for event in shown:
-                previous = events[-1] if events else None
-                if (event.kind == "text" and event.name is None and previous is not None and previous[0] == "text"
-                        and previous[2] is None and len(previous[1]) + len(event.text) < EVENT_CHARS):
-                    events[-1] = ("text", previous[1] + "\n" + event.text, None)  # plain lines travel together
-                else:
-                    events.append((event.kind, event.text, event.name))
+            events += [(event.kind, event.text, event.name) for event in shown]
+        events += _blocks("text", text[position:])
         self._append(events)
+
+    def _admit(self, size: int) -> bool:
+        """Whether output of `size` bytes is shown: at most `rate_bytes_s` a second, after a first `burst_bytes`."""
+        now = time.monotonic()
+        self._budget = min(self._burst, self._budget + (now - self._refilled) * self._rate)
+        self._refilled = now
+        if self._budget < size:
+            return False
+        self._budget -= size
+        return True
 
     def _append(self, events: Iterable[tuple[str, str, str | None]]) -> None:
         if self._fd is None:
@@ -191,8 +257,12 @@ class LiveWriter:
         if self.ended:
             return
         self.ended = True
-        self._write_lines(self._out.flush(), stderr=False)
-        self._write_lines(self._err.flush(), stderr=True)
+        self._budget = max(self._budget, float(LINE_BYTES))  # the last words of a turn are always shown
+        self._write(self._out.flush(), stderr=False)
+        self._write(self._err.flush(), stderr=True)
+        if self._skipped_lines:
+            self._append([("cut", f"… {self._skipped_lines:,} lines went by too fast to show "
+                                  "(the turn's raw log has them)", None)])
         self._append([("end", status, None)])
         self.close()
 
@@ -204,13 +274,35 @@ class LiveWriter:
             self._fd = None
 
 
+_JSON_LINE = re.compile(r"^[ \t]*\{.*$", re.MULTILINE)
+
+
+def _blocks(kind: str, text: str) -> list[tuple[str, str, str | None]]:
+    """`text` (lines of plain output) as events of at most EVENT_CHARS, cut at line ends where it can be."""
+    text = text.strip("\n")
+    events: list[tuple[str, str, str | None]] = []
+    while text and not text.isspace():
+        if len(text) <= EVENT_CHARS:
+            events.append((kind, text, None))
+            break
+        cut = text.rfind("\n", 0, EVENT_CHARS)
+        if cut <= 0:  # one line longer than an event: its start is shown
+            events.append((kind, text[: EVENT_CHARS - 1] + "…", None))
+            end = text.find("\n", EVENT_CHARS)
+            text = "" if end < 0 else text[end + 1:]
+        else:
+            events.append((kind, text[:cut], None))
+            text = text[cut + 1:]
+    return events
+
+
 def _encode(kind: str, text: str, name: str | None, at: float) -> bytes:
     if len(text) > EVENT_CHARS:
         text = text[: EVENT_CHARS - 1] + "…"
     record: dict[str, object] = {"k": kind, "t": text, "at": at}
     if name:
         record["n"] = name[:200]
-    return json.dumps(record, ensure_ascii=False).encode("utf-8", "replace") + b"\n"
+    return json.dumps(record).encode() + b"\n"
 
 
 @dataclass(frozen=True)

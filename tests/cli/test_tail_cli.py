@@ -109,7 +109,7 @@ def test_a_flood_keeps_the_live_view_bounded(project: Path, agent_box_home: Path
     assert len(os.listdir(directory)) <= live.KEEP_SEGMENTS
     shown = run_cli("tail", "flooder", cwd=project)
     assert shown.code == 0, shown.err
-    assert shown.out.startswith("… output dropped here")
+    assert any(line.startswith("… ") for line in shown.out.splitlines())  # says that output went unshown
     assert shown.out.splitlines()[-1].startswith("— turn ended: ok")
     assert len(shown.out) <= (live.KEEP_SEGMENTS + 1) * live.SEGMENT_BYTES
 

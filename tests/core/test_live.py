@@ -97,8 +97,8 @@ def test_scripted_stream_events() -> None:
 # ----------------------------------------------------------------------------- the live log
 
 
-def text_writer(directory: Path, secrets: tuple[str, ...] = ()) -> live.LiveWriter:
-    return live.LiveWriter(directory, lambda line: [DisplayEvent("text", line)], secrets)
+def text_writer(directory: Path, secrets: tuple[str, ...] = (), **rate: float) -> live.LiveWriter:
+    return live.LiveWriter(directory, lambda line: [DisplayEvent("text", line)], secrets, **rate)
 
 
 def test_lines_are_joined_across_chunks_and_cut_when_too_long(tmp_path: Path) -> None:
@@ -128,7 +128,7 @@ def test_secrets_never_reach_the_live_log(tmp_path: Path) -> None:
 
 def test_a_follower_stays_bounded_while_the_writer_rotates(tmp_path: Path) -> None:
     directory = tmp_path / "t.live"
-    writer = text_writer(directory)
+    writer = text_writer(directory, rate_bytes_s=float("inf"))  # every byte shown: the ring does the bounding
     cursor = live.LiveCursor(directory)
     line = b"z" * 1000 + b"\n"
     writer.feed_stdout(line * 10)
@@ -145,6 +145,19 @@ def test_a_follower_stays_bounded_while_the_writer_rotates(tmp_path: Path) -> No
     assert reads[0][0].kind == "cut"  # the reader learns that output went by unseen
     assert reads[-1][-1].ended
     assert sum(len(events) for events in reads) < live.KEEP_SEGMENTS * live.SEGMENT_BYTES // 1000
+
+
+def test_output_faster_than_anyone_reads_is_counted_not_shown(tmp_path: Path) -> None:
+    writer = text_writer(tmp_path / "t.live", rate_bytes_s=0, burst_bytes=100)
+    writer.feed_stdout(b"first\n")
+    for _ in range(50):
+        writer.feed_stdout(b"flood\n" * 1000)
+    writer.feed_stdout(b"the last words")
+    writer.end("ok")
+    events = live.LiveCursor(tmp_path / "t.live").read().events
+    assert [(e.kind, e.text) for e in events] == [
+        ("text", "first"), ("cut", "… 50,000 lines went by too fast to show (the turn's raw log has them)"),
+        ("text", "the last words"), ("end", "ok")]
 
 
 def test_a_reader_ignores_what_is_not_a_live_log(tmp_path: Path) -> None:
