@@ -198,8 +198,13 @@ class Prepared:
     """Values the profile took from the environment: masked in everything the turn records."""
 
 
-def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bool = False) -> Prepared:
-    """Build the sandboxed command of the next turn of `record` (raises SandboxError, UsageError)."""
+def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bool = False,
+            command: ToolCommand | None = None) -> Prepared:
+    """Build the sandboxed command of the next turn of `record` (raises SandboxError, UsageError).
+
+    `command` runs instead of the tool (a shell in the role's sandbox, `agentbox shell`):
+    the tool's loaded config stays read-only to it, as to a headless turn.
+    """
     profile = agent.profile
     adapter = adapter_for(profile.tool)
     runtime_env = secrets.resolve_env(profile)  # an unset ${VAR} stops the turn before anything is made
@@ -214,7 +219,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     runtime = profile.profile.runtime
     executable = find_executable(profile.tool, runtime.command)
     _check_bind_source(profile.config_dir, profile.state_dir)  # before anything is written in it
-    homes, home_env = adapter.homes(profile.config_dir, home)
+    # a shell sees none of the tool's config and credentials: it needs none of them
+    homes, home_env = ([], {}) if command is not None else adapter.homes(profile.config_dir, home)
     created = getattr(adapter, "created_session", None)
     if record.native_id is None and created is not None and (record.turns > 0 or record.running):
         record.native_id = created(TurnRequest(
@@ -231,12 +237,13 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         config_dir=profile.config_dir, scenario=profile.scenario_path,
         adapter_state=dict(record.adapter_state),
     )
-    command: ToolCommand = adapter.interactive(request) if interactive else adapter.build(request)
+    tool_at_keyboard = interactive and command is None
+    tool_env = {**adapter.env_defaults, **home_env, **runtime_env, **agent.env} if command is None else {}
+    if command is None:
+        command = adapter.interactive(request) if interactive else adapter.build(request)
     agentbox_env = {"AGENTBOX_SESSION_ID": record.id, "AGENTBOX_PROFILE": profile.name,
                     "AGENTBOX_ROLE": agent.role or ""}
-    env = sandbox.sandbox_env(sandbox.host_env(), home,
-                              {**adapter.env_defaults, **home_env, **runtime_env, **agent.env,
-                               **command.env, **agentbox_env})
+    env = sandbox.sandbox_env(sandbox.host_env(), home, {**tool_env, **command.env, **agentbox_env})
     ro_homes: list[tuple[Path, Path]] = []
     for bind in homes:
         _check_bind_source(bind.source, profile.state_dir)
@@ -246,7 +253,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
                 safe_io.write_new(bind.source, b"", 0o600)
         else:
             bind.source.mkdir(parents=True, exist_ok=True)
-            if not interactive:  # a person at the keyboard may change the tool's settings; a turn may not
+            if not tool_at_keyboard:  # a person at the tool's keyboard may change its settings; a turn may not
                 ro_homes += _loaded_config(adapter.loaded_config, bind, profile.state_dir)
     if profile.profile.sandbox == "none":
         for bind in homes:  # without a sandbox the tool reads its config where the env points

@@ -53,6 +53,8 @@ def dashboard_commands(board: DashboardScreen) -> Iterator[Command]:
     if run is not None:
         for task in run.tasks.values():
             yield f"Task detail: {task.id}", partial(board.action_task_detail, task.id), f"{task.state} · {task.brief[:70]}"
+            yield (f"Shell in task {task.id}'s worktree", partial(board.action_shell, task.id),
+                   "in its role's sandbox (`agentbox shell --host` for your own)")
     roles = [r.role for r in board.crew.roles] if board.crew else []
     for role in roles:
         yield f"Talk to {role}", partial(board.action_talk, role), "a prompt box resuming its latest session"
