@@ -118,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detach", action="store_true", help="run in the background; print the run id")
     p.add_argument("--resume", metavar="RUN", help="continue a run from disk")
     p.add_argument("--quiet", action="store_true", help="no live progress")
-    p = _cmd(sub, "runs", "agentbox.cli.runs:runs", "list the project's runs")
+    p = _cmd(sub, "runs", "agentbox.cli.runs_list:runs",
+             "list the project's runs: goal, status, age, tasks done, tokens, cost, merged")
     _json(p)
     p = _cmd(sub, "status", "agentbox.cli.runs:status", "show a run (default: the latest)")
     p.add_argument("run", nargs="?")
