@@ -237,7 +237,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         config_dir=profile.config_dir, scenario=profile.scenario_path,
         adapter_state=dict(record.adapter_state),
     )
-    tool_at_keyboard = interactive and command is None
+    shell = command
+    tool_at_keyboard = interactive and shell is None
     tool_env = {**adapter.env_defaults, **home_env, **runtime_env, **agent.env} if command is None else {}
     if command is None:
         command = adapter.interactive(request) if interactive else adapter.build(request)
@@ -269,9 +270,9 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         )
     hidden = sandbox.private_paths(home, _agent_box_home())
     needs = set()
-    if executable is not None:
+    if executable is not None and shell is None:  # a shell runs none of the tool's files
         needs |= sandbox.install_roots(executable)
-    if profile.tool == "scripted":
+    if profile.tool == "scripted" and shell is None:
         needs |= sandbox.python_roots()
         if profile.scenario_path is not None:
             needs.add(profile.scenario_path.parent.resolve())
