@@ -20,6 +20,9 @@ def shell(args: argparse.Namespace) -> int:
         print(f"[shell on the host, NOT sandboxed · {place.what} · {place.path}]", file=sys.stderr)
         return subprocess.call(argv, cwd=str(place.path))
     agent = place.agent
+    if agent.profile.profile.sandbox == "none":
+        print(f"warning: {agent.label}'s profile runs WITHOUT a sandbox (sandbox: none): so does this shell",
+              file=sys.stderr)
     scopes = "read-only" if agent.read_only else ("writes " + ", ".join(agent.writes or ("everything",)))
     print(f"[shell in {agent.label}'s sandbox · {place.what} · {scopes} · exit to leave]", file=sys.stderr)
     with sandboxed_shell(agent, argv) as command:

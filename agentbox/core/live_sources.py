@@ -44,21 +44,16 @@ def source_of(store: SessionStore, what: str, record: SessionRecord) -> LiveSour
 
 
 def _newest(store: SessionStore, what: str, records: list[SessionRecord]) -> LiveSource | None:
-    """Of `records`, the newest one running, else the newest that had a turn."""
+    """Of `records`, the newest one running, else the newest that had a turn (`what` may name its `{owner}`)."""
     ordered = sorted(records, key=lambda r: r.updated, reverse=True)
-    for record in ordered:
-        if _turn_of(store, record)[1]:
-            return source_of(store, what, record)
-    for record in ordered:
-        if record.turns > 0:
-            return source_of(store, what, record)
-    return None
+    chosen = next((r for r in ordered if _turn_of(store, r)[1]), None) or next((r for r in ordered if r.turns > 0), None)
+    return None if chosen is None else source_of(store, what.format(owner=chosen.owner), chosen)
 
 
 def role_source(project: ProjectPaths, role: str) -> LiveSource | None:
     """The turn of `role` to show, or None when it has had none."""
     store = SessionStore(project.sessions_dir)
-    return _newest(store, role, store.list(role))
+    return _newest(store, "{owner}", store.list(role))
 
 
 def find_source(project: ProjectPaths, target: str, run_id: str | None = None) -> LiveSource:
@@ -82,7 +77,7 @@ def _task_source(project: ProjectPaths, task_id: str, run_id: str | None) -> Liv
     if task is None:
         raise NotFoundError(f"run {run.id} has no task {task_id!r}", f"`agentbox status {run.id}` lists its tasks")
     store = SessionStore(project.sessions_dir)
-    what = f"task {task_id} ({task.assignee})"
+    what = f"task {task_id} ({{owner}})"  # the worker's or the reviewer's turn
     running_ids = [job.session_id for job in run.running_jobs() if job.task == task_id and job.session_id]
     session_ids = list(dict.fromkeys([*running_ids, *(i for i in (task.session_id, task.review_session_id) if i)]))
     records = []

@@ -33,6 +33,11 @@ def test_shell_opens_in_the_tasks_worktree_within_its_scopes(project: Path) -> N
         worktree = (project / worktree if not worktree.is_absolute() else worktree) / "agentbox" / "worktrees" / run_id / "t1"
         assert worktree.is_dir()
 
+        # the task's running turn (the review) can be watched by the task's id
+        watched = run_cli("tail", "t1", cwd=project)
+        assert watched.code == 0, watched.err
+        assert "[task t1 (reviewer) · session " in watched.err and "· running]" in watched.err, watched.err
+
         # cleaning while the run goes on keeps the open task's worktree
         assert run_cli("clean", cwd=project).code == 0
         assert (worktree / "src" / "t1" / "code.py").is_file()
