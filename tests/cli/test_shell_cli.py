@@ -79,3 +79,14 @@ def test_shell_opens_in_the_tasks_worktree_within_its_scopes(project: Path) -> N
         assert missing.code == 2 and "Traceback" not in missing.err, missing.err
     finally:
         run_cli("cancel", run_id, cwd=project)
+
+
+def test_a_task_without_a_worktree_opens_in_the_runs_view_read_only(project: Path) -> None:
+    from tests.cli.test_worktree_cli import finished_run
+
+    run_id = finished_run(project)  # its tasks are approved: their worktrees are gone
+    shown = run_cli("shell", "t1", "-c", "cat src/t1/code.py; echo x > src/t1/code.py; echo rc=$?", cwd=project)
+    assert shown.code == 0, shown.err
+    assert shown.out.splitlines()[0] == "VALUE = 1" and "rc=0" not in shown.out
+    assert f"run {run_id}'s view, read-only" in shown.err and "· read-only ·" in shown.err
+    assert git(project, "show", f"agentbox/{run_id}:src/t1/code.py") == "VALUE = 1\n"
