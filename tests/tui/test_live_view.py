@@ -84,8 +84,10 @@ async def test_live_view_of_a_member_with_no_turn(project: ProjectPaths) -> None
     app = make_app(project, sample_interval_s=None)
     async with app.run_test(size=(120, 30)) as pilot:
         await dashboard_loaded(pilot)
-        assert app.dashboard is not None
-        app.dashboard.action_live("tester")
-        await pilot.pause()
-        title = app.screen.query_one("#live-title", Static)
-        await wait_for(pilot, lambda: "tester has not run a turn yet" in plain(title), "the empty state")
+        board = app.dashboard
+        assert board is not None and board.selected_role is not None
+        await pilot.press("l")  # the key opens the highlighted member's live view
+        screen = app.screen
+        assert isinstance(screen, LiveScreen) and screen.role == board.selected_role
+        title = screen.query_one("#live-title", Static)
+        await wait_for(pilot, lambda: f"{screen.role} has not run a turn yet" in plain(title), "the empty state")
