@@ -41,8 +41,6 @@ SEGMENT_BYTES = 512 << 10
 """Size at which the writer starts the next segment."""
 KEEP_SEGMENTS = 4
 """Segments kept: the live log of a turn never holds much more than KEEP_SEGMENTS × SEGMENT_BYTES."""
-RESULT_LINES = 12
-"""Lines of a tool's result shown; the rest is counted."""
 RATE_BYTES_S = 1 << 20
 """Output shown per second once a burst is spent; a flood beyond it is counted, not shown (no one reads that fast)."""
 BURST_BYTES = KEEP_SEGMENTS * SEGMENT_BYTES
@@ -416,35 +414,3 @@ def _decode(raw: bytes) -> LiveEvent | None:
     return LiveEvent(record["k"], record["t"], name if isinstance(name, str) else None,
                      float(at) if isinstance(at, int | float) and not isinstance(at, bool) else 0.0)
 
-
-_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def visible(text: str) -> str:
-    """`text` safe to print on a terminal: control characters (ESC, CR, BEL, C1) and bidi
-    overrides become visible escapes such as `\\x1b`; newlines and tabs stay."""
-    return _INVISIBLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
-
-
-def render(event: LiveEvent) -> str:
-    """One event as terminal-safe text (what an agent wrote never reaches the terminal raw)."""
-    text = visible(event.text.rstrip("\n"))
-    name = visible(event.name) if event.name else ""
-    if event.kind == "text":
-        return text
-    if event.kind == "tool":
-        return f"→ {name or 'tool'}" + (f": {text}" if text else "")
-    if event.kind in ("result", "error"):
-        lines = text.splitlines() or [""]
-        shown = lines[:RESULT_LINES]
-        if len(lines) > RESULT_LINES:
-            shown.append(f"… ({len(lines) - RESULT_LINES} more lines)")
-        mark = "←" if event.kind == "result" else "✗"
-        return "\n".join(f"  {mark if i == 0 else ' '} {line}" for i, line in enumerate(shown))
-    if event.kind == "stderr":
-        return f"  stderr: {text}"
-    if event.kind == "end":
-        return f"— turn ended: {text}"
-    if event.kind == "cut":
-        return text
-    return f"· {text}"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentbox.core import live
+from agentbox.core.live_text import visible
 from agentbox.core.runtimes import adapter_for
 from agentbox.core.runtimes.base import CapturedOutput, DisplayEvent, TurnRequest
 
@@ -176,4 +177,4 @@ def test_a_reader_ignores_what_is_not_a_live_log(tmp_path: Path) -> None:
     ("tab\tand\nnewline stay", "tab\tand\nnewline stay"),
 ])
 def test_visible_shows_control_characters(raw: str, shown_as: str) -> None:
-    assert live.visible(raw) == shown_as
+    assert visible(raw) == shown_as
