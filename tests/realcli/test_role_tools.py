@@ -210,6 +210,11 @@ def test_codex_role_runs_commands_in_scope(tmp_path: Path, make_profile, fake: F
     assert _responses_tool_outputs(fake, mark), "codex sent no function_call_output"
     # one turn of two model requests: usage is the turn's own (2 x 9 uncached input)
     assert t1.result["usage"]["input_tokens"] == 18 and t1.result["usage"]["cached_input_tokens"] == 8
+    tail = run_cli("tail", "builder", cwd=root)  # codex's JSONL events, shown as they came
+    assert tail.code == 0, tail.err
+    assert any(line.startswith("→ shell: ") and f"echo by-codex-{tag} > src/codex.txt" in line
+               for line in tail.out.splitlines()), tail.out
+    assert tail.out.splitlines()[-1].startswith("— turn ended: ok · "), tail.out
 
     mark = fake.mark()
     fake.enqueue({"tool_use": {"name": "exec_command", "input": {"cmd": f"echo x > outside-{tag}.txt; echo rc=$?"}},
