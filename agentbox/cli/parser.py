@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task", metavar="TASK")
     p.add_argument("--run", help="the run of the task (default: the latest run that has it)")
     p.add_argument("--host", action="store_true", help="your own $SHELL on the host, in that directory (no sandbox)")
-    p.add_argument("-c", dest="command", metavar="COMMAND", help="run COMMAND in the shell and exit with its status")
+    p.add_argument("-c", dest="shell_command", metavar="COMMAND", help="run COMMAND in the shell and exit with its status")
     p = _cmd(sub, "launch", "agentbox.cli.agents:launch", "open a profile's tool interactively in its sandbox (agent-box v1's launch)")
     p.add_argument("profile")
     p.add_argument("--session", metavar="UUID", help="resume this agentbox session")

@@ -15,7 +15,7 @@ def shell(args: argparse.Namespace) -> int:
 
     project = project_from(args)
     place = task_place(project, args.task, args.run)
-    argv = shell_argv(args.command, host=args.host)
+    argv = shell_argv(args.shell_command, host=args.host)
     if args.host:
         print(f"[shell on the host, NOT sandboxed · {place.what} · {place.path}]", file=sys.stderr)
         return subprocess.call(argv, cwd=str(place.path))
