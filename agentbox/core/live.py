@@ -361,8 +361,8 @@ class LiveCursor:
                 budget -= len(final)
                 events.extend(self._parse(final))
                 continue
-            if newer[0] != self.segment + 1:
-                events.append(_dropped())
+            if newer[0] != self.segment + 1 or not (self.directory / f"{self.segment:06d}{SUFFIX}").exists():
+                events.append(_dropped())  # segments went by unread, or the rest of this one
             self.segment, self.offset, self._partial = newer[0], 0, b""
         return LiveRead(events, self.ended)
 
