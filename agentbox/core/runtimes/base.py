@@ -248,5 +248,8 @@ class Adapter(Protocol):
         ...
 
     def display(self, line: str) -> list[DisplayEvent]:
-        """What one line of a running turn's stdout shows a person watching (`LineDisplay` is the default)."""
+        """What one line of a running turn's stdout shows a person watching (`LineDisplay` is the default).
+
+        Asked about each line that looks like a JSON object; other lines are shown as text
+        without asking (a flood of them costs no call per line)."""
         ...
