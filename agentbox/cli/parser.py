@@ -95,6 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = _cmd(sub, "attach", "agentbox.cli.agents:attach", "open a role's tool interactively, resuming its session, in its sandbox")
     p.add_argument("role")
     p.add_argument("session_id", nargs="?", metavar="UUID")
+    p = _cmd(sub, "tail", "agentbox.cli.tail:tail",
+             "show what a member's turn prints (its text, tool calls and results), as it happens")
+    p.add_argument("target", metavar="ROLE|TASK", help="a role of the crew (its running or last turn), or a task")
+    p.add_argument("--run", help="the run of the task (default: the latest run that has it)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the turn ends")
+    p = _cmd(sub, "shell", "agentbox.cli.shell:shell",
+             "open a shell in a task's worktree (or the run's view), in its role's sandbox")
+    p.add_argument("task", metavar="TASK")
+    p.add_argument("--run", help="the run of the task (default: the latest run that has it)")
+    p.add_argument("--host", action="store_true", help="your own $SHELL on the host, in that directory (no sandbox)")
+    p.add_argument("-c", dest="shell_command", metavar="COMMAND", help="run COMMAND in the shell and exit with its status")
     p = _cmd(sub, "launch", "agentbox.cli.agents:launch", "open a profile's tool interactively in its sandbox (agent-box v1's launch)")
     p.add_argument("profile")
     p.add_argument("--session", metavar="UUID", help="resume this agentbox session")
@@ -109,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detach", action="store_true", help="run in the background; print the run id")
     p.add_argument("--resume", metavar="RUN", help="continue a run from disk")
     p.add_argument("--quiet", action="store_true", help="no live progress")
-    p = _cmd(sub, "runs", "agentbox.cli.runs:runs", "list the project's runs")
+    p = _cmd(sub, "runs", "agentbox.cli.runs_list:runs",
+             "list the project's runs: goal, status, age, tasks done, tokens, cost, merged")
     _json(p)
     p = _cmd(sub, "status", "agentbox.cli.runs:status", "show a run (default: the latest)")
     p.add_argument("run", nargs="?")

@@ -1,4 +1,4 @@
-"""`agentbox run | runs | status | approve | rework | answer | cancel | pause | resume`."""
+"""`agentbox run | status | approve | rework | answer | cancel | pause | resume`."""
 
 from __future__ import annotations
 
@@ -251,30 +251,6 @@ def run(args: argparse.Namespace) -> int:
         if final.result and final.result.artifact:
             print(f"result: {final.result.artifact}")
     return 0 if final.status == "done" else 1
-
-
-def runs(args: argparse.Namespace) -> int:
-    """List runs."""
-    from agentbox.core import runs as runs_mod
-    from agentbox.core.engine.run_store import DamagedRun
-
-    project = project_from(args)
-    listed = runs_mod.list_runs(project)
-    damaged = [r for r in listed if isinstance(r, DamagedRun)]
-    if args.json:
-        print_json([{"id": r.id, "status": "damaged", "error": r.error.message} if isinstance(r, DamagedRun) else
-                    {"id": r.id, "status": r.status, "mode": r.contract.mode, "goal": r.contract.goal,
-                     "tasks": len(r.tasks), "tokens": r.totals.tokens} for r in listed])
-    else:
-        print_table(["run", "status", "mode", "tasks", "tokens", "goal"],
-                    [[r.id, "damaged", "-", "-", "-", "see below"] if isinstance(r, DamagedRun) else
-                     [r.id, r.status, r.contract.mode, str(len(r.tasks)), f"{r.totals.tokens:,}", r.contract.goal[:60]]
-                     for r in listed])
-    for bad in damaged:
-        print(f"warning: {bad.error.message}", file=sys.stderr)
-    if damaged:
-        print(f"hint: {damaged[0].error.hint}", file=sys.stderr)
-    return 0
 
 
 def status(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agentbox.core import safe_io, sandbox, scopes, secrets
 from agentbox.core.errors import SandboxError, UsageError
+from agentbox.core.live import LiveWriter, live_dir_for
 from agentbox.core.process import (
     KILL_GRACE_S,
     CappedStream,
@@ -199,8 +200,13 @@ class Prepared:
     """Values the profile took from the environment: masked in everything the turn records."""
 
 
-def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bool = False) -> Prepared:
-    """Build the sandboxed command of the next turn of `record` (raises SandboxError, UsageError)."""
+def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bool = False,
+            command: ToolCommand | None = None) -> Prepared:
+    """Build the sandboxed command of the next turn of `record` (raises SandboxError, UsageError).
+
+    `command` runs instead of the tool (a shell in the role's sandbox, `agentbox shell`):
+    the tool's loaded config stays read-only to it, as to a headless turn.
+    """
     profile = agent.profile
     adapter = adapter_for(profile.tool)
     runtime_env = secrets.resolve_env(profile)  # an unset ${VAR} stops the turn before anything is made
@@ -215,7 +221,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     runtime = profile.profile.runtime
     executable = find_executable(profile.tool, runtime.command)
     _check_bind_source(profile.config_dir, profile.state_dir)  # before anything is written in it
-    homes, home_env = adapter.homes(profile.config_dir, home)
+    # a shell sees none of the tool's config and credentials: it needs none of them
+    homes, home_env = ([], {}) if command is not None else adapter.homes(profile.config_dir, home)
     created = getattr(adapter, "created_session", None)
     if record.native_id is None and created is not None and (record.turns > 0 or record.running):
         record.native_id = created(TurnRequest(
@@ -232,12 +239,14 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         config_dir=profile.config_dir, scenario=profile.scenario_path,
         adapter_state=dict(record.adapter_state),
     )
-    command: ToolCommand = adapter.interactive(request) if interactive else adapter.build(request)
+    shell = command
+    tool_at_keyboard = interactive and shell is None
+    tool_env = {**adapter.env_defaults, **home_env, **runtime_env, **agent.env} if command is None else {}
+    if command is None:
+        command = adapter.interactive(request) if interactive else adapter.build(request)
     agentbox_env = {"AGENTBOX_SESSION_ID": record.id, "AGENTBOX_PROFILE": profile.name,
                     "AGENTBOX_ROLE": agent.role or ""}
-    env = sandbox.sandbox_env(sandbox.host_env(), home,
-                              {**adapter.env_defaults, **home_env, **runtime_env, **agent.env,
-                               **command.env, **agentbox_env})
+    env = sandbox.sandbox_env(sandbox.host_env(), home, {**tool_env, **command.env, **agentbox_env})
     ro_homes: list[tuple[Path, Path]] = []
     for bind in homes:
         _check_bind_source(bind.source, profile.state_dir)
@@ -247,7 +256,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
                 safe_io.write_new(bind.source, b"", 0o600)
         else:
             bind.source.mkdir(parents=True, exist_ok=True)
-            if not interactive:  # a person at the keyboard may change the tool's settings; a turn may not
+            if not tool_at_keyboard:  # a person at the tool's keyboard may change its settings; a turn may not
                 ro_homes += _loaded_config(adapter.loaded_config, bind, profile.state_dir)
     if profile.profile.sandbox == "none":
         for bind in homes:  # without a sandbox the tool reads its config where the env points
@@ -263,9 +272,9 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         )
     hidden = sandbox.private_paths(home, _agent_box_home())
     needs = set()
-    if executable is not None:
+    if executable is not None and shell is None:  # a shell runs none of the tool's files
         needs |= sandbox.install_roots(executable)
-    if profile.tool == "scripted":
+    if profile.tool == "scripted" and shell is None:
         needs |= sandbox.python_roots()
         if profile.scenario_path is not None:
             needs.add(profile.scenario_path.parent.resolve())
@@ -432,6 +441,8 @@ class _Turn:
     stderr: CappedStream
     base: dict[str, Any]
     t0: float
+    live: LiveWriter
+    """The turn's live view, written as the output comes (`agentbox tail`, the dashboard)."""
 
 
 def _open_turn(agent: Agent, record: SessionRecord, prepared: Prepared) -> _Turn:
@@ -451,21 +462,23 @@ def _open_turn(agent: Agent, record: SessionRecord, prepared: Prepared) -> _Turn
             "usage": Usage().as_dict(), "duration_s": 0, "exit_code": None, "native_id": record.native_id,
             "log_path": str(kept),
         })
+    live = LiveWriter(live_dir_for(out_log), adapter_for(agent.profile.tool).display, prepared.secrets)
     record.status = "running"
-    record.running = {"turn": turn, "pid": None, "started": started, "log": str(out_log)}
+    record.running = {"turn": turn, "pid": None, "started": started, "log": str(out_log), "live": str(live.directory)}
     store.save(record)  # the session exists on disk before the process starts
 
     base = {"session_id": record.id, "turn": turn, "role": agent.role, "profile": agent.profile.name,
             "tool": agent.profile.tool, "sandboxed": record.sandboxed, "log_path": str(out_log)}
     t0 = time.monotonic()
-    return _Turn(turn, started, out_log, err_log, CappedStream(out_log), CappedStream(err_log, lazy=True), base, t0)
+    return _Turn(turn, started, out_log, err_log, CappedStream(out_log, tee=live.feed_stdout),
+                 CappedStream(err_log, lazy=True, tee=live.feed_stderr), base, t0, live)
 
 
 def _spawn_failed(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepared, turn: _Turn,
                   exc: OSError) -> InvokeResult:
     result = InvokeResult(status="error", error_kind="spawn_failed",
                           error=f"cannot start {prepared.argv[0]}: {exc.strerror or exc}", **turn.base)
-    return _finish(agent.sessions, record, prompt, result, turn.started)
+    return _finish(agent.sessions, record, prompt, result, turn.started, turn.live)
 
 
 def _spawned(record: SessionRecord, pid: int, on_spawn: Callable[[SessionRecord, int], None] | None) -> None:
@@ -503,7 +516,7 @@ def _killed(agent: Agent, prompt: str, record: SessionRecord, turn: _Turn, why: 
     turn.stderr.close()
     killed = InvokeResult(status="error", error_kind="killed", error=f"{why}; the process group was killed",
                           **{**turn.base, "duration_s": time.monotonic() - turn.t0})
-    _finish(agent.sessions, record, prompt, killed, turn.started)
+    _finish(agent.sessions, record, prompt, killed, turn.started, turn.live)
 
 
 def _close_turn(prepared: Prepared, turn: _Turn) -> None:
@@ -617,10 +630,10 @@ def _conclude(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepar
         result = InvokeResult(status="error", error_kind="timeout",
                               error=f"no answer within {timed_out_after:g} s; the process group was killed",
                               text=_tail(out_text), **base)
-        return _finish(store, record, prompt, result, started)
+        return _finish(store, record, prompt, result, started, turn.live)
     if record.sandboxed and exit_code == 1 and err_text.startswith("bwrap:") and not out_text.strip():
         result = InvokeResult(status="error", error_kind="spawn_failed", error=err_text.strip(), **base)
-        return _finish(store, record, prompt, result, started)
+        return _finish(store, record, prompt, result, started, turn.live)
     exit_kind = classify_exit(exit_code, record.sandboxed)
     captured = CapturedOutput(out_text, err_text, exit_code, stdout.truncated, prepared.scratch)
     try:
@@ -635,7 +648,7 @@ def _conclude(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepar
         else:
             result = InvokeResult(status="error", error_kind="parse_error",
                                   error=f"unreadable {agent.profile.tool} output: {exc}", text=_tail(out_text), **base)
-        return _finish(store, record, prompt, result, started)
+        return _finish(store, record, prompt, result, started, turn.live)
     if parsed.native_id:
         record.native_id = parsed.native_id
     record.adapter_state = parsed.adapter_state or record.adapter_state
@@ -647,7 +660,17 @@ def _conclude(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepar
                               error=_tail(err_text) or f"exit code {exit_code}", **common)
     else:
         result = InvokeResult(status="ok", **common)
-    return _finish(store, record, prompt, result, started)
+    return _finish(store, record, prompt, result, started, turn.live)
+
+
+def _ending(result: InvokeResult) -> str:
+    """How a turn ended, in one line, for its live view."""
+    tokens = result.usage.total_tokens
+    spent = "unknown tokens" if tokens is None else f"{tokens:,} tokens"
+    if result.ok:
+        return f"ok · {spent} · {result.duration_s:.1f}s"
+    error = (result.error or "").strip().splitlines()
+    return f"error ({result.error_kind}){': ' + error[0][:300] if error else ''} · {result.duration_s:.1f}s"
 
 
 def _keep_interrupted_logs(out_log: Path, err_log: Path) -> Path | None:
@@ -696,8 +719,10 @@ async def _feed(proc: asyncio.subprocess.Process, data: bytes | None) -> None:
 
 
 def _finish(store: SessionStore, record: SessionRecord, prompt: str, result: InvokeResult,
-            started: float) -> InvokeResult:
-    """Record the turn and the session's new state; returns the result."""
+            started: float, live: LiveWriter | None = None) -> InvokeResult:
+    """Record the turn and the session's new state (and end its live view); returns the result."""
+    if live is not None:
+        live.end(_ending(result))
     record.turns = result.turn
     record.status = "idle"
     record.running = None

@@ -57,6 +57,8 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("changes", "c", "changes", "the files each task changed, and the run's stat"),
     ActionSpec("merge", "m", "merge", "merge the run's branch into yours (shows the stat first)"),
     ActionSpec("attach", "o", "attach", show=False),
+    ActionSpec("live", "l", "live", "the live output of the highlighted member", show=False),
+    ActionSpec("shell", "h", "shell", "a shell in the selected task's worktree, in its role's sandbox", show=False),
     ActionSpec("switch_run", "r", "runs", show=False),
     ActionSpec("task_detail", "d", "task detail", show=False),
     ActionSpec("edit_artifact", "e", "edit artifact", show=False),

@@ -367,6 +367,14 @@ class RunActions:
         if role is not None:
             self.app.push_screen(SessionHistoryScreen(self, role))
 
+    def action_live(self, role: str | None = None) -> None:
+        """Watch a member work: the live output of its running (else last) turn."""
+        from agentbox.tui.screens.live import LiveScreen
+
+        role = self._role(role)
+        if role is not None:
+            self.app.push_screen(LiveScreen(self.project, role))
+
     def action_attach(self, role: str | None = None, session_id: str | None = None) -> None:
         """Suspend the dashboard and run the member's tool interactively, resuming its session."""
         from agentbox.core import services
@@ -382,6 +390,23 @@ class RunActions:
                                      command.pass_fds)
         except AgentboxError as exc:
             self.notify(exc.message, title=f"attach to {role}", severity="error")
+
+    def action_shell(self, task_id: str | None = None) -> None:
+        """Suspend the dashboard and open a shell in the task's worktree, in its role's sandbox."""
+        from agentbox.core.task_shell import sandboxed_shell, shell_argv, task_place
+
+        task_id = task_id or self.selected_task
+        if task_id is None:
+            self.notify("select a task in the queue first", severity="warning")
+            return
+        try:
+            place = task_place(self.project, task_id, self.run_id)
+            with sandboxed_shell(place.agent, shell_argv(None, host=False)) as command:
+                self._suspended_call(command.argv, command.env,
+                                     f"shell in {place.agent.label}'s sandbox · {place.what} — exit to come back",
+                                     command.pass_fds)
+        except AgentboxError as exc:
+            self.notify(exc.message, title=f"shell in {task_id}", severity="error")
 
     def _suspended_call(self, argv: list[str], env: dict[str, str] | None, banner: str,
                         pass_fds: tuple[int, ...] = ()) -> None:

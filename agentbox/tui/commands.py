@@ -55,11 +55,14 @@ def dashboard_commands(board: DashboardScreen) -> Iterator[Command]:
     if run is not None:
         for task in run.tasks.values():
             yield f"Task detail: {task.id}", partial(board.action_task_detail, task.id), f"{task.state} · {task.brief[:70]}"
+            yield (f"Shell in task {task.id}'s worktree", partial(board.action_shell, task.id),
+                   "in its role's sandbox (`agentbox shell --host` for your own)")
     roles = [r.role for r in board.crew.roles] if board.crew else []
     for role in roles:
         yield f"Talk to {role}", partial(board.action_talk, role), "a prompt box resuming its latest session"
         yield f"Session history of {role}", partial(board.action_history, role), "sessions → turns → prompt and result"
         yield f"Attach to {role}", partial(board.action_attach, role), "run its tool interactively, then come back"
+        yield f"Watch {role} live", partial(board.action_live, role), "its running turn's text, tool calls and results"
     for run_id in reversed(board.run_ids):
         if run is None or run_id != run.id:
             yield f"Switch to run {run_id}", partial(board.action_switch_run, run_id), "show another run"

@@ -243,3 +243,16 @@ class RunStatusChanged(Message):
 
     run: Run
     previous: str
+
+
+@dataclass
+class LiveOutputRead(Message):
+    """A member's live view was read: the turn it shows and what it added since the last read."""
+
+    turn: str
+    """Which session and turn the events belong to ("" when the member has had no turn)."""
+    heading: str
+    events: list[Any] = field(default_factory=list)
+    """`agentbox.core.live.LiveEvent`s, oldest first."""
+    switched: bool = False
+    """The events start a turn other than the one shown so far."""

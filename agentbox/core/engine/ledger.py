@@ -251,10 +251,10 @@ class RunLedger:
         """The task's work was merged into the run's integration branch as `commit`."""
         self._task(task).merged = commit
 
-    def record_delivery(self, commit: str) -> None:
-        """The run's integration branch reached the person's branch at `commit`."""
+    def record_delivery(self, commit: str, into: str | None = None) -> None:
+        """The run's integration branch reached the person's branch `into` at `commit`."""
         if self.run.git is not None:
-            self.run.git = self.run.git.model_copy(update={"delivered": commit})
+            self.run.git = self.run.git.model_copy(update={"delivered": commit, "delivered_into": into})
 
     def command_applied(self, command_id: str) -> None:
         """The inbox command `command_id` was applied (never again)."""

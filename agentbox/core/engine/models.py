@@ -209,6 +209,8 @@ class RunGit(Model):
     """`agentbox/<run-id>`: every approved task's work, merged."""
     delivered: str | None = None
     """The commit of the person's branch that brought the run in (`agentbox merge`)."""
+    delivered_into: str | None = None
+    """The branch the run was brought into (None before it was, or when a run recorded no branch)."""
 
 
 class TaskNote(NamedTuple):

@@ -319,7 +319,7 @@ class Workspaces:
             result = git.deliver(self.root, run.id, into=into, squash=squash, base=base)
         except AgentboxError as exc:  # a conflict, uncommitted changes in the way: a refusal saying what to do
             raise UsageError(f"{exc.message}; {exc.hint}" if exc.hint else exc.message) from None
-        self.ledger.record_delivery(result.commit)
+        self.ledger.record_delivery(result.commit, result.into)
         for cp in run.open_checkpoints():
             if cp.kind == "deliver":
                 self.ledger.close_checkpoint(cp, "merged")
