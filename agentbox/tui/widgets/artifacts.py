@@ -15,6 +15,7 @@ from textual.reactive import var
 from textual.widgets import Static, Tree
 from textual.widgets.tree import TreeNode
 
+from agentbox.core.termtext import for_line, safe_text
 from agentbox.tui import loaders
 from agentbox.tui import messages as msg
 from agentbox.tui.model import short_id
@@ -35,17 +36,17 @@ def display_path(entry: dict[str, Any], root: Path) -> str:
 
 def provenance(entry: dict[str, Any]) -> Text:
     """`by builder · session 4b4c4e84 · task greet`."""
-    text = Text.assemble(("by ", "dim"), (str(entry.get("role") or "?"), "bold cyan"),
-                         (" · session ", "dim"), short_id(entry.get("session")))
+    text = Text.assemble(("by ", "dim"), (for_line(entry.get("role") or "?"), "bold cyan"),
+                         (" · session ", "dim"), for_line(short_id(str(entry.get("session") or ""))))
     if entry.get("task"):
         text.append(" · task ", style="dim")
-        text.append(str(entry["task"]))
+        text.append(for_line(entry["task"]))
     return text
 
 
 def highlighted(message: msg.TextLoaded) -> Group:
     """The highlighted text the worker made, with a note when it was cut."""
-    parts: list[Any] = [message.highlighted if message.highlighted is not None else Text(message.text)]
+    parts: list[Any] = [message.highlighted if message.highlighted is not None else safe_text(message.text)]
     if message.truncated:
         parts.append(Text(f"… cut at {loaders.PREVIEW_BYTES // 1024} KiB; press e to open it", style="dim"))
     return Group(*parts)
@@ -100,7 +101,7 @@ class ArtifactsPanel(Horizontal):
         for entry in manifest:
             latest[display_path(entry, self.root)] = entry
         for shown, entry in sorted(latest.items()):
-            label = Text.assemble(Path(shown).name, ("  " + str(entry.get("role") or ""), "dim cyan"))
+            label = Text.assemble(for_line(Path(shown).name), ("  " + for_line(entry.get("role") or ""), "dim cyan"))
             node = self._paths.get(shown)
             if node is None:
                 parent = self._dir(str(Path(shown).parent))
@@ -144,9 +145,9 @@ class ArtifactsPanel(Horizontal):
         entry = self.selected_entry
         if entry is None or str(entry["path"]) != message.path:
             return
-        head = Text.assemble((display_path(entry, self.root), "bold"), "  ", provenance(entry))
+        head = Text.assemble((for_line(display_path(entry, self.root)), "bold"), "  ", provenance(entry))
         if message.error:
-            body: Any = Text(f"cannot show it: {message.error}", style="red")
+            body: Any = safe_text(f"cannot show it: {message.error}", style="red")
         else:
             body = highlighted(message)
         self.query_one("#artifact-text", Static).update(Group(head, body))
