@@ -52,6 +52,10 @@ def highlighted(message: msg.TextLoaded) -> Group:
     return Group(*parts)
 
 
+MAX_TREE_DEPTH = 24
+"""Directory levels the artifact tree draws; deeper ones share one node."""
+
+
 class ArtifactTree(QuietTree[dict[str, Any]]):
     """Directories and files; a file node's data is its latest manifest entry."""
 
@@ -66,7 +70,7 @@ class ArtifactsPanel(Horizontal):
         super().__init__(**kwargs)
         self.root = root
         self._paths: dict[str, TreeNode[dict[str, Any]]] = {}
-        self._dirs: dict[str, TreeNode[dict[str, Any]]] = {}
+        self._dirs: dict[tuple[str, ...], TreeNode[dict[str, Any]]] = {}
         self._shown: str | None = None
 
     def compose(self) -> ComposeResult:
@@ -104,7 +108,7 @@ class ArtifactsPanel(Horizontal):
             label = Text.assemble(for_line(Path(shown).name), ("  " + for_line(entry.get("role") or ""), "dim cyan"))
             node = self._paths.get(shown)
             if node is None:
-                parent = self._dir(str(Path(shown).parent))
+                parent = self._dir(Path(shown).parent.parts)  # absolute, `..` and deep paths too
                 self._paths[shown] = parent.add_leaf(label, data=entry)
             elif node.data != entry:
                 node.data = entry
@@ -115,14 +119,18 @@ class ArtifactsPanel(Horizontal):
             first = next(iter(sorted(self._paths)))
             self.call_after_refresh(tree.move_cursor, self._paths[first])
 
-    def _dir(self, directory: str) -> TreeNode[dict[str, Any]]:
-        if directory in ("", "."):
-            return self.tree.root
-        node = self._dirs.get(directory)
-        if node is None:
-            parent = self._dir(str(Path(directory).parent))
-            node = parent.add(Text(Path(directory).name + "/", style="bold"), expand=True)
-            self._dirs[directory] = node
+    def _dir(self, parts: tuple[str, ...]) -> TreeNode[dict[str, Any]]:
+        """The node of the directory made of `parts`, with its missing parents (a loop: no depth limit of Python's)."""
+        if len(parts) > MAX_TREE_DEPTH:  # one node holds the rest of a path too deep to draw as a tree
+            parts = (*parts[:MAX_TREE_DEPTH - 1], "/".join(parts[MAX_TREE_DEPTH - 1:]))
+        node = self.tree.root
+        for depth in range(1, len(parts) + 1):
+            child = self._dirs.get(parts[:depth])
+            if child is None:
+                name = parts[depth - 1]
+                child = node.add(Text(for_line(name if name.endswith("/") else name + "/"), style="bold"), expand=True)
+                self._dirs[parts[:depth]] = child
+            node = child
         return node
 
     @on(Tree.NodeHighlighted, "#artifact-tree")
