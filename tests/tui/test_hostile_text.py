@@ -102,3 +102,14 @@ def test_hostile_dashboard_snapshot(tmp_path: Path, snap_compare: Callable[..., 
         await wait_for(pilot, lambda: "made by an agent" in screen_cells(pilot.app), "the artifact preview")  # type: ignore[arg-type]
 
     assert snap_compare(frozen_app(hostile_run(tmp_path / "repo")), terminal_size=(160, 44), run_before=loaded)
+
+
+def test_a_patch_is_drawn_with_its_escapes_visible() -> None:
+    from agentbox.tui.diffs import file_heading, render_patch
+
+    patch = ("diff --git a/src/x.py b/src/x.py\nindex 1111111..2222222 100644\n--- a/src/x.py\n+++ b/src/x.py\n"
+             f"@@ -1 +1 @@ def f(): {OSC52}\n-OLD = 1\n+VALUE = '{OSC52}\x1b[2J\r'\n")
+    rendered = render_patch(patch)
+    assert [r.file.path for r in rendered] == ["src/x.py"]
+    drawn = file_heading(rendered[0].file).plain + "\n" + rendered[0].body.plain
+    assert_shown_not_obeyed(drawn, "def f(): ␛]52;c;SGVsbG8=␇", "VALUE = '␛]52;c;SGVsbG8=␇␛[2J␍'")
