@@ -58,9 +58,11 @@ def _run(target: str, args: argparse.Namespace) -> int:
         handler = getattr(importlib.import_module(module_name), function_name)
         return int(handler(args) or 0)
     except AgentboxError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        from agentbox.core.termtext import for_terminal  # a message may quote what an agent wrote
+
+        print(f"error: {for_terminal(exc.message)}", file=sys.stderr)
         if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
+            print(f"hint: {for_terminal(exc.hint)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -8,6 +8,7 @@ import time
 
 from agentbox.cli.common import print_json, project_from
 from agentbox.core.errors import AgentboxError
+from agentbox.core.termtext import for_terminal
 
 
 def _split(project: object, words: list[str]) -> tuple[str | None, str]:
@@ -37,15 +38,10 @@ def ask(args: argparse.Namespace) -> int:
     about = answer.run_id or "the project's runs"
     print(f"liaison on {about} · data as of {liaison.stamp(answer.as_of)} ({liaison.ago(time.time() - answer.as_of)})")
     if not answer.ok:
-        print(f"error: the liaison's turn failed: {answer.error}")
+        print(f"error: the liaison's turn failed: {for_terminal(answer.error)}")
         return 1
-    print(visible(answer.text))
+    print(for_terminal(answer.text))
     tokens = "unknown tokens" if answer.tokens is None else f"{answer.tokens} tokens"
     cost = "" if answer.cost_usd is None else f" · ${answer.cost_usd:.4f}"
     print(f"— {tokens}{cost} · session {answer.session_id[:8]} (a follow-up `agentbox ask` continues it)")
     return 0
-
-
-def visible(text: str) -> str:
-    """The answer with control characters made visible (an agent's text never drives the terminal)."""
-    return "".join(ch if ch in "\n\t" or (ch.isprintable() and ch != "\x1b") else f"\\x{ord(ch):02x}" for ch in text)

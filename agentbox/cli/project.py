@@ -8,6 +8,7 @@ from pathlib import Path
 
 from agentbox.cli.common import print_json, print_table, project_from
 from agentbox.core.errors import UsageError
+from agentbox.core.termtext import for_terminal
 
 
 def init(args: argparse.Namespace) -> int:
@@ -44,7 +45,7 @@ def role_list(args: argparse.Namespace) -> int:
     print_table(["role", "profile", "writes", "instructions"], rows)
     problems = project.check_references(paths, loaded)
     for problem in problems:
-        print(f"warning: {problem.message}" + (f" ({problem.hint})" if problem.hint else ""), file=sys.stderr)
+        print(for_terminal(f"warning: {problem.message}" + (f" ({problem.hint})" if problem.hint else "")), file=sys.stderr)
     return 0
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from agentbox.cli.common import print_json, print_table, project_from
 from agentbox.core.errors import UsageError
+from agentbox.core.termtext import for_block, for_line, for_terminal
 
 APPROVED_BY_DEFAULT = "approved by a human"
 """The note of `agentbox approve` when none is given."""
@@ -37,9 +38,9 @@ def _printer(quiet: bool, bell: bool = True) -> Any:
         stamp = dt.datetime.fromtimestamp(event["at"]).strftime("%H:%M:%S")
         kind = event["type"]
         style = _STYLE.get(kind, "dim" if kind.startswith("task.") else "")
-        line = Text.assemble((stamp + " ", "dim"), (f"{kind:<16} ", style), event["what"])
+        line = Text.assemble((stamp + " ", "dim"), (f"{for_line(kind):<16} ", style), for_line(event["what"]))
         if event.get("why") and kind in ("checkpoint", "failure", "run.finished", "escalation", "run.status"):
-            line.append(f" — {event['why']}", style="dim")
+            line.append(f" — {for_line(event['why'])}", style="dim")
         if event.get("human_required"):
             line.append("  ⚑ human", style="bold yellow")
         console.print(line)
@@ -47,7 +48,7 @@ def _printer(quiet: bool, bell: bool = True) -> Any:
         if banner:
             if bell and console.is_terminal:
                 console.bell()
-            console.print(Text(banner, style="bold yellow"))
+            console.print(Text(for_line(banner), style="bold yellow"))
 
     return show
 
@@ -144,9 +145,9 @@ class Person:
 
     def _announce(self, run: Any, cp: Any) -> None:
         bell = "\a" if self.bell and sys.stdout.isatty() else ""
-        where = f" (task {cp.task})" if cp.task else ""
-        lines = [f"{bell}\n⚑ {cp.id} waits for you{where}: {cp.question.strip()}"]
-        lines += [f"  {what + ':':<11} {command}" for what, command in answer_commands(run, cp)]
+        where = f" (task {for_line(cp.task)})" if cp.task else ""
+        lines = [f"{bell}\n⚑ {cp.id} waits for you{where}: {for_block(cp.question.strip(), '  │ ')}"]
+        lines += [f"  {what + ':':<11} {for_line(command)}" for what, command in answer_commands(run, cp)]
         self._say("\n".join(lines) + "\n")
 
     def _ask(self, run: Any, cp: Any) -> None:
@@ -170,7 +171,7 @@ class Person:
         if not text:
             self._say(f"{cp.id} left open: answer it later with the command above\n")
             return
-        self._say(self._send(run, cp, text) + "\n")
+        self._say(for_terminal(self._send(run, cp, text)) + "\n")
 
     def _send(self, run: Any, cp: Any, text: str) -> str:
         from agentbox.core import runs as runs_mod
@@ -247,9 +248,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         person.stop()
     if not args.quiet:
-        print(f"run {final.id}: {final.status}" + (f" — {final.status_reason}" if final.status_reason else ""))
+        print(f"run {final.id}: {final.status}" + (f" — {for_line(final.status_reason)}" if final.status_reason else ""))
         if final.result and final.result.artifact:
-            print(f"result: {final.result.artifact}")
+            print(f"result: {for_line(final.result.artifact)}")
     return 0 if final.status == "done" else 1
 
 
@@ -269,8 +270,8 @@ def status(args: argparse.Namespace) -> int:
     totals = run.totals
     unknown = f" (+{totals.unknown_usage_turns} turn(s) with unknown usage)" if totals.unknown_usage_turns else ""
     budget = run.token_budget
-    print(f"{run.id}  {run.status}{' — ' + run.status_reason if run.status_reason else ''}")
-    print(f"goal: {run.contract.goal}")
+    print(f"{run.id}  {run.status}{' — ' + for_line(run.status_reason) if run.status_reason else ''}")
+    print(f"goal: {for_line(run.contract.goal)}")
     print(f"mode: {run.contract.mode} · engine: {'running' if alive else 'not running'} · "
           f"tokens: {totals.tokens:,}{' / ' + format(budget, ',') if budget else ''}{unknown}"
           + (f" · cost ${totals.cost_usd:.4f}" if totals.cost_usd is not None else ""))
@@ -279,7 +280,7 @@ def status(args: argparse.Namespace) -> int:
         base = f"{run.git.base[:10]}" + (" (a snapshot of your uncommitted changes)" if run.git.dirty else "")
         delivered = (f"merged into {where} ({run.git.delivered[:10]})" if run.git.delivered
                      else f"`agentbox merge {run.id}` brings it into {where}")
-        print(f"workspace: worktree · {run.git.integration_branch} from {base} · {delivered}")
+        print(for_line(f"workspace: worktree · {run.git.integration_branch} from {base} · {delivered}"))
     if run.tasks:
         print()
         worktree = run.git is not None
@@ -293,11 +294,12 @@ def status(args: argparse.Namespace) -> int:
     if open_cps:
         print("\nwaiting for you:")
         for cp in open_cps:
-            print(f"  {cp.id} [{cp.kind}]{' task ' + cp.task if cp.task else ''}: {cp.question}")
+            print(f"  {cp.id} [{cp.kind}]{' task ' + for_line(cp.task) if cp.task else ''}: "
+                  f"{for_block(cp.question.strip(), '    │ ')}")
             for what, command in answer_commands(run, cp):
-                print(f"      {what + ':':<11} {command}")
+                print(f"      {what + ':':<11} {for_line(command)}")
     if run.result:
-        print(f"\nresult: {run.result.artifact or ''}\n{run.result.summary[:600]}")
+        print(f"\nresult: {for_line(run.result.artifact or '')}\n{for_terminal(run.result.summary[:600])}")
     if not alive and run.status not in TERMINAL_RUN_STATES:
         print(f"\nthe engine is not running: `agentbox run --resume {run.id}` continues it")
     return 0
@@ -307,6 +309,7 @@ def _send(project: Any, run_id: str | None, command: dict[str, Any]) -> int:
     from agentbox.core import runs as runs_mod
 
     ok, message = runs_mod.send_command(project, run_id or "latest", command)
+    message = for_terminal(message)  # it may quote what an agent wrote
     print(message if ok else f"error: {message}", file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 2
 
@@ -344,7 +347,7 @@ def _show_task_changes(project: Any, run_id: str, task_id: str) -> None:
     if run.git is None or task is None or task.branch is None:
         return
     diff = run_changes.task_diff(project, run, task_id, stat_only=True)
-    print(f"{task_id} changes (its branch {task.branch}, from git):\n{diff.stat.rstrip() or ' no file'}\n"
+    print(f"{task_id} changes (its branch {for_line(task.branch)}, from git):\n{for_terminal(diff.stat.rstrip()) or ' no file'}\n"
           f"(the whole diff: agentbox diff {run.id} {task_id})")
 
 

@@ -38,6 +38,9 @@ RoleName = Annotated[str, Field(pattern=NAME_PATTERN)]
 
 MAX_SECONDS = 7 * 24 * 3600.0
 """Longest duration a limit may name (a week): beyond it a number is a mistake."""
+MIN_SECONDS = 1.0
+"""Shortest timeout a limit may name (one second): no agent turn, back-off or setup command is
+done sooner, so a smaller number (`0.000001`) is a mistake that would fail every turn."""
 
 
 def box_path_problem(value: str, what: str) -> str | None:
@@ -262,12 +265,12 @@ class Limits(Strict):
 
     max_workers: int = Field(default=2, ge=1, le=64)
     """How many tasks may be worked on at the same time (work turns; plans and reviews do not count)."""
-    task_timeout_s: float = Field(default=900, gt=0, le=MAX_SECONDS)
-    """Wall-clock limit of one agent turn, in seconds; the process group is killed after it."""
+    task_timeout_s: float = Field(default=900, ge=MIN_SECONDS, le=MAX_SECONDS)
+    """Wall-clock limit of one agent turn, in seconds (1 to 604800); the process group is killed after it."""
     max_auto_retries: int = Field(default=2, ge=0, le=20)
     """How many times the same failure (same fingerprint) is retried before asking the human."""
-    retry_max_s: float = Field(default=300, gt=0, le=MAX_SECONDS)
-    """Longest total time spent backing off environment failures of one turn."""
+    retry_max_s: float = Field(default=300, ge=MIN_SECONDS, le=MAX_SECONDS)
+    """Longest total time spent backing off environment failures of one turn, in seconds (1 to 604800)."""
     budget: Budget = Field(default_factory=Budget)
     """Token budgets."""
 
@@ -351,8 +354,8 @@ class WorkspaceSetup(Strict):
     `node_modules`, `config/*.local`): copied in, as reflinks where the file system has them."""
     run: str | None = Field(default=None, min_length=1, max_length=4000)
     """A shell command run once in each new worktree, inside the sandbox (e.g. `npm ci`)."""
-    timeout_s: float = Field(default=600, gt=0, le=MAX_SECONDS)
-    """Longest the setup command may take."""
+    timeout_s: float = Field(default=600, ge=MIN_SECONDS, le=MAX_SECONDS)
+    """Longest the setup command may take, in seconds (1 to 604800)."""
 
     @field_validator("copy_")
     @classmethod

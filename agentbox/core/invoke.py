@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentbox.core import safe_io, sandbox, scopes, secrets
-from agentbox.core.errors import SandboxError, UsageError
+from agentbox.core.errors import AgentboxError, SandboxError, UsageError
 from agentbox.core.live import LiveWriter, live_dir_for
 from agentbox.core.process import (
     KILL_GRACE_S,
@@ -504,10 +504,13 @@ def _note_pid(store: SessionStore, record: SessionRecord) -> None:
     """Write the running turn's pid to its record (for the dashboard), once the turn has run a moment.
 
     A short turn is written once at its end instead; after a crash the process is found by
-    its AGENTBOX_SESSION_ID either way.
+    its AGENTBOX_SESSION_ID either way. It runs as an event-loop callback, where an error would
+    only print a traceback: a record that cannot be written now (a full disk) is written at the
+    turn's end, which reports the problem as the error it is.
     """
     _note_start_time(record)
-    store.save(record)
+    with contextlib.suppress(AgentboxError, OSError):
+        store.save(record)
 
 
 def _killed(agent: Agent, prompt: str, record: SessionRecord, turn: _Turn, why: str) -> None:

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import re
-
 from agentbox.core.live import LiveEvent
+from agentbox.core.termtext import for_terminal
 
 RESULT_LINES = 12
 """Lines of a tool's result shown; the rest is counted."""
 
 
-_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
 def visible(text: str) -> str:
-    """`text` safe to print on a terminal: control characters (ESC, CR, BEL, C1) and bidi
-    overrides become visible escapes such as `\\x1b`; newlines and tabs stay."""
-    return _INVISIBLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
+    """`text` safe to print on a terminal (the one rule of `termtext.for_terminal`): control
+    characters and escape sequences made visible; newlines and tabs stay."""
+    return for_terminal(text)
 
 
 def render(event: LiveEvent) -> str:

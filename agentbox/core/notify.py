@@ -38,6 +38,7 @@ from agentbox.core.engine.run_store import EVENTS_FILE
 from agentbox.core.errors import AgentboxError
 from agentbox.core.notify_channels import desktop_command, post_webhook, run_hook, show_desktop
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.termtext import for_line, for_terminal
 from agentbox.core.user_config import HookCommand, UserConfig, load_user_config
 
 HookName = Literal["on_checkpoint", "on_run_end", "on_failure"]
@@ -135,7 +136,9 @@ def notice_for(event: Mapping[str, Any], run: Run, offset: int, project: Project
     payload = {
         "id": f"{run.id}:{seq}", "kind": kind, "run": run.id, "seq": seq, "at": event.get("at"),
         "project": str(project.root), "goal": run.contract.goal, "run_status": run.status,
-        "title": title, "text": text, "command": command, "task": event.get("task"), "role": event.get("role"),
+        # title and text are ready to show: what an agent wrote in them is made visible, never obeyed
+        # (the exact strings stay in "goal", "checkpoint" and "event")
+        "title": for_line(title), "text": for_terminal(text), "command": command, "task": event.get("task"), "role": event.get("role"),
         "checkpoint": None if cp is None else {"id": cp.id, "kind": cp.kind, "question": cp.question,
                                                "options": cp.options, "task": cp.task, "status": cp.status},
         "event": dict(event),

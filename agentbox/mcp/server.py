@@ -259,10 +259,17 @@ def _add_resources(server: MCPServer, project: ProjectPaths) -> None:
             return views.session(project, session_id)
 
 
-def serve(project: ProjectPaths, http_port: int | None = None) -> None:
-    """Serve `project` over stdio, or streamable HTTP on 127.0.0.1:`http_port` (never another address)."""
+def serve(project: ProjectPaths, http_port: int | None = None, token: str | None = None) -> None:
+    """Serve `project` over stdio, or streamable HTTP on 127.0.0.1:`http_port` (never another
+    address), where every request must carry `Authorization: Bearer <token>`."""
     server = build_server(project)
     if http_port is None:
         anyio.run(server.run_stdio_async)
-    else:
-        anyio.run(lambda: server.run_streamable_http_async(host="127.0.0.1", port=http_port))
+        return
+    import uvicorn
+
+    from agentbox.mcp.auth import BearerGate, http_token
+
+    app = BearerGate(server.streamable_http_app(host="127.0.0.1"), token or http_token())
+    config = uvicorn.Config(app, host="127.0.0.1", port=http_port, log_level=server.settings.log_level.lower())
+    anyio.run(uvicorn.Server(config).serve)

@@ -22,6 +22,7 @@ from textual.app import App
 from agentbox.core.engine.models import Run
 from agentbox.core.errors import AgentboxError
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.termtext import for_line, for_terminal, safe_text
 from agentbox.tui import action_table, loaders, model
 from agentbox.tui import messages as msg
 from agentbox.tui.model import CrewInfo
@@ -151,7 +152,8 @@ class RunActions:
         elif not reviewing:
             self.notify("no task is in review", severity="warning")
         else:
-            options = [(t.id, Text.assemble((t.id, "bold"), f"  {t.assignee}  {t.brief[:60]}")) for t in reviewing]
+            options = [(t.id, Text.assemble((t.id, "bold"), for_line(f"  {t.assignee}  {t.brief[:60]}")))
+                       for t in reviewing]
             self.app.push_screen(PickDialog(f"{verb} which task?", options),
                                  lambda chosen: then(chosen) if chosen else None)
 
@@ -195,7 +197,8 @@ class RunActions:
         if len(waiting) == 1:
             ask(waiting[0].id)
             return
-        options = [(c.id, Text.assemble((c.id, "bold"), f"  {c.kind}  {c.question.strip()[:60]}")) for c in waiting]
+        options = [(c.id, Text.assemble((c.id, "bold"), for_line(f"  {c.kind}  {c.question.strip()[:60]}")))
+                   for c in waiting]
         self.app.push_screen(PickDialog("Answer which checkpoint?", options), ask)
 
     # ------------------------------------------------------------------ worktree runs
@@ -231,8 +234,9 @@ class RunActions:
             self.notify(message.error, title="merge", severity="error", timeout=12)
             return
         into = run.git.branch or "your branch"
-        question = Text.assemble(("Merge ", "bold"), (run.git.integration_branch, "bold cyan"), (" into ", "bold"),
-                                 (into, "bold"), ("?\n\n", "bold"), model.short_stat(message.stat) or "(no changes)",
+        question = Text.assemble(("Merge ", "bold"), (for_line(run.git.integration_branch), "bold cyan"),
+                                 (" into ", "bold"), (for_line(into), "bold"), ("?\n\n", "bold"),
+                                 for_terminal(model.short_stat(message.stat)) or "(no changes)",
                                  ("\n\nmerge: a merge commit on your branch; squash: one commit with the "
                                   "run's changes. Your uncommitted changes are never overwritten (the merge "
                                   "is refused instead).", "dim"))
@@ -290,7 +294,7 @@ class RunActions:
     def on_run_summaries_loaded(self, message: msg.RunSummariesLoaded) -> None:
         """Let the person pick a run."""
         options = [(s["id"], Text.assemble((s["id"], "bold"), "  ", (s["status"], model.RUN_STATUS_STYLE.get(s["status"], "")),
-                                           f"  {s['mode']}  {s['tasks']} task(s)  ", (s["goal"][:60], "italic")))
+                                           f"  {s['mode']}  {s['tasks']} task(s)  ", (for_line(s["goal"][:60]), "italic")))
                    for s in message.summaries]
         self.app.push_screen(PickDialog("Switch to run", options, highlighted=self.run_id),
                              lambda chosen: self.action_switch_run(chosen) if chosen else None)
@@ -353,8 +357,8 @@ class RunActions:
         answer = message.answer
         head = Text.assemble(("liaison", "bold cyan"), (f" · data as of {liaison.stamp(answer.as_of)}", "dim"),
                              ("\n\n", ""))
-        body = Text(answer.text if answer.ok else f"the liaison's turn failed: {answer.error}",
-                    style="" if answer.ok else "red")
+        body = safe_text(answer.text if answer.ok else f"the liaison's turn failed: {answer.error}",
+                         "" if answer.ok else "red")
         tokens = "unknown" if answer.tokens is None else str(answer.tokens)
         foot = Text(f"\n\n{tokens} tokens · session {answer.session_id[:8]}", style="dim")
         self.app.push_screen(ConfirmDialog(Text.assemble(head, body, foot), yes_label="ok"))

@@ -8,10 +8,12 @@ from collections.abc import Callable
 from rich.text import Text
 from textual.app import App
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.termtext import for_line, for_terminal
 from agentbox.tui import gc_tuning, model
 from agentbox.tui import messages as msg
 from agentbox.tui.commands import AgentboxCommands
@@ -61,6 +63,13 @@ class AgentboxApp(App[None]):
         gc_tuning.tune()
         if self.demo:
             self.notify(DEMO_HINT, title="agentbox demo", timeout=8)
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every toast (each widget's `notify` comes here) shows its text as written: never as
+        markup, escape sequences made visible, since a message may quote what an agent wrote."""
+        super().notify(for_terminal(message), title=for_line(title), severity=severity, timeout=timeout,
+                       markup=False)
 
     def _refresh_notifications(self) -> None:
         """Show only the newest few notifications, so they never stack down over the events panel."""

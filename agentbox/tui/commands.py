@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from agentbox.core.tasks import TERMINAL_STATES
+from agentbox.core.termtext import for_line
 from agentbox.tui import model
 from agentbox.tui.action_table import enabled
 from agentbox.tui.widgets.artifacts import display_path
@@ -83,10 +84,15 @@ class AgentboxCommands(Provider):
     """Commands of the dashboard (targets listed by name) for the palette."""
 
     def _commands(self) -> list[Command]:
+        """The commands, their titles and help as the palette shows them: it reads both as markup, and
+        they quote briefs, questions and file names an agent wrote."""
+        from textual.markup import escape
+
         board = getattr(self.app, "dashboard", None)
         if board is None:
             return []
-        return list(dashboard_commands(board))
+        return [(escape(for_line(title)), callback, escape(for_line(help_text)))
+                for title, callback, help_text in dashboard_commands(board)]
 
     async def discover(self) -> Hits:
         """The first commands when nothing is typed yet (typing searches all of them)."""

@@ -18,6 +18,7 @@ from agentbox.core.errors import AgentboxError
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.safe_io import inside
 from agentbox.core.sessions import SessionRecord, SessionStore
+from agentbox.core.termtext import for_terminal
 from agentbox.tui import messages as msg
 from agentbox.tui.model import CrewInfo, RoleInfo
 
@@ -170,7 +171,7 @@ def read_text(path: str, root: Path | None = None) -> msg.TextLoaded:
     truncated = len(data) > PREVIEW_BYTES
     if b"\0" in data[:8192]:
         return msg.TextLoaded(path, "", error="binary file")
-    text = data[:PREVIEW_BYTES].decode("utf-8", errors="replace")
+    text = for_terminal(data[:PREVIEW_BYTES].decode("utf-8", errors="replace"))  # shown, never obeyed
     return msg.TextLoaded(path, text, truncated, highlighted=highlight(path, text))
 
 

@@ -169,13 +169,28 @@ class Scenario:
         self.fallback = fallback
 
 
+MAX_SCENARIO_BYTES = 1 << 20
+"""Largest scenario read (agentbox refuses a bigger one when it loads the profile)."""
+
+
 def load_scenario(path: str) -> Scenario:
-    """Read, parse and validate a JSON or YAML scenario file."""
+    """Read, parse and validate a JSON or YAML scenario file (a regular file, bounded: never a
+    device or a FIFO read without end)."""
+    import stat
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise Fatal(f"scenario {path}: not a regular file", 2)
+            data = handle.read(MAX_SCENARIO_BYTES + 1)
     except OSError as exc:
         raise Fatal(f"scenario {path}: cannot read: {exc.strerror or exc}", 2) from exc
+    if len(data) > MAX_SCENARIO_BYTES:
+        raise Fatal(f"scenario {path}: more than {MAX_SCENARIO_BYTES} bytes", 2)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Fatal(f"scenario {path}: not UTF-8 ({exc.reason} at byte {exc.start})", 2) from exc
     data = parse_scenario(path, text)
     try:
         return validate_scenario(data)

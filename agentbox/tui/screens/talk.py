@@ -22,6 +22,7 @@ from textual.widgets import Footer, Input, LoadingIndicator, Static
 
 from agentbox.core.errors import AgentboxError
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.termtext import for_line, safe_text
 from agentbox.tui import loaders, model
 from agentbox.tui import messages as msg
 
@@ -31,9 +32,10 @@ def reply_block(role: str, result: Any) -> Group:
     tokens = result.usage.total_tokens
     meta = f"  {'unknown' if tokens is None else model.count(tokens)} tokens · {result.duration_s:.1f}s"
     if result.ok:
-        return Group(Text.assemble((role, "bold cyan"), (meta, "dim")), Text(result.text.strip() or "(empty answer)"))
-    return Group(Text.assemble((role, "bold red"), (f"  {result.error_kind}", "red"), (meta, "dim")),
-                 Text(str(result.error or result.text or "").strip()))
+        return Group(Text.assemble((for_line(role), "bold cyan"), (meta, "dim")),
+                     safe_text(result.text.strip() or "(empty answer)"))
+    return Group(Text.assemble((for_line(role), "bold red"), (f"  {result.error_kind}", "red"), (meta, "dim")),
+                 safe_text(str(result.error or result.text or "").strip()))
 
 
 TURNS_SHOWN = 30
@@ -54,10 +56,10 @@ def past_turn_blocks(role: str, turns: list[dict[str, Any]]) -> list[Any]:
         blocks.append(Text(f"… {len(turns) - TURNS_SHOWN} earlier turn(s): the session history (h) has them",
                            style="dim"))
     for turn in turns[-TURNS_SHOWN:]:
-        blocks.append(Group(Text("you", style="bold"), Text(_clipped(str(turn.get("prompt") or "")))))
+        blocks.append(Group(Text("you", style="bold"), safe_text(_clipped(str(turn.get("prompt") or "")))))
         answer = str(turn.get("text") or turn.get("error") or "")
         style = "bold cyan" if turn.get("status") in (None, "ok") else "bold red"
-        blocks.append(Group(Text(role, style=style), Text(_clipped(answer) or "(empty answer)")))
+        blocks.append(Group(safe_text(role, style, single_line=True), safe_text(_clipped(answer) or "(empty answer)")))
     return blocks
 
 
@@ -83,7 +85,7 @@ class TalkScreen(Screen[None]):
 
     def on_mount(self) -> None:
         """Say which session this resumes."""
-        self.query_one("#transcript").border_title = f"talk to {self.role}"
+        self.query_one("#transcript").border_title = safe_text(f"talk to {self.role}", single_line=True)  # type: ignore[assignment]
         self._title()
         self._read_history()
         self.query_one("#prompt", Input).focus()
@@ -109,7 +111,7 @@ class TalkScreen(Screen[None]):
     def _title(self) -> None:
         session = f"resuming session {model.short_id(self.session_id)}" if self.session_id else "a new session"
         self.query_one("#talk-title", Static).update(
-            Text.assemble(("talk to ", "dim"), (self.role, "bold cyan"), (f" · {session}", "dim")))
+            Text.assemble(("talk to ", "dim"), (for_line(self.role), "bold cyan"), (f" · {session}", "dim")))
 
     def use_session(self, session_id: str) -> None:
         """Continue in another session of this member."""
@@ -141,7 +143,7 @@ class TalkScreen(Screen[None]):
             self.notify(f"{self.role} is still answering", severity="warning")
             return
         event.input.value = ""
-        self._append(Group(Text("you", style="bold"), Text(prompt)))
+        self._append(Group(Text("you", style="bold"), safe_text(prompt)))
         self.busy = True
         self.run_worker(self._ask(prompt, self.session_id), group="talk", name=f"talk to {self.role}",
                         exit_on_error=False)
@@ -171,7 +173,7 @@ class TalkScreen(Screen[None]):
     def on_action_failed(self, message: msg.ActionFailed) -> None:
         """The turn could not start (busy session, no sandbox...)."""
         self.busy = False
-        self._append(Text(f"{message.what}: {message.error}", style="red"))
+        self._append(safe_text(f"{message.what}: {message.error}", style="red"))
 
     def _append(self, renderable: Any) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)

@@ -16,6 +16,7 @@ from textual.widgets import Footer, Static
 
 from agentbox.core.engine.models import Run, Task
 from agentbox.core.tasks import TERMINAL_STATES
+from agentbox.core.termtext import for_line, for_terminal, safe_text
 from agentbox.tui import loaders, model
 from agentbox.tui import messages as msg
 from agentbox.tui.widgets.diff_view import DiffView
@@ -36,23 +37,24 @@ def section(title: str) -> Text:
 
 def task_summary(task: Task) -> Group:
     """Everything about a task except its events."""
-    head = Text.assemble((task.id, "bold"), "  ", (task.assignee, "cyan"), "  ",
+    head = Text.assemble((task.id, "bold"), "  ", (for_line(task.assignee), "cyan"), "  ",
                          (task.state_label, model.STATE_STYLE.get(task.state_label) or "bold"),
                          f"  · attempts {task.attempts} · round {task.round} · tokens ",
                          model.tokens(task.tokens, task.unknown_usage_turns), f" · {model.cost(task.cost_usd)}")
-    parts: list[Any] = [head, section("Brief"), Text(task.brief)]
+    parts: list[Any] = [head, section("Brief"), safe_text(task.brief)]
     parts.append(section("Acceptance criteria"))
     for criterion in task.acceptance:
-        parts.append(Text.assemble((f"  {criterion.id}  ", "bold"), criterion.criterion))
+        parts.append(Text.assemble((f"  {for_line(criterion.id)}  ", "bold"), for_terminal(criterion.criterion)))
     if not task.acceptance:
         parts.append(Text("  none", style="dim"))
-    scope = ", ".join(task.writes) or "nothing (read-only)"
+    scope = for_line(", ".join(task.writes) or "nothing (read-only)")
     parts += [section("Scope"), Text.assemble(("  writes      ", "dim"), scope),
               Text.assemble(("  depends on  ", "dim"), ", ".join(task.depends_on) or "—"),
               Text.assemble(("  sessions    ", "dim"), f"work {model.short_id(task.session_id)} · "
                             f"review {model.short_id(task.review_session_id)}")]
     if task.note:
-        parts.append(Text.assemble(("  next note   ", "dim"), task.note, (f"  (from {task.note_by})", "dim")))
+        parts.append(Text.assemble(("  next note   ", "dim"), for_terminal(task.note),
+                                   (f"  (from {for_line(task.note_by)})", "dim")))
     parts.append(section(f"Verdicts ({len(task.verdicts)})"))
     if task.verdicts:
         table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
@@ -65,8 +67,8 @@ def task_summary(task: Task) -> Group:
             if failing:
                 detail += f" (failing: {', '.join(str(f) for f in failing)})"
             table.add_row(str(index), Text(verdict.verdict, style="green" if verdict.verdict == "approve" else "red"),
-                          Text(verdict.by), model.clock_time(verdict.at),
-                          "-" if verdict.confidence is None else f"{verdict.confidence:.2f}", Text(detail))
+                          safe_text(verdict.by, single_line=True), model.clock_time(verdict.at),
+                          "-" if verdict.confidence is None else f"{verdict.confidence:.2f}", safe_text(detail))
         parts.append(table)
     else:
         parts.append(Text("  not reviewed yet", style="dim"))
@@ -80,8 +82,8 @@ def task_summary(task: Task) -> Group:
         for column in ("at", "kind", "fingerprint", "message"):
             table.add_column(column, overflow="fold")
         for failure in task.failures:
-            table.add_row(model.clock_time(failure.at), Text(failure.kind), Text(failure.fingerprint[:12]),
-                          Text(failure.message[:400]))
+            table.add_row(model.clock_time(failure.at), safe_text(failure.kind, single_line=True),
+                          safe_text(failure.fingerprint[:12], single_line=True), safe_text(failure.message[:400]))
         parts.append(table)
     else:
         parts.append(Text("  none", style="dim"))
@@ -92,7 +94,7 @@ def diff_heading(task: Task) -> Text:
     """The diff's section heading: branch, files and lines changed, where it was merged."""
     heading = section("Changes")
     if task.branch:
-        heading.append(f"  {task.branch}", "not underline cyan")
+        heading.append(f"  {for_line(task.branch)}", "not underline cyan")
     if task.changed_files:
         added = sum(c.added or 0 for c in task.changed_files)
         removed = sum(c.removed or 0 for c in task.changed_files)

@@ -9,6 +9,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from agentbox.core.engine.models import Run
+from agentbox.core.termtext import for_line, for_terminal
 from agentbox.tui import model
 
 
@@ -35,7 +36,7 @@ class RunHeader(Widget):
     def render(self) -> Group:
         width = max(20, self.size.width or 80)
         run = self.run
-        title = Text.assemble(("agentbox", "bold"), (f" · {self.project_name}", "dim"))
+        title = Text.assemble(("agentbox", "bold"), (f" · {for_line(self.project_name)}", "dim"))
         if run is None:
             title.append("  no run yet", style="italic")
             return Group(title, Text("press n to start a run · ctrl+p: every action", style="dim"))
@@ -49,11 +50,11 @@ class RunHeader(Widget):
                                f"  {run.contract.mode}  {model.elapsed(model.run_elapsed(run, self.now))}")
         _append_if_fits(status, Text(f"  {model.budget_line(run)}", style="dim"), width)
         if run.status_reason and run.status not in ("running", "planning"):
-            _append_if_fits(status, Text(f"  {run.status_reason}", style="dim italic"), width)
+            _append_if_fits(status, Text(f"  {for_line(run.status_reason)}", style="dim italic"), width)
         for line in (title, status):
             line.no_wrap = True
             line.overflow = "ellipsis"
-        goal = Text.assemble(("goal ", "dim"), (run.contract.goal, "italic"))
+        goal = Text.assemble(("goal ", "dim"), (for_terminal(run.contract.goal), "italic"))
         return Group(title, status, goal)
 
     def on_click(self) -> None:

@@ -26,6 +26,7 @@ from textual.widgets import Tree
 
 from agentbox.core.engine.models import Run, Task
 from agentbox.core.tasks import TERMINAL_STATES
+from agentbox.core.termtext import for_line
 from agentbox.tui import model
 from agentbox.tui.widgets.tree import TREE_PARTS, StyleMemo
 
@@ -63,14 +64,14 @@ def _label_parts(look: Look) -> list[tuple[str, str]]:
         _, state, count, _expanded = look
         return [(f"{state} ", model.STATE_STYLE.get(str(state)) or "bold"), (f"({count})", "dim")]
     _, task_id, assignee, depends_on, attempts, verdict = look
-    parts = [(str(task_id), "bold"), ("  ", ""), (str(assignee), "cyan")]
+    parts = [(str(task_id), "bold"), ("  ", ""), (for_line(assignee), "cyan")]
     if depends_on:
         parts.append((f"  ⇠ {', '.join(depends_on)}", "dim"))  # type: ignore[arg-type]
     if int(attempts) > 1:  # type: ignore[call-overload]
         parts.append((f"  #{attempts}", "yellow"))
     if verdict:
         good = verdict[0] == "approve"  # type: ignore[index]
-        parts.append((f"  {'✓' if good else '✗'} {verdict[1]}", "green" if good else "red"))  # type: ignore[index]
+        parts.append((f"  {'✓' if good else '✗'} {for_line(verdict[1])}", "green" if good else "red"))  # type: ignore[index]
     return parts
 
 
