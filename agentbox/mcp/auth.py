@@ -11,24 +11,14 @@ server; the comparison takes the same time whatever the token sent.
 
 from __future__ import annotations
 
-import contextlib
 import hmac
-import os
-import re
-import secrets
-import stat
-import tempfile
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from agentbox.core import store
-from agentbox.core.errors import StateError
-from agentbox.core.paths import agent_box_home
-from agentbox.core.safe_io import read_bounded
+from agentbox.core import access_tokens
 
 TOKEN_FILE = "mcp-token"
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{32,256}$")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -38,55 +28,12 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 def token_path() -> Path:
     """`$AGENT_BOX_HOME/mcp-token`."""
-    return agent_box_home() / TOKEN_FILE
+    return access_tokens.token_path(TOKEN_FILE)
 
 
 def http_token() -> str:
     """The token HTTP clients must send; made (and stored 0600) when there is none yet."""
-    path = token_path()
-    token = _read(path)
-    if token is not None:
-        return token
-    with store.locked(path):  # two first uses at once agree on one token
-        token = _read(path)
-        if token is None:
-            token = secrets.token_urlsafe(32)
-            _write(path, token)
-    return token
-
-
-def _read(path: Path) -> str | None:
-    try:
-        data = read_bounded(path, max_bytes=4096)
-        mode = os.stat(path, follow_symlinks=False).st_mode
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise StateError(f"{path}: {exc.strerror or exc}", "delete it: a new token is made on next use") from None
-    if stat.S_IMODE(mode) & 0o077:
-        raise StateError(f"{path} can be read by other users (mode {stat.S_IMODE(mode):03o}): the token may be known",
-                         "delete it (a new token is made on next use) and register the server again")
-    token = data.decode("ascii", "replace").strip()
-    if not _TOKEN.match(token):
-        raise StateError(f"{path} does not hold a token agentbox made",
-                         "delete it: a new token is made on next use")
-    return token
-
-
-def _write(path: Path, token: str) -> None:
-    """The token file, created 0600 under its final name only once complete."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write(token + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    return access_tokens.token(TOKEN_FILE)
 
 
 def authorized(header: bytes | None, token: str) -> bool:
