@@ -316,7 +316,7 @@ class Workspaces:
                                 "its work is already in your tree")
         base = git.Base(commit=run.git.base, branch=run.git.branch, dirty=run.git.dirty, head=run.git.head)
         try:
-            result = git.deliver(self.root, run.id, into=into, squash=squash, base=base)
+            result = git.deliver(self.root, run.id, into=into, squash=squash, base=base, goal=run.contract.goal)
         except AgentboxError as exc:  # a conflict, uncommitted changes in the way: a refusal saying what to do
             raise UsageError(f"{exc.message}; {exc.hint}" if exc.hint else exc.message) from None
         self.ledger.record_delivery(result.commit)
@@ -324,8 +324,12 @@ class Workspaces:
             if cp.kind == "deliver":
                 self.ledger.close_checkpoint(cp, "merged")
         how = "squashed into one commit" if result.squashed else "merged"
-        what = (f"{run.git.integration_branch} was already in {result.into}" if result.already
-                else f"{run.git.integration_branch} {how} into {result.into} ({result.commit[:10]})")
+        if result.already:
+            what = f"{run.git.integration_branch} was already in {result.into}"
+        elif result.empty:
+            what = f"the run changed nothing in {result.into}: no commit was made"
+        else:
+            what = f"{run.git.integration_branch} {how} into {result.into} ({result.commit[:10]})"
         self.ledger.event("deliver", what, None, commit=result.commit, human_required=False)
         return what
 
