@@ -130,3 +130,24 @@ def test_a_nested_repository_is_committed_as_plain_files(tmp_path: Path) -> None
     assert not any((root / "src" / n / ".git").exists() for n in ("with-commit", "empty", "linked"))
     message = git(root, "log", "-1", "--format=%B", commit)
     assert "src/empty\n" in message and "src/with-commit\n" in message and "committed as plain files" in message
+
+
+def test_what_the_person_ignores_everywhere_stays_out_of_a_turns_commit(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    (root / "a.txt").write_text("a\n")
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=P", "-c", "user.email=p@x", "commit", "-qm", "start")
+    (tmp_path / "global-ignore").write_text("*.swp\n")
+    (tmp_path / ".gitconfig").write_text(f"[core]\n\texcludesFile = {tmp_path / 'global-ignore'}\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    gitcmd._person_excludes.cache_clear()
+    try:
+        (root / "b.txt").write_text("b\n")
+        (root / "b.txt.swp").write_text("editor state\n")
+        commit = ws.commit_turn(root, author_name="w", author_email="w@x", message="turn\n")
+    finally:
+        gitcmd._person_excludes.cache_clear()
+    assert commit is not None and git(root, "ls-tree", "--name-only", commit).split() == ["a.txt", "b.txt"]

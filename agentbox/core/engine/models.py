@@ -196,6 +196,8 @@ class RunGit(Model):
     """`agentbox/<run-id>`: every approved task's work, merged."""
     delivered: str | None = None
     """The commit of the person's branch that brought the run in (`agentbox merge`)."""
+    named_base: str | None = None
+    """The branch or commit the person started the run from (`agentbox run --base`); None: their HEAD."""
 
 
 class TaskNote(NamedTuple):

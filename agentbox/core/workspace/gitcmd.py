@@ -6,13 +6,15 @@ may be named by `core.hooksPath`, a nested repository's own config may define an
 Every git agentbox starts goes through `git()` here, which makes all of that inert:
 
 - system and global config are not read (`GIT_CONFIG_NOSYSTEM`, `GIT_CONFIG_GLOBAL=/dev/null`),
-  nor the system and global attributes files;
+  nor the system and global attributes files; of the person's own config only their global
+  ignore file is kept (patterns, no command);
 - hooks, fsmonitor, signing, background gc, colour and submodule recursion are switched off
   on the command line (which outranks every config file, and reaches the git processes git
   itself starts through `GIT_CONFIG_PARAMETERS`);
-- every filter, textconv, diff and merge driver the repository's own config defines is
-  overridden with an empty command (`driver_overrides`), so whatever attribute names it,
-  git uses none: files go in and out of git byte for byte;
+- every filter, textconv and merge driver the repository's own config defines is overridden
+  (`driver_overrides`: no filter, `cat`, git's own text merge), and diffs never use an
+  external diff, so whatever attribute a tree holds, git runs nothing it names: files go in
+  and out of git byte for byte;
 - the caller's `GIT_*` variables are dropped, so the repository a call works on is the one it
   names. Nested repositories in a worktree are never entered (see `worktrees.flatten_nested`).
 
@@ -192,7 +194,7 @@ def _run(argv: list[str], env: Mapping[str, str], stdin: bytes | None, timeout: 
 
 def _argv(cwd: Path, args: tuple[str, ...], extra: tuple[str, ...] = ()) -> list[str]:
     argv = ["git", "-C", str(cwd)]
-    for setting in (*SAFE_CONFIG, *driver_overrides(cwd), *extra):
+    for setting in (*SAFE_CONFIG, *_person_excludes(), *driver_overrides(cwd), *extra):
         argv += ["-c", setting]
     return argv + _hardened(args)
 
@@ -266,6 +268,16 @@ def _signature(files: tuple[Path, ...]) -> tuple[tuple[int, int, int] | None, ..
             continue
         marks.append((st.st_mtime_ns, st.st_size, st.st_ino))
     return tuple(marks)
+
+
+@functools.cache
+def _person_excludes() -> tuple[str, ...]:
+    """The person's global ignore file (`core.excludesFile` of their own config), which
+    only lists patterns: what they ignore everywhere stays out of the run's commits."""
+    proc = _run(["git", "config", "--path", "--get", "core.excludesFile"], clean_env(person_config=True), None,
+                GIT_TIMEOUT_S, ("config",), None)
+    found = proc.stdout.decode("utf-8", "surrogateescape").strip()
+    return (f"core.excludesFile={found}",) if proc.returncode == 0 and found else ()
 
 
 @functools.cache

@@ -138,6 +138,24 @@ def snapshot_base(root: Path, info: RepoInfo | None = None) -> Base:
     return Base(commit, info.branch, True, info.head)
 
 
+def named_base(root: Path, name: str, info: RepoInfo | None = None) -> Base:
+    """A run's base at a branch or commit the person names (`agentbox run --base`), instead of
+    their HEAD: their uncommitted changes belong to HEAD, so none is snapshotted. A local
+    branch's name becomes the branch the run is delivered into by default."""
+    info = info or repo_info(root)
+    if info is None:
+        raise UsageError(f"{root} is not in a git repository with at least one commit",
+                         "use `workspace: shared`, or commit something first")
+    if not name.strip() or name.startswith("-"):
+        raise UsageError(f"--base {name!r} is not a branch or commit", "name one: --base main, --base 1a2b3c4")
+    commit = rev(root, name)
+    if commit is None:
+        raise UsageError(f"--base {name}: there is no branch, tag or commit {name} in this repository",
+                         "see `git branch -a` and `git log --oneline`")
+    branch = name if rev(root, heads(name)) == commit and not name.startswith(BRANCH_PREFIX) else None
+    return Base(commit, branch, False, commit)
+
+
 def ensure_integration_branch(root: Path, run_id: str, base: Base) -> str:
     """Create the run's integration branch (and a ref keeping its base) at `base`; the
     branch's short name. Idempotent: an existing branch is left where it is."""
@@ -238,12 +256,27 @@ def _update_checked_out(checked_out: Path, run_id: str, name: str, target: str, 
         git(checked_out, "update-index", "-q", "--refresh", ok=(0, 1))
         check = git(checked_out, "read-tree", "-m", "-u", target, commit, ok=(0, 128))
     if check.returncode != 0:
-        problems = [_plain(line) for line in check.error_text.splitlines() if _plain(line)]
+        files = _files_in_the_way(check.error_text)
+        said = "; ".join(_plain(line) for line in check.error_text.splitlines() if _plain(line))
         raise UsageError(
-            f"bringing run {run_id} into {name} would overwrite your uncommitted changes in {checked_out}: "
-            + "; ".join(problems[:6]),
+            f"bringing run {run_id} into {name} would overwrite "
+            + (f"your uncommitted changes to {', '.join(files[:10])}" if files else f"files ({said})")
+            + f" in {checked_out}",
             "commit or stash your changes (git stash), then run `agentbox merge` again")
     git(checked_out, "update-ref", "-m", f"agentbox: merge run {run_id}", "HEAD", commit, target)
+
+
+def _files_in_the_way(stderr: str) -> list[str]:
+    """The paths `read-tree -m -u` refused to overwrite, from its message (`Entry 'a' not
+    uptodate`, `Untracked working tree file 'b' would be overwritten`, or a list of paths
+    indented under a sentence)."""
+    found: list[str] = []
+    for line in stderr.splitlines():
+        if "'" in line and ("not uptodate" in line or "would be overwritten" in line):
+            found.append(line.split("'", 2)[1])
+        elif line.startswith("\t"):
+            found.append(line.strip())
+    return list(dict.fromkeys(found))
 
 
 def _plain(line: str) -> str:
@@ -252,7 +285,7 @@ def _plain(line: str) -> str:
     for prefix in ("error: ", "fatal: "):
         if line.startswith(prefix):
             line = line[len(prefix):]
-    return "" if line.startswith(("hint:", "Please commit", "Aborting")) else line
+    return "" if line.startswith(("hint:", "Please commit", "Please move", "Aborting")) else line
 
 
 def _without_snapshot(root: Path, base: Base, integration: str) -> str:
