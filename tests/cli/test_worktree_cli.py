@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -23,6 +24,8 @@ def finished_run(project: Path, deliver: str = "manual") -> str:
     setup_crew(project, worker=worker, deliver=deliver,
                tasks=[task("t1", "builder", writes=["src/**"]), task("t2", "tester", writes=["tests/**"])])
     git(project, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "commit", "-qam", "crew")
+    time.sleep(1.1)
+    os.utime(project / "README.md")  # an editor saved it unchanged: the index's stat data is stale now
     done = run_cli("run", "build it", "--quiet", cwd=project, timeout=180)
     assert done.code == 0, done.err
     return json.loads(run_cli("status", "--json", cwd=project).out)["id"]

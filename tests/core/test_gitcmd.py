@@ -151,3 +151,25 @@ def test_what_the_person_ignores_everywhere_stays_out_of_a_turns_commit(tmp_path
     finally:
         gitcmd._person_excludes.cache_clear()
     assert commit is not None and git(root, "ls-tree", "--name-only", commit).split() == ["a.txt", "b.txt"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a repository another user owns needs root")
+def test_a_repository_the_person_trusts_in_their_config_is_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pwd
+
+    root = tmp_path / "theirs"
+    root.mkdir()
+    git(root, "init", "-q")
+    other = pwd.getpwnam("nobody")
+    for path in [root, *root.rglob("*")]:
+        os.chown(path, other.pw_uid, other.pw_gid)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    gitcmd._person_safe_directories.cache_clear()
+    try:
+        with pytest.raises(ws.GitError, match="dubious ownership"):
+            gitcmd.git(root, "status")
+        gitcmd._person_safe_directories.cache_clear()
+        (tmp_path / ".gitconfig").write_text(f"[safe]\n\tdirectory = {root}\n")
+        assert gitcmd.git(root, "status", "--porcelain").returncode == 0
+    finally:
+        gitcmd._person_safe_directories.cache_clear()

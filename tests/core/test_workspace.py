@@ -747,6 +747,9 @@ def test_uncommitted_work_the_run_started_from_never_enters_the_branchs_history(
         assert "- t2: work (worker (profile coder))" in body
         assert sh(repo, "log", "-1", "--format=%s", done.commit).startswith(f"Merge {integration_branch('r1')} into main")
     assert deliver(repo, "r1", into=None, squash=squash, base=base).already
+    plan = clean(repo, "r1")  # delivered: the run's branches go, and with them the last ref to the snapshot
+    assert integration_branch("r1") in plan.branches and not plan.refused
+    assert SECRET not in sh(repo, "log", "-p", "--all")
 
 
 @pytest.mark.parametrize("dirty", [False, True], ids=["clean", "dirty"])

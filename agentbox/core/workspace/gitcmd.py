@@ -160,23 +160,26 @@ def git(
     hint: str | None = None,
 ) -> GitOutput:
     """Run `git -C cwd ARGS` safely (see the module docstring); a GitError unless its exit
-    status is in `ok`. `retry_on_lock`: try once more when another git held a lock file
-    (for commands that are safe to repeat, such as `worktree add`)."""
+    status is in `ok`. `retry_on_lock`: try twice more when another git held a lock file
+    (for commands that are safe to repeat, such as `worktree add`). A repository owned by
+    someone else is opened when the person's own config trusts it (`safe.directory`)."""
     argv = _argv(cwd, args)
     full_env = clean_env(env)
-    for attempt in (1, 2, 3):
+    trusted_asked = False
+    for attempt in (1, 2, 3, 4):
         result = _run(argv, full_env, stdin, timeout, args, hint)
-        if result.returncode in ok:
-            return result
-        if attempt < 3 and _is_lock_contention(result.stderr) and retry_on_lock:
-            time.sleep(_LOCK_RETRY_S * attempt)
-            continue
-        if attempt == 1 and b"dubious ownership" in result.stderr:
+        if not trusted_asked and b"dubious ownership" in result.stderr:
+            trusted_asked = True
             trusted = _person_safe_directories()
             if trusted:  # the person told their git to trust this repository: so does agentbox
                 argv = _argv(cwd, args, extra=tuple(f"safe.directory={d}" for d in trusted))
                 continue
-        raise GitError(tuple(args), result.returncode, result.error_text, hint)
+        if result.returncode in ok:
+            return result
+        if attempt < 4 and retry_on_lock and _is_lock_contention(result.stderr):
+            time.sleep(_LOCK_RETRY_S * attempt)
+            continue
+        break
     raise GitError(tuple(args), result.returncode, result.error_text, hint)
 
 

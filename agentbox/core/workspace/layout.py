@@ -12,6 +12,7 @@
     <common>/agentbox/worktrees/<run>/.spare/ finished worktrees kept for the run's next task
     <common>/agentbox/worktrees/<run>/.view   the integration head, for read-only turns
     <common>/agentbox/gitfiles/<name>         the `.git` file a sandbox sees (see sandbox_view)
+    <common>/agentbox/worktrees.flock         held while worktree admin dirs change (admin_lock)
 
 Task branches use `@`, which ids never contain: git cannot hold a branch `agentbox/<run>`
 and a branch below it (`agentbox/<run>/<task>`) at once. Everything lives inside the git
@@ -195,7 +196,7 @@ def admin_lock(common: Path) -> Iterator[None]:
     if key in held:
         yield
         return
-    path = common / "agentbox" / "worktrees.lock"
+    path = common / "agentbox" / "worktrees.flock"  # not `*.lock`: git names its own lock files so
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
