@@ -752,6 +752,22 @@ def test_uncommitted_work_the_run_started_from_never_enters_the_branchs_history(
     assert SECRET not in sh(repo, "log", "-p", "--all")
 
 
+def test_a_run_that_changed_the_uncommitted_lines_waits_until_the_person_commits_them(repo: Path) -> None:
+    write(repo, "a.txt", "one\ntwo (mine)\nthree\n")
+    base = start(repo)
+    work(repo, "t1", {"a.txt": "one\ntwo (mine, and the run's)\nthree\n"})
+    merge_task(repo, "r1", "t1")
+    before = user_state(repo)
+    with pytest.raises(MergeConflictError) as caught:
+        deliver(repo, "r1", into=None, squash=False, base=base)
+    assert caught.value.paths == ["a.txt"] and "commit those changes of yours on main" in (caught.value.hint or "")
+    assert user_state(repo) == before
+    sh(repo, "commit", "-qam", "mine")  # the person's own commit: now the run merges as it is
+    done = deliver(repo, "r1", into=None, squash=False, base=base)
+    assert (repo / "a.txt").read_text() == "one\ntwo (mine, and the run's)\nthree\n"
+    assert sh(repo, "status", "--porcelain") == "" and not done.empty
+
+
 @pytest.mark.parametrize("dirty", [False, True], ids=["clean", "dirty"])
 def test_a_run_that_changes_nothing_makes_no_commit(repo: Path, dirty: bool) -> None:
     if dirty:

@@ -206,7 +206,9 @@ def deliver(root: Path, run_id: str, *, into: str | None, squash: bool, base: Ba
     not the integration branch (whose history holds the snapshot) but the run's merged
     tasks rewritten onto the commit the snapshot was made on (`_without_snapshot`), so the
     uncommitted changes stay theirs, uncommitted, in their tree, and in no commit of the
-    branch. A run that changes nothing in the branch makes no commit (`empty`).
+    branch. When the run changed those very lines, its work cannot be had without them: a
+    MergeConflictError, until the person has committed them themselves (then the run is
+    merged as it is). A run that changes nothing in the branch makes no commit (`empty`).
 
     Where the branch is checked out, its working tree and index are updated by a two-tree
     `read-tree -m -u`, which refuses to overwrite uncommitted changes (a UsageError with a
@@ -228,8 +230,14 @@ def deliver(root: Path, run_id: str, *, into: str | None, squash: bool, base: Ba
     checked_out = _checked_out_at(root, name)
     if is_ancestor(root, integration, target) or _delivered_into(root, run_id, integration, target):
         return DeliverResult(target, name, squash, True, checked_out)
-    work = _without_snapshot(root, base, integration) if base.dirty else integration
-    tree, conflicts = merge_tree(root, target, work)
+    work, ours = integration, target
+    if base.dirty and not _holds(root, target, base.commit):
+        work = _without_snapshot(root, base, integration, name)
+    elif base.dirty:  # the person has committed everything the snapshot holds since: it hides nothing
+        # merged from a commit of the branch's tree on the snapshot, the snapshot is the merge base
+        ours = commit_tree(root, tree_of(root, target), [target, base.commit], "agentbox: merge base\n",
+                           ident_env(*AGENTBOX_IDENT))
+    tree, conflicts = merge_tree(root, ours, work)
     if conflicts:
         raise MergeConflictError(
             f"run {run_id} conflicts with {name} in: {', '.join(conflicts)}", conflicts,
@@ -288,7 +296,13 @@ def _plain(line: str) -> str:
     return "" if line.startswith(("hint:", "Please commit", "Please move", "Aborting")) else line
 
 
-def _without_snapshot(root: Path, base: Base, integration: str) -> str:
+def _holds(root: Path, target: str, commit: str) -> bool:
+    """True when `target` already holds every change of `commit` (merging it changes nothing)."""
+    tree, conflicts = merge_tree(root, target, commit)
+    return not conflicts and tree == tree_of(root, target)
+
+
+def _without_snapshot(root: Path, base: Base, integration: str, name: str) -> str:
     """The run's work without the snapshot of the person's uncommitted changes in its history:
     each commit the integration branch gained over the snapshot (one per merged task, on its
     first-parent line) replayed onto the commit the snapshot was made on (`base.head`), each
@@ -312,9 +326,10 @@ def _without_snapshot(root: Path, base: Base, integration: str) -> str:
     tree, conflicts = merge_tree(root, unsnapshotted, integration)
     if conflicts:
         raise MergeConflictError(
-            "the run's work cannot be separated from your uncommitted changes it started from, in: "
-            + ", ".join(conflicts), conflicts,
-            f"commit those changes and merge by hand (git merge {integration})")
+            "the run changed lines of the uncommitted changes it started from, so its work cannot be "
+            "brought in without them, in: " + ", ".join(conflicts), conflicts,
+            f"commit those changes of yours on {name} first (then the run is merged as it is), or copy "
+            "what you want of the run by hand (agentbox diff)")
     return commit_tree(root, tree, [base.head], _replayed_message(root, integration, whole=base.commit), ident)
 
 
