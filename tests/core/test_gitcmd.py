@@ -173,3 +173,20 @@ def test_a_repository_the_person_trusts_in_their_config_is_opened(tmp_path: Path
         assert gitcmd.git(root, "status", "--porcelain").returncode == 0
     finally:
         gitcmd._person_safe_directories.cache_clear()
+
+
+def test_a_name_git_refuses_leaves_out_that_directory_not_the_turn(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    (root / "a.txt").write_text("a\n")
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=P", "-c", "user.email=p@x", "commit", "-qm", "start")
+    for name in ("src/.GIT/config", "src/deep/GIT~1/x", "src/ok.txt"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x\n")
+    commit = ws.commit_turn(root, author_name="w", author_email="w@x", message="turn\n")
+    assert commit is not None
+    assert git(root, "ls-tree", "-r", "--name-only", commit).split() == ["a.txt", "src/ok.txt"]
+    message = git(root, "log", "-1", "--format=%B", commit)
+    assert "Not committed" in message and "  src/.GIT\n" in message and "  src/deep/GIT~1\n" in message

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import shutil
 import time
 import uuid
@@ -32,6 +33,7 @@ from pathlib import Path
 from agentbox.core.errors import StateError, UsageError
 from agentbox.core.workspace.gitcmd import (
     AGENTBOX_IDENT,
+    GitError,
     commit_tree,
     git,
     ident_env,
@@ -426,6 +428,39 @@ def _remove_nested_git(worktree: Path, nested: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def _add_all(worktree: Path) -> list[str]:
+    """`git add -A`, leaving out the directories (or files) whose name git refuses in a
+    repository (`.GIT`, `git~1`: a `.git` on another file system), which would otherwise make
+    the whole turn uncommittable; the paths left out."""
+    refused: list[str] = []
+    for _ in range(_MAX_REFUSED):
+        excluded = [f":(exclude,literal){path}" for path in refused]
+        out = git(worktree, "add", "-A", "--", ".", *excluded, timeout=CHECKOUT_TIMEOUT_S, ok=(0, 128))
+        if out.returncode == 0:
+            return refused
+        named = _INVALID_PATH.search(out.error_text)
+        if named is None:
+            raise GitError(("add", "-A"), out.returncode, out.error_text)
+        parts = named.group(1).split("/")
+        bad = next((i for i, part in enumerate(parts) if not _git_accepts(part)), len(parts) - 1)
+        path = "/".join(parts[: bad + 1])
+        if path in refused:
+            raise GitError(("add", "-A"), out.returncode, out.error_text)
+        refused.append(path)
+    raise GitError(("add", "-A"), 128, f"more than {_MAX_REFUSED} paths git refuses")
+
+
+_MAX_REFUSED = 20
+_INVALID_PATH = re.compile(r"invalid path '(.+)'")
+
+
+def _git_accepts(part: str) -> bool:
+    """False for a path component git refuses in a tree (a `.git` by any spelling a Windows or
+    macOS file system would read as `.git`)."""
+    folded = part.lower().rstrip(". ")
+    return folded not in (".git", "git~1") and not folded.startswith(".git:")
+
+
 def commit_turn(worktree: Path, *, author_name: str, author_email: str, message: str,
                 turn_id: str | None = None) -> str | None:
     """Commit everything a turn changed in `worktree` (honouring .gitignore) on the task's
@@ -435,7 +470,7 @@ def commit_turn(worktree: Path, *, author_name: str, author_email: str, message:
     the worktree are committed as plain files (`flatten_nested`), as the message says."""
     _drop_stale_index_lock(worktree)
     flattened = flatten_nested(worktree)
-    git(worktree, "add", "-A", timeout=CHECKOUT_TIMEOUT_S)
+    refused = _add_all(worktree)
     tree = git(worktree, "write-tree").text
     found = git(worktree, "rev-parse", "HEAD^{commit}", "HEAD^{tree}", ok=(0, 128))
     if found.returncode != 0:
@@ -447,6 +482,9 @@ def commit_turn(worktree: Path, *, author_name: str, author_email: str, message:
     if flattened:
         text += ("\nNested git repositories made in the worktree, committed as plain files (their .git "
                  "removed):\n" + "".join(f"  {path}\n" for path in flattened))
+    if refused:
+        text += ("\nNot committed: names git refuses in a repository (a `.git` by another spelling):\n"
+                 + "".join(f"  {path}\n" for path in refused))
     if turn_id is not None:
         text += f"\n{TURN_TRAILER}: {turn_id}\n"
     commit = commit_tree(worktree, tree, [head], text, ident_env(author_name, author_email))
