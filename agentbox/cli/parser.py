@@ -117,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how the crew works together (default: crew.yaml's mode): sequential pipeline, "
                    "hierarchical lead + workers + review, group_chat, handoff, or graph (with --graph)")
     p.add_argument("--graph", metavar="NAME|FILE", help="work graph for graph mode")
+    p.add_argument("--base", metavar="BRANCH|COMMIT",
+                   help="start the run's branch from this branch or commit instead of your HEAD (worktree runs)")
     p.add_argument("--detach", action="store_true", help="run in the background; print the run id")
     p.add_argument("--resume", metavar="RUN", help="continue a run from disk")
     p.add_argument("--quiet", action="store_true", help="no live progress")

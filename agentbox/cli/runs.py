@@ -223,13 +223,15 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         from agentbox.core.engine.run_store import RunStore
 
+        if args.base:
+            raise UsageError("--base is for a new run", f"a resumed run keeps its base: agentbox run --resume {args.resume}")
         run_store = RunStore(project)
         run_id = run_store.resolve_id(args.resume)
         run_store.load_checked(run_id)  # a damaged run is refused here, before anything starts
     else:
         if not args.goal:
             raise UsageError("say what the crew should do", 'agentbox run "GOAL" (or --resume RUN)')
-        run_id = runs.create_run(project, args.goal, args.mode, args.graph).id
+        run_id = runs.create_run(project, args.goal, args.mode, args.graph, base=args.base).id
     if args.detach:
         pid = runs.detach(project, run_id)
         print(run_id)
@@ -276,10 +278,13 @@ def status(args: argparse.Namespace) -> int:
           f"tokens: {totals.tokens:,}{' / ' + format(budget, ',') if budget else ''}{unknown}"
           + (f" · cost ${totals.cost_usd:.4f}" if totals.cost_usd is not None else ""))
     if run.git is not None:
-        where = run.git.branch or "a detached HEAD"
+        from agentbox.core.run_changes import merge_hint
+
         base = f"{run.git.base[:10]}" + (" (a snapshot of your uncommitted changes)" if run.git.dirty else "")
-        delivered = (f"merged into {where} ({run.git.delivered[:10]})" if run.git.delivered
-                     else f"`agentbox merge {run.id}` brings it into {where}")
+        if run.git.named_base:
+            base += f" (--base {run.git.named_base})"
+        into = run.git.delivered_into or run.git.branch or "a branch of yours"
+        delivered = f"merged into {into} ({run.git.delivered[:10]})" if run.git.delivered else merge_hint(run)
         print(for_line(f"workspace: worktree · {run.git.integration_branch} from {base} · {delivered}"))
     if run.tasks:
         print()
@@ -288,7 +293,8 @@ def status(args: argparse.Namespace) -> int:
                     [[t.id, t.state_label, t.assignee, ",".join(t.depends_on) or "-", str(t.attempts),
                       f"{t.tokens:,}" + ("+?" if t.unknown_usage_turns else ""),
                       t.verdicts[-1].verdict + f" ({t.verdicts[-1].by})" if t.verdicts else "-",
-                      *([str(len(t.changed_files)) + (" merged" if t.merged else "")] if worktree else [])]
+                      *([(str(len(t.changed_files)) + (" merged" if t.merged else "")) if t.changed_files
+                         else "none"] if worktree else [])]
                      for t in run.tasks.values()])
     open_cps = run.open_checkpoints()
     if open_cps:

@@ -21,8 +21,9 @@ COMMAND_ACK_TIMEOUT_S = 15.0
 
 
 def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph: str | None = None,
-               success_criteria: list[str] | None = None) -> Run:
-    """Validate the crew (and graph) and write a new run's directory; the engine starts it."""
+               success_criteria: list[str] | None = None, base: str | None = None) -> Run:
+    """Validate the crew (and graph) and write a new run's directory; the engine starts it.
+    `base`: a branch or commit the run starts from instead of the person's HEAD (worktree runs)."""
     if not goal.strip():
         raise UsageError("the goal is empty", 'say what the crew should do: agentbox run "..."')
     crew = project_mod.load_checked_crew(project)
@@ -41,6 +42,9 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
     store = RunStore(project)
     workspace, info = _workspace_of(project, crew.workspace)
     if workspace == "shared":
+        if base is not None:
+            raise UsageError(f"--base {base}: this run works in the live tree (a shared workspace), which "
+                             "has no other base", "start it without --base, or use `workspace: worktree` in crew.yaml")
         _refuse_a_second_shared_writer(store)
     run = Run(
         id=new_run_id(now),
@@ -55,10 +59,10 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
     if workspace == "worktree":
         from agentbox.core import workspace as git
 
-        base = git.snapshot_base(project.root, info)
-        branch = git.ensure_integration_branch(project.root, run.id, base)
-        run.git = RunGit(base=base.commit, head=base.head, branch=base.branch, dirty=base.dirty,
-                         integration_branch=branch)
+        start = git.named_base(project.root, base, info) if base is not None else git.snapshot_base(project.root, info)
+        branch = git.ensure_integration_branch(project.root, run.id, start)
+        run.git = RunGit(base=start.commit, head=start.head, branch=start.branch, dirty=start.dirty,
+                         integration_branch=branch, named_base=base)
     store.create(run)
     return run
 

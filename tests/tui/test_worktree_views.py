@@ -300,7 +300,7 @@ async def test_merge_is_refused_when_uncommitted_changes_are_in_the_way(tmp_path
         await wait_for(pilot, lambda: any(n.startswith("merge:") for n in notices(app)), "the refusal")
         [refusal] = [n for n in app._notifications if n.title == "merge"]
         assert refusal.severity == "error"
-        assert "would overwrite files" in refusal.message and "src/app.py" in refusal.message
+        assert "would overwrite your uncommitted changes to src/app.py" in refusal.message and "src/app.py" in refusal.message
         assert "stash" in refusal.message
     assert git(root, "rev-parse", "main").strip() == main_before
     assert (root / "src" / "app.py").read_text() == "print('my own unsaved work')\n"

@@ -211,6 +211,8 @@ class RunGit(Model):
     """The commit of the person's branch that brought the run in (`agentbox merge`)."""
     delivered_into: str | None = None
     """The branch the run was brought into (None before it was, or when a run recorded no branch)."""
+    named_base: str | None = None
+    """The branch or commit the person started the run from (`agentbox run --base`); None: their HEAD."""
 
 
 class TaskNote(NamedTuple):

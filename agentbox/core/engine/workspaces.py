@@ -26,7 +26,7 @@ from agentbox.core import workspace as git
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import ChangedPath, Job, Task
 from agentbox.core.errors import AgentboxError, UsageError
-from agentbox.core.run_changes import changed_paths
+from agentbox.core.run_changes import changed_paths, merge_hint
 from agentbox.core.workspace.layout import admin_dir, common_dir, task_worktree_path
 
 DIFF_PROMPT_BYTES = 48 * 1024
@@ -252,7 +252,7 @@ class Workspaces:
                               "crew.yaml `workspace: shared`, or the project is no git repository with a commit")
             return
         assert run.git is not None
-        where = run.git.branch or "a detached HEAD"
+        where = (f"--base {run.git.named_base}" if run.git.named_base else None) or run.git.branch or "a detached HEAD"
         if run.git.dirty:
             why = (f"your uncommitted changes to tracked files on {where} were snapshotted as {run.git.base[:10]} "
                    "(your tree, index and stash are untouched), so agents see what you see")
@@ -287,18 +287,16 @@ class Workspaces:
         if run.status != "done" or run.git.delivered or any(c.kind == "deliver" for c in run.checkpoints.values()):
             return
         stat = self.run_stat()
-        if run.contract.deliver == "merge":
+        if run.git.branch is None or run.contract.deliver == "manual":  # no branch of the person's to go into
+            self.ledger.event("deliver", f"the run's work is on {run.git.integration_branch}",
+                              f"{merge_hint(run)}\n{stat}", human_required=True)
+        elif run.contract.deliver == "merge":
             self.deliver(None, squash=False)
-        elif run.contract.deliver == "checkpoint":
-            into = run.git.branch or "your branch"
+        else:
             self.ledger.checkpoint(
-                "deliver", f"The run is done. Merge {run.git.integration_branch} into {into}?\n{stat}\n"
+                "deliver", f"The run is done. Merge {run.git.integration_branch} into {run.git.branch}?\n{stat}\n"
                 "Answer 'merge', 'squash' (one commit), or 'later' (then `agentbox merge` does it).",
                 options=["merge", "squash", "later"])
-        else:
-            self.ledger.event("deliver", f"the run's work is on {run.git.integration_branch}",
-                              f"`agentbox merge {run.id}` brings it into {run.git.branch or 'a branch'}\n{stat}",
-                              human_required=True)
 
     def run_stat(self) -> str:
         """The stat of everything the run's integration branch holds over its base."""
@@ -316,16 +314,21 @@ class Workspaces:
                                 "its work is already in your tree")
         base = git.Base(commit=run.git.base, branch=run.git.branch, dirty=run.git.dirty, head=run.git.head)
         try:
-            result = git.deliver(self.root, run.id, into=into, squash=squash, base=base)
+            result = git.deliver(self.root, run.id, into=into, squash=squash, base=base, goal=run.contract.goal)
         except AgentboxError as exc:  # a conflict, uncommitted changes in the way: a refusal saying what to do
-            raise UsageError(f"{exc.message}; {exc.hint}" if exc.hint else exc.message) from None
+            # the command channel carries one text: the hint goes on its own line, as the CLI prints one
+            raise UsageError(f"{exc.message}\nhint: {exc.hint}" if exc.hint else exc.message) from None
         self.ledger.record_delivery(result.commit, result.into)
         for cp in run.open_checkpoints():
             if cp.kind == "deliver":
                 self.ledger.close_checkpoint(cp, "merged")
         how = "squashed into one commit" if result.squashed else "merged"
-        what = (f"{run.git.integration_branch} was already in {result.into}" if result.already
-                else f"{run.git.integration_branch} {how} into {result.into} ({result.commit[:10]})")
+        if result.already:
+            what = f"{run.git.integration_branch} was already in {result.into}"
+        elif result.empty:
+            what = f"the run changed nothing in {result.into}: no commit was made"
+        else:
+            what = f"{run.git.integration_branch} {how} into {result.into} ({result.commit[:10]})"
         self.ledger.event("deliver", what, None, commit=result.commit, human_required=False)
         return what
 

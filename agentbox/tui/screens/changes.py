@@ -153,8 +153,12 @@ class ChangesScreen(Screen[None]):
             for change in tasks:
                 label = Text.assemble((change.task, "bold"), "  ",
                                       (change.state, model.STATE_STYLE.get(change.state) or ""), "  ")
-                label.append_text(lines_changed(change.files) if change.files else Text("no commits yet", "dim"))
-                if change.merged:
+                if change.files:
+                    label.append_text(lines_changed(change.files))
+                else:  # nothing to merge: a merged sha here would only name the integration head
+                    label.append("changed nothing" if change.merged or change.state == "approved"
+                                 else "no commits yet", "dim")
+                if change.merged and change.files:
                     label.append(f"  merged {change.merged[:10]}", "green")
                 label.append(f"  {for_line(change.branch)}", "dim")
                 task_node = role_node.add(label, data=change.task, expand=True, allow_expand=bool(change.files))
