@@ -28,6 +28,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -137,8 +138,12 @@ def _limit_memory(limit: int) -> None:
 
 
 def run_check(name: str, check: Check, *, root: Path, tree: Path, views: tuple[tuple[Path, Path], ...],
-              view_hidden: tuple[Path, ...], log_path: Path) -> CheckOutcome:
-    """Run `check` over `tree` (seen at `root`) in its sandbox; blocking, never raises for the check's failure."""
+              view_hidden: tuple[Path, ...], log_path: Path,
+              on_spawn: Callable[[int], None] | None = None) -> CheckOutcome:
+    """Run `check` over `tree` (seen at `root`) in its sandbox; blocking, never raises for the check's failure.
+
+    `on_spawn` gets the pid of the sandbox's process group leader once it runs (a caller may kill the group).
+    """
     home = Path.home()
     box = root / ".agent-box"
     metadata = scopes.worktree_metadata_paths(tree) if tree != root else scopes.metadata_paths(root)
@@ -163,6 +168,8 @@ def run_check(name: str, check: Check, *, root: Path, tree: Path, views: tuple[t
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                     preexec_fn=lambda: _limit_memory(check.memory_mb << 20))
             output.pid = proc.pid
+            if on_spawn is not None:
+                on_spawn(proc.pid)
             with proc:
                 timed_out = wait_captured(proc, None, output, output, check.timeout_s)
     except (OSError, sandbox.SandboxError) as exc:

@@ -9,7 +9,7 @@ from typing import Any
 
 from agentbox.core.config import Crew
 from agentbox.core.engine.ledger import RunLedger
-from agentbox.core.engine.models import Run, Task
+from agentbox.core.engine.models import EscalatedTurn, Run, Task
 from agentbox.core.engine.run_store import RunStore
 
 
@@ -32,6 +32,8 @@ class ModeContext:
     save: Callable[[], None]
     integrate: Callable[[Task], list[str]] = lambda task: []
     """Merge an approved task's branch into the run's (worktree runs): the conflicting files, or []."""
+    gate: Callable[[Task, EscalatedTurn], bool] = lambda task, turn: False
+    """Open the task's submission gate (its checks run before any review): False when no check applies."""
 
     @property
     def run(self) -> Run:

@@ -9,7 +9,7 @@ from agentbox.core.engine import budgets, prompts
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.mode_context import ModeContext
 from agentbox.core.engine.mode_state import ModeState
-from agentbox.core.engine.models import Checkpoint, Job, JobData, Run, Task, Verdict
+from agentbox.core.engine.models import Checkpoint, EscalatedTurn, Job, JobData, Run, Task, Verdict
 from agentbox.core.engine.replies import Submission
 from agentbox.core.engine.replies import Verdict as VerdictReply
 from agentbox.core.engine.reply_rules import check_verdict
@@ -119,6 +119,13 @@ class ModeDriver(Generic[StateT]):
         self.ctx.ledger.transition(task, TaskEvent.DISPATCH, why)
         self.ctx.ledger.transition(task, TaskEvent.SUBMIT, why)
         if not budgets.pause_before_review(self.ctx.ledger, task):
+            self.to_review(task, EscalatedTurn(kind="work", role=task.assignee, task=task.id,
+                                               session_id=task.session_id, prompt=""))
+
+    def to_review(self, task: Task, turn: EscalatedTurn) -> None:
+        """The one place deciding checks green → review: the submission gate's checks run first (the
+        engine calls `after_submit` once they pass); with no check to run the task goes to review now."""
+        if not self.ctx.gate(task, turn):
             self.after_submit(task)
 
     def _tasks_with_work(self) -> set[str]:
@@ -168,7 +175,8 @@ class ModeDriver(Generic[StateT]):
         self.ctx.ledger.event("submission", f"{task.id} submitted by {job.role}", reply.summary[:300], task=task.id,
                           role=job.role, session=result.session_id, tokens=task.tokens)
         if not budgets.pause_before_review(self.ctx.ledger, task):
-            self.after_submit(task)
+            self.to_review(task, EscalatedTurn(kind=job.kind, role=job.role, task=job.task, session_id=job.session_id,
+                                               prompt=job.original_prompt, data=job.data.for_retry(None)))
 
     def record_artifacts(self, task: Task, listed: list[str], job: Job, result: InvokeResult) -> None:
         """Add the files a submission names (and its hand-on dir) to the run's manifest."""
