@@ -8,6 +8,7 @@ it again without recording it twice.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -19,6 +20,7 @@ import pytest
 
 from agentbox.core.engine.gates import failure_signature
 from agentbox.core.engine.run_store import RunStore
+from tests.conftest import run_cli
 from tests.engine.support import (
     assert_log_consistent,
     create,
@@ -27,6 +29,7 @@ from tests.engine.support import (
     of_type,
     open_checkpoint,
     prompts_of,
+    review_rule,
     send,
     setup_crew,
     start_engine,
@@ -82,6 +85,21 @@ async def test_red_then_green_the_reviewer_sees_green_work_only(project: Path) -
     failure = [f for f in t1.failures if f.kind == "implementation_defect"]
     assert len(failure) == 1 and "tests/test_t1.py::test_good" in failure[0].message
     assert of_type(log, "verdict", "t1")[0]["seq"] > of_type(log, "gate.passed", "t1")[0]["seq"]
+    # where people see it: `agentbox checks`, `status --json`
+    listed = run_cli("--project", str(project), "checks", run_id, "--json")
+    assert listed.code == 0, listed.err
+    data = json.loads(listed.out)
+    assert data["gates"]["submission"] == ["smoke"]
+    assert [(c["name"], c["stage"], c["commit"], c["passed"], c["exit_status"], c["flaky"]) for c in data["checks"]] == [
+        ("smoke", "submission", red.commit, False, 1, False), ("smoke", "submission", green.commit, True, 0, False)]
+    assert all(Path(c["log"]).is_file() and c["duration_s"] >= 0 for c in data["checks"])
+    text = run_cli("--project", str(project), "checks", run_id, "t1")
+    assert text.code == 0 and "failed" in text.out and "passed" in text.out and red.commit[:10] in text.out
+    status = json.loads(run_cli("--project", str(project), "status", run_id, "--json").out)
+    assert [(c["name"], c["stage"], c["commit"], c["passed"]) for c in status["tasks"]["t1"]["checks"]] == [
+        ("smoke", "submission", red.commit, False), ("smoke", "submission", green.commit, True)]
+    missing = run_cli("--project", str(project), "checks", run_id, "t9")
+    assert missing.code == 2 and "no task 't9'" in missing.err and "Traceback" not in missing.err
 
 
 async def test_paths_filter_skips_a_check_the_changes_do_not_touch(project: Path) -> None:
@@ -203,3 +221,38 @@ def test_the_fingerprint_of_a_red_check_comes_from_its_output() -> None:
     other = failure_signature("FAILED tests/test_app.py::test_c - KeyError: 'x'")
     assert other != failure_signature(first)
     assert failure_signature("make: *** [all] Error 2\nbuild broke at step 3")[0].endswith("build broke at step 3")
+
+
+async def test_an_approval_is_bound_to_the_commit_it_judged(project: Path) -> None:
+    from agentbox.core.workspace.layout import common_dir, task_worktree_path
+
+    paths = crew(project, checks={"smoke": {"run": GOOD}}, submission=["smoke"],
+                 worker=[work_rule(task_id="t1", write={"src/t1/good.txt": "good\n"})],
+                 reviewer=[review_rule("approve", delay=60)])
+    run_id = create(paths)
+    moved: dict[str, str] = {}
+
+    async def person(engine: Any) -> None:
+        await until(engine, lambda e: e.run.tasks.get("t1") is not None and e.run.tasks["t1"].state == "reviewing",
+                    timeout=60)
+        judged = engine.run.tasks["t1"].head
+        tree = task_worktree_path(common_dir(project), run_id, "t1")
+        (tree / "src" / "t1" / "later.txt").write_text("committed by hand during the review\n")
+        git(tree, "add", "-A")
+        git(tree, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "commit", "-q", "-m", "by hand")
+        moved["head"] = git(tree, "rev-parse", "HEAD").strip()
+        ok, message = await send(paths, run_id, action="approve", task="t1", note="looked at it")
+        assert not ok and "stale" in message and judged[:10] in message and moved["head"][:10] in message
+        ok, message = await send(paths, run_id, action="approve", task="t1", note="looked again", commit=judged[:12])
+        assert not ok and "stale" in message
+        ok, message = await send(paths, run_id, action="approve", task="t1", note="looked again",
+                                 commit=moved["head"][:12])
+        assert ok, message
+
+    final = await drive(paths, run_id, person, timeout=120)
+    assert final.status == "done", final.status_reason
+    t1 = final.tasks["t1"]
+    assert t1.verdicts[-1].by == "human" and t1.verdicts[-1].commit == moved["head"] == t1.head
+    tree = git(project, "ls-tree", "-r", "--name-only", final.git.integration_branch)  # type: ignore[union-attr]
+    assert "src/t1/later.txt" in tree
+    assert [c.commit for c in t1.checks] != [t1.head]  # the checks judged the submitted commit, named as such

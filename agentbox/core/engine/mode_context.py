@@ -30,8 +30,9 @@ class ModeContext:
     fail: Callable[..., None]
     escalate: Callable[..., None]
     save: Callable[[], None]
-    integrate: Callable[[Task], list[str]] = lambda task: []
-    """Merge an approved task's branch into the run's (worktree runs): the conflicting files, or []."""
+    integrate: Callable[..., list[str]] = lambda task, at=None: []
+    """Merge an approved task's branch into the run's (worktree runs) at the commit `at` the approval
+    judged: the conflicting files, or []; `StaleApproval` when the branch moved from it."""
     gate: Callable[[Task, EscalatedTurn], bool] = lambda task, turn: False
     """Open the task's submission gate (its checks run before any review): False when no check applies."""
 

@@ -174,6 +174,8 @@ class Verdict(Model):
     checklist: list[ChecklistItem] = Field(default_factory=list)
     confidence: float | None = None
     note: str | None = None
+    commit: str | None = None
+    """The commit it judged (worktree runs): an approval merges exactly that commit."""
 
 
 class CheckResult(Model):
@@ -200,6 +202,10 @@ class CheckResult(Model):
     at: float = 0.0
     task: TaskId | None = None
     """The task whose work it judged (a submission) or whose merge it followed (integration)."""
+
+    def listing(self) -> dict[str, Any]:
+        """What the faces show of it (`agentbox checks --json`, status, MCP): all but its output's tail."""
+        return self.model_dump(exclude={"tail"})
 
 
 class ChangedPath(Model):
@@ -552,6 +558,17 @@ class Run(Model):
     def in_worktrees(self) -> bool:
         """Whether the run's writers work on git branches: it has diffs to show and a branch to merge."""
         return self.contract.workspace == "worktree" and self.git is not None
+
+    def check_results(self, task_id: str | None = None) -> list[CheckResult]:
+        """Every check the code layer ran in the run (of one task, when named), in the order they ran."""
+        found = [c for t in self.tasks.values() if task_id is None or t.id == task_id for c in t.checks]
+        if task_id is None:
+            found += self.checks
+        return sorted(found, key=lambda c: c.at)
+
+    def checking(self) -> dict[str, PendingGate]:
+        """Task id → its gate whose checks are still to run (the task is being checked)."""
+        return {g.task: g for g in self.gates.values() if g.task is not None}
 
     def open_checkpoints(self) -> list[Checkpoint]:
         """Checkpoints still waiting on the human, in the order they were opened."""

@@ -14,7 +14,7 @@ from agentbox.core.engine.replies import Submission
 from agentbox.core.engine.replies import Verdict as VerdictReply
 from agentbox.core.engine.reply_rules import check_verdict
 from agentbox.core.engine.scheduler import deps_state
-from agentbox.core.engine.workspaces import merge_conflict_note
+from agentbox.core.engine.workspaces import StaleApproval, merge_conflict_note
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState, round_can_close
 
@@ -211,13 +211,19 @@ class ModeDriver(Generic[StateT]):
         verdict = Verdict(verdict=reply.verdict, by=job.role, at=self.ctx.clock(),
                           evidence=[c.evidence for c in reply.checklist if c.pass_ and c.evidence],
                           blocking_issues=list(reply.blocking_issues), checklist=list(reply.checklist),
-                          confidence=reply.confidence)
+                          confidence=reply.confidence, commit=task.head if self.run.in_worktrees else None)
         self.ctx.ledger.add_verdict(task, verdict)
         self.ctx.ledger.event("verdict", f"{task.id}: {reply.verdict} by {job.role}",
                           "; ".join(b.detail for b in reply.blocking_issues)[:300] or None, task=task.id,
                           role=job.role, session=result.session_id)
         if reply.verdict == "approve":
-            conflicts = self.ctx.integrate(task)
+            try:
+                conflicts = self.ctx.integrate(task, verdict.commit)
+            except StaleApproval as exc:  # someone committed on the branch during the review: judge it again
+                self.ctx.ledger.event("approval.stale", f"{task.id}: {job.role}'s approval is stale", exc.message,
+                                      task=task.id, role=job.role, commit=verdict.commit, head=exc.head)
+                self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, exc.message, tuple(task.writes))
+                return
             if conflicts:  # nothing was merged: the worker resolves what the approved work brought in
                 self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, merge_conflict_note(conflicts), tuple(conflicts))
                 return
