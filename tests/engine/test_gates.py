@@ -176,7 +176,7 @@ async def test_a_flaky_check_passes_only_when_the_crew_allows_it(project: Path, 
     assert final.status == "done", final.status_reason
     checks = [(c.passed, c.flaky) for c in final.tasks["t1"].checks]
     log = events(paths, run_id)
-    assert len(of_type(log, "check.flaky", "t1")) == 1
+    assert len(of_type(log, "check.flaky", "t1")) == 1, [(c.status, c.flaky, c.tail) for c in final.tasks["t1"].checks]
     if flaky == "allow":
         assert checks == [(True, True)] and final.tasks["t1"].attempts == 1
     else:
@@ -256,3 +256,56 @@ async def test_an_approval_is_bound_to_the_commit_it_judged(project: Path) -> No
     tree = git(project, "ls-tree", "-r", "--name-only", final.git.integration_branch)  # type: ignore[union-attr]
     assert "src/t1/later.txt" in tree
     assert [c.commit for c in t1.checks] != [t1.head]  # the checks judged the submitted commit, named as such
+
+
+CLASH = ("if [ -e src/t1/a.txt ] && [ -e src/t2/clash.txt ]; then "
+         "echo 'FAILED tests/test_combo.py::test_both - RuntimeError: t1 and t2 clash'; exit 1; fi")
+
+
+async def test_a_red_integration_check_undoes_the_merge_and_reworks_the_task(project: Path) -> None:
+    make_repo(project)
+    worker = [
+        work_rule(task_id="t1", rule_id="w1", write={"src/t1/a.txt": "a\n"}),
+        work_rule(task_id="t2", rule_id="w2a", times=1, write={"src/t2/clash.txt": "clash\n"}),
+        work_rule(task_id="t2", rule_id="w2b", write={"src/t2/b.txt": "b\n"}, run="rm -f src/t2/clash.txt"),
+    ]
+    reviewer = [review_rule("approve", task_id="t2", delay=2.0)]  # t1 is merged first, after t2 started
+    paths = setup_crew(project, worker=worker, reviewer=reviewer,
+                       tasks=[task("t1", "builder", writes=["src/t1/**"]), task("t2", "tester", writes=["src/t2/**"])],
+                       checks={"combo": {"run": CLASH}}, gates={"integration": ["combo"]}, deliver="manual")
+    run_id = create(paths)
+    final = await drive(paths, run_id, timeout=180)
+    assert final.status == "done", final.status_reason
+    t1, t2 = final.tasks["t1"], final.tasks["t2"]
+    assert t1.state == t2.state == "approved" and t1.merged and t2.merged
+    assert [(c.stage, c.passed) for c in t2.checks] == [("integration", False), ("integration", True)]
+    red = t2.checks[0]
+    log = events(paths, run_id)
+    (undone,) = of_type(log, "merge.undone", "t2")
+    assert undone["commit"] == red.commit
+    branch = final.git.integration_branch  # type: ignore[union-attr]
+    ancestors = git(project, "rev-list", branch).split()
+    assert red.commit not in ancestors and t1.merged in ancestors  # the red merge is gone, t1's stays
+    tree = git(project, "ls-tree", "-r", "--name-only", branch).split()
+    assert "src/t2/clash.txt" not in tree and {"src/t1/a.txt", "src/t2/b.txt"} <= set(tree)
+    rework = prompts_of(paths, t2.session_id or "")[1]
+    assert rework.startswith("[agentbox:rework task=t2") and "The check `combo` failed on the run's branch" in rework
+    assert "Tasks merged into the run's branch since your work's base: t1." in rework
+    assert "RuntimeError: t1 and t2 clash" in rework
+    approvals = of_type(log, "task.approve", "t2")
+    assert len(approvals) == 1 and "integration checks passed" in approvals[0]["why"]
+
+
+async def test_a_red_run_end_check_is_never_merged_without_saying_so(project: Path) -> None:
+    paths = crew(project, checks={"smoke": {"run": GOOD}, "final": {"run": "echo 'FAILED final suite'; exit 2"}},
+                 submission=["smoke"], worker=[work_rule(task_id="t1", write={"src/t1/good.txt": "good\n"})],
+                 deliver="merge")
+    (project / ".agent-box" / "crew.yaml").write_text(
+        (project / ".agent-box" / "crew.yaml").read_text().replace('"submission": [', '"run_end": ["final"], "submission": ['))
+    run_id = create(paths)
+    final = await drive(paths, run_id, timeout=120)
+    assert final.status == "done" and final.git is not None and final.git.delivered is None
+    assert [(c.name, c.stage, c.passed, c.exit_status) for c in final.checks] == [("final", "run_end", False, 2)]
+    (cp,) = [c for c in final.checkpoints.values() if c.kind == "deliver"]
+    assert "although its final checks failed" in cp.question and "final: FAILED (exit status 2" in cp.question
+    assert final.checks[0].commit == git(project, "rev-parse", final.git.integration_branch).strip()

@@ -43,6 +43,8 @@ class CommandContext:
     """Stop the running turns of a task (its id, why): their answers would be stale."""
     workspaces: Workspaces
     """The git side of a worktree run: merge on approval, worktrees away, delivery."""
+    integration: Callable[..., bool] = lambda task, at, evidence, by: False
+    """Hand an approved task's merge to the integration gate: True when its checks run first."""
 
     @property
     def run(self) -> Run:
@@ -171,6 +173,13 @@ def _approve(ctx: CommandContext, command: Approve) -> str:
         raise UsageError(f"run {ctx.run.id} has no commits to approve: its workspace is shared", "approve it without --at")
     if task.state == TaskState.REVIEWING and has_evidence(note):  # the approval will be taken: merge first
         ctx.abort_turns(task.id, "approved by the human")
+        if ctx.integration(task, judged, [note], "human"):
+            ctx.ledger.add_verdict(task, Verdict(verdict="approve", by="human", at=ctx.clock(), evidence=[note],
+                                                 note=note, commit=judged))
+            ctx.ledger.drop_jobs(task.id)
+            _close_task_checkpoints(ctx, task.id, "approved by the human")
+            return (f"task {task.id} approved at {str(judged)[:10]}: it is merged and the integration checks run "
+                    "on the run's branch; it counts as approved once they pass")
         conflicts = ctx.workspaces.integrate(task, judged)
         if conflicts:
             ctx.ledger.transition(task, TaskEvent.REJECT, "approved by the human, but its branch conflicts with "

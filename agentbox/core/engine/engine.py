@@ -67,14 +67,17 @@ class Engine:
         self.workspaces = Workspaces(project.root, self.ledger)
         """The git side of a worktree run (inert in a shared one)."""
         self.gates = GateRunner(project.root, self.store, self.ledger, self.workspaces, self.router,
-                                passed=lambda task: self.mode.after_submit(task))
+                                passed=lambda task: self.mode.after_submit(task),
+                                approved=lambda task: self.mode.on_task_approved(task))
         """The checks of crew.yaml's gates, run off the loop (see `gates`)."""
         self.mode = driver_for(run.contract.mode)(ModeContext(
             ledger=self.ledger, crew=self.crew, store=self.store, project_root=project.root,
             structured=self.router.structured, fail=self.router.fail, escalate=self.router.escalate,
-            save=self.save, integrate=self.workspaces.integrate, gate=self.gates.submission))
+            save=self.save, integrate=self.workspaces.integrate, gate=self.gates.submission,
+            integration=self.gates.integration))
         self.turns = TurnRunner(project, self.store, self.crew, self.ledger, self.workspaces)
-        self._commands = commands.CommandContext(self.ledger, self.mode, self.abort_turns, self.workspaces)
+        self._commands = commands.CommandContext(self.ledger, self.mode, self.abort_turns, self.workspaces,
+                                                 self.gates.integration)
         self._flights: dict[str, asyncio.Task[tuple[Job, InvokeResult, TurnGit | None]]] = {}
         self._wake: asyncio.Event | None = None
         """Set by anything that should wake the loop at once (made by `execute`)."""
@@ -348,7 +351,8 @@ class Engine:
                     flight.cancel()
                 self.gates.cancel()
                 self.ledger.forget_all_jobs()
-                self.workspaces.finish()
+                report = await self.gates.run_end() if self.run.status == "done" else None
+                self.workspaces.finish(report)
                 return
             self._dispatch()
             self.gates.start_ready(self.clock())

@@ -24,16 +24,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentbox.core import workspace as git
 from agentbox.core.checks import CheckOutcome, applies, run_check
 from agentbox.core.engine.failures import FailureKind, fingerprint
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import CheckResult, EscalatedTurn, Job, PendingGate, Run, Task
 from agentbox.core.engine.routing import ENV_RETRIES, FailureRouter
 from agentbox.core.engine.run_store import RunStore
-from agentbox.core.engine.workspaces import Workspaces
+from agentbox.core.engine.workspaces import StaleApproval, Workspaces, merge_conflict_note
 from agentbox.core.errors import AgentboxError
 from agentbox.core.process import kill_tree
-from agentbox.core.tasks import TaskState
+from agentbox.core.tasks import TaskEvent, TaskState
+from agentbox.core.workspace.gitcmd import GitError, is_ancestor, rev, update_refs
 
 _TEST_ID = re.compile(r"^(?:FAILED|ERROR|FAIL|not ok)\b[\s:]*(\S+)", re.MULTILINE)
 _ERROR_TYPE = re.compile(r"\b([A-Z][A-Za-z0-9]*(?:Error|Exception|Failure))\b")
@@ -85,7 +87,8 @@ class GateRunner:
     """Runs the pending gates' checks off the loop and carries out what each result decides."""
 
     def __init__(self, root: Path, store: RunStore, ledger: RunLedger, workspaces: Workspaces,
-                 router: FailureRouter, passed: Callable[[Task], None]) -> None:
+                 router: FailureRouter, passed: Callable[[Task], None],
+                 approved: Callable[[Task], None] = lambda task: None) -> None:
         self.root = root
         self.store = store
         self.ledger = ledger
@@ -93,6 +96,8 @@ class GateRunner:
         self.router = router
         self.passed = passed
         """What follows a green submission gate (the mode sends the task to review)."""
+        self.approved = approved
+        """What follows a green integration gate, once the task is approved (the mode releases its dependents)."""
         self.flights: dict[str, asyncio.Task[Flown]] = {}
         self.pids: dict[str, int] = {}
         """Gate id → the process group of its running check (to kill it when the check is abandoned)."""
@@ -112,6 +117,21 @@ class GateRunner:
         self.ledger.open_gate(gate, "the submission gate runs before any review")
         return True
 
+    def integration(self, task: Task, at: str | None, evidence: list[str], by: str) -> bool:
+        """Take an approved task's merge over when integration checks apply: merges go one at a time, each
+        checked on the run's branch before the task counts as approved. False: merge and approve now."""
+        if not self.workspaces.active:
+            return False
+        changed = [p for c in task.changed_files for p in (c.path, c.old_path) if p]
+        names = [n for n in self.run.contract.gates.integration
+                 if n in self.run.contract.checks and applies(self.run.contract.checks[n], changed)]
+        if not names:
+            return False
+        gate = PendingGate(id=self.ledger.next_id("gate"), stage="integration", task=task.id, checks=names,
+                           approved_commit=at, evidence=list(evidence), approved_by=by)
+        self.ledger.open_gate(gate, f"approved by {by}: merged into the run's branch, then checked there")
+        return True
+
     # ------------------------------------------------------------------ the loop's side
     def busy(self) -> bool:
         """A gate is pending or one of its checks is running."""
@@ -127,6 +147,7 @@ class GateRunner:
         """Start the next check of every gate that is not running one and whose back-off is over."""
         if self.run.paused:
             return
+        first_integration = next((g.id for g in self.run.gates.values() if g.stage == "integration"), None)
         for gate in list(self.run.gates.values()):
             if gate.id in self.flights or gate.not_before > now:
                 continue
@@ -134,6 +155,14 @@ class GateRunner:
             if gate.stage == "submission" and (task is None or task.state != TaskState.SUBMITTED):
                 self._drop(gate, f"{gate.task} is {task.state if task else 'gone'}: its submission checks are moot")
                 continue
+            if gate.stage == "integration":
+                if gate.id != first_integration:
+                    continue  # merges are checked one at a time: a red one can then be undone alone
+                if task is None or task.state != TaskState.REVIEWING:
+                    self._drop(gate, f"{gate.task} is {task.state if task else 'gone'}: its merge is moot")
+                    continue
+                if gate.merged is None and not self._merge(gate, task):
+                    continue
             if not gate.checks:
                 self._decided(gate)
                 continue
@@ -192,6 +221,12 @@ class GateRunner:
         """The tree a gate's checks judge and the git view it needs (the task's worktree at the gate's commit)."""
         if not self.workspaces.active or gate.task is None:
             return self.root, (), ()
+        if gate.stage != "submission":  # the run's view at the head the gate judges
+            mount = self.workspaces.view(self.run.contract.workspace_setup.copy_)
+            head = rev(self.root, f"refs/heads/{git.integration_branch(self.run.id)}")
+            if head != gate.commit:
+                raise _Stale(f"the run's branch moved from {str(gate.commit)[:10]} to {str(head)[:10]}")
+            return mount.path, mount.views, mount.hidden
         mount = self.workspaces.mount(gate.task, self.run.contract.workspace_setup.copy_)
         head = self.workspaces.heads(gate.task).head
         if head != gate.commit:
@@ -212,6 +247,9 @@ class GateRunner:
         if gate.stage == "submission" and (task is None or task.state != TaskState.SUBMITTED
                                            or (self.run.in_worktrees and task.head != gate.commit)):
             self._drop(gate, f"{gate.task} moved on while its check ran: the result is not recorded")
+            return
+        if gate.stage == "integration" and (task is None or task.state != TaskState.REVIEWING):
+            self._drop(gate, f"{gate.task} was decided while its integration check ran")
             return
         outcome = flown.outcome
         check = self.run.contract.checks[flown.name]
@@ -247,6 +285,8 @@ class GateRunner:
     def _red(self, gate: PendingGate, result: CheckResult) -> None:
         self.ledger.close_gate(gate)
         task = self.run.tasks[gate.task or ""]
+        if gate.stage == "integration" and not self._undo(gate, task, f"integration check {result.name} is red"):
+            return
         self.ledger.event("gate.blocked", f"{task.id}: {gate.stage} check {result.name} is red; back to {task.assignee}",
                           f"`{result.command[:200]}` exited {result.exit_status}" + (" (flaky)" if result.flaky else ""),
                           task=task.id, check=result.name, commit=gate.commit, human_required=False)
@@ -272,6 +312,10 @@ class GateRunner:
                               task=gate.task, fingerprint=fp, check=result.name)
             return
         self.ledger.close_gate(gate)
+        task = self.run.tasks.get(gate.task or "")
+        if gate.stage == "integration" and task is not None and not self._undo(gate, task,
+                                                                               f"check {result.name} could not run"):
+            return
         question = (f"check {result.name} could not run {gate.attempt} times ({result.cannot_run}); "
                     f"its log: {result.log}. Answering retry runs the work turn and its checks again")
         self.router.escalate(job, fp, question, job.original_prompt, job.data)
@@ -284,6 +328,115 @@ class GateRunner:
                           task=gate.task, gate=gate.id, commit=gate.commit)
         if gate.stage == "submission" and task is not None:
             self.passed(task)
+        elif gate.stage == "integration" and task is not None:
+            self.ledger.transition(task, TaskEvent.APPROVE, f"approved by {gate.approved_by}; its integration "
+                                   f"checks passed on {str(gate.commit)[:10]}", evidence=gate.evidence or ["approved"])
+            self.approved(task)
+
+    # ------------------------------------------------------------------ integration: merge and undo (in the loop)
+    def _merge(self, gate: PendingGate, task: Task) -> bool:
+        """Merge the gate's task into the run's branch (its checks then judge the merge); False when it did not."""
+        branch = f"refs/heads/{git.integration_branch(self.run.id)}"
+        before = rev(self.root, branch)
+        try:
+            conflicts = self.workspaces.integrate(task, gate.approved_commit)
+        except StaleApproval as exc:
+            self.ledger.close_gate(gate)
+            self.ledger.event("approval.stale", f"{task.id}: the approval by {gate.approved_by} is stale", exc.message,
+                              task=task.id, commit=gate.approved_commit, head=exc.head)
+            self.router.fail(self._job(gate), FailureKind.IMPLEMENTATION_DEFECT, exc.message, tuple(task.writes))
+            return False
+        if conflicts:
+            self.ledger.close_gate(gate)
+            self.router.fail(self._job(gate), FailureKind.IMPLEMENTATION_DEFECT, merge_conflict_note(conflicts),
+                             tuple(conflicts))
+            return False
+        merged = task.merged or rev(self.root, branch)
+        assert merged is not None
+        undo_to = before if before != merged else rev(self.root, f"{merged}^1")  # merged before a crash: its parent
+        self.ledger.gate_merged(gate, merged, undo_to)
+        return True
+
+    def _undo(self, gate: PendingGate, task: Task, why: str) -> bool:
+        """Take the gate's merge back off the run's branch (compare-and-swap: only from the merge it judged);
+        False when it cannot be, after asking the person."""
+        branch = f"refs/heads/{git.integration_branch(self.run.id)}"
+        moved = None
+        if gate.undo_to is not None and gate.merged is not None:
+            try:
+                update_refs(self.root, [f"update {branch} {gate.undo_to} {gate.merged}"],
+                            message=f"agentbox: undo the merge of {task.id}")
+            except GitError:
+                moved = rev(self.root, branch)
+        else:
+            moved = rev(self.root, branch)
+        if moved is not None:
+            job = self._job(gate)
+            question = (f"{why} after {task.id} was merged into {git.integration_branch(self.run.id)}, and the merge "
+                        f"cannot be undone: the branch is at {moved[:10]}, not the merge {str(gate.merged)[:10]}. "
+                        "Set the branch right by hand, then answer retry (the task is reworked), or cancel")
+            self.router.escalate(job, fingerprint(FailureKind.IMPLEMENTATION_DEFECT, why), question,
+                                 job.original_prompt, job.data)
+            return False
+        self.ledger.undo_merge(task)
+        since = self._merged_since(task)
+        self.ledger.event("merge.undone", f"{task.id}'s merge was undone: {git.integration_branch(self.run.id)} is back "
+                          f"at {str(gate.undo_to)[:10]}", why, task=task.id, commit=gate.merged, head=gate.undo_to,
+                          human_required=False)
+        note = ("Tasks merged into the run's branch since your work's base: " + ", ".join(since) + "." if since
+                else "No other task was merged since your work's base.")
+        try:
+            synced = git.sync_task(self.root, self.run.id, task.id)
+            note += " The run's branch was brought into yours" + (
+                f", with conflict markers in {', '.join(synced.conflicts[:20])} to resolve." if synced.conflicts else ".")
+            turn = self.workspaces.heads(task.id)
+            self.ledger.record_git(task, branch=turn.branch, base=turn.base, head=turn.head, changed=turn.changed)
+        except AgentboxError as exc:
+            self.ledger.event("workspace", f"{task.id}'s branch was not brought up to date", exc.message, task=task.id)
+        self.ledger.leave_note(task, note, by="agentbox")
+        return True
+
+    def _merged_since(self, task: Task) -> list[str]:
+        """The approved tasks whose merge the task's work did not start from."""
+        found = []
+        for other in self.run.tasks.values():
+            if other.id == task.id or other.merged is None or task.base is None:
+                continue
+            if not is_ancestor(self.root, other.merged, task.base):
+                found.append(other.id)
+        return found
+
+    # ------------------------------------------------------------------ the run's end
+    async def run_end(self) -> tuple[bool, str] | None:
+        """Run the run_end checks on the done run's final branch (each once per commit); (green, what to tell the
+        person), or None when there is nothing to check."""
+        run = self.run
+        names = [n for n in run.contract.gates.run_end if n in run.contract.checks]
+        if not names or not self.workspaces.active or run.git is None or run.git.delivered:
+            return None
+        head = rev(self.root, f"refs/heads/{git.integration_branch(run.id)}")
+        lines = []
+        for name in names:
+            result = next((c for c in run.checks if c.name == name and c.commit == head), None)
+            if result is None:
+                gate = PendingGate(id=self.ledger.next_id("gate"), stage="run_end", commit=head, checks=[name])
+                flown = await asyncio.to_thread(self._fly, gate)
+                if flown.outcome is None:
+                    return False, f"the run's final checks did not run: {flown.stale}"
+                outcome, check = flown.outcome, run.contract.checks[name]
+                result = CheckResult(name=name, stage="run_end", commit=head, passed=outcome.status == "passed",
+                                     status=outcome.status, flaky=flown.flaky, exit_status=outcome.exit_status,
+                                     duration_s=outcome.duration_s, log=str(outcome.log_path), command=check.run,
+                                     cannot_run=outcome.cannot_run, tail=outcome.tail, at=self.ledger.clock())
+                self.ledger.record_check(gate, result)
+            word = "passed" if result.passed else ("could not run" if result.status == "error" else "FAILED")
+            lines.append(f"- {name}: {word} (exit status {result.exit_status}; log: {result.log})")
+            if not result.passed:
+                self.ledger.event("gate.blocked", f"run_end check {name} is red on {str(head)[:10]}",
+                                  "the delivery question says so", check=name, commit=head, human_required=True)
+                return False, (f"The run's final checks FAILED on {str(head)[:10]}: merging brings work that fails "
+                               "them.\n" + "\n".join(lines))
+        return True, f"The run's final checks passed on {str(head)[:10]}:\n" + "\n".join(lines)
 
     def _drop(self, gate: PendingGate, why: str) -> None:
         self.ledger.close_gate(gate)

@@ -326,6 +326,15 @@ class RunLedger:
         gate.attempt += 1
         self.dirty = True
 
+    def gate_merged(self, gate: PendingGate, merged: str, undo_to: str | None) -> None:
+        """An integration gate's task was merged as `merged`: its checks judge that commit."""
+        gate.merged, gate.commit, gate.undo_to = merged, merged, undo_to
+        self.dirty = True
+
+    def undo_merge(self, task: Task) -> None:
+        """The task's merge was taken back off the run's branch."""
+        self._task(task).merged = None
+
     def close_gate(self, gate: PendingGate) -> None:
         """The gate is decided (the caller logs how)."""
         self.run.gates.pop(gate.id, None)

@@ -376,6 +376,12 @@ class PendingGate(Model):
     """Integration: where the run's branch stood before the merge (a red check moves it back)."""
     merged: str | None = None
     """Integration: the merge commit the checks judge (the branch must still be there to undo it)."""
+    approved_commit: str | None = None
+    """Integration: the commit the approval judged (what is merged; a moved branch makes it stale)."""
+    evidence: list[str] = Field(default_factory=list)
+    """Integration: the approval's evidence (the task is approved with it once the checks pass)."""
+    approved_by: str | None = None
+    """Integration: who approved (a reviewer role, or `human`)."""
 
 
 class CheckpointData(Model):

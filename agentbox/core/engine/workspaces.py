@@ -284,8 +284,11 @@ class Workspaces:
             if removed:
                 self.ledger.event("workspace", f"removed {len(removed)} lock file(s) a killed git left", None)
 
-    def finish(self) -> None:
-        """The run ended: worktrees away; a done run's branch delivered as crew.yaml's `deliver` says."""
+    def finish(self, checks: tuple[bool, str] | None = None) -> None:
+        """The run ended: worktrees away; a done run's branch delivered as crew.yaml's `deliver` says.
+
+        `checks`: whether the run's final checks passed, and what to tell the person of them; a
+        red one is never merged without asking, and the question says so."""
         run = self.ledger.run
         if not self.active or run.git is None:
             return
@@ -303,17 +306,21 @@ class Workspaces:
         if run.status != "done" or run.git.delivered or any(c.kind == "deliver" for c in run.checkpoints.values()):
             return
         stat = self.run_stat()
-        if run.contract.deliver == "merge":
+        red = checks is not None and not checks[0]
+        report = f"\n{checks[1]}" if checks is not None else ""
+        if run.contract.deliver == "merge" and not red:
             self.deliver(None, squash=False)
-        elif run.contract.deliver == "checkpoint":
+        elif run.contract.deliver in ("checkpoint", "merge"):
             into = run.git.branch or "your branch"
+            ask = (f"Merge {run.git.integration_branch} into {into} although its final checks failed?" if red
+                   else f"Merge {run.git.integration_branch} into {into}?")
             self.ledger.checkpoint(
-                "deliver", f"The run is done. Merge {run.git.integration_branch} into {into}?\n{stat}\n"
+                "deliver", f"The run is done. {ask}\n{stat}{report}\n"
                 "Answer 'merge', 'squash' (one commit), or 'later' (then `agentbox merge` does it).",
                 options=["merge", "squash", "later"])
         else:
             self.ledger.event("deliver", f"the run's work is on {run.git.integration_branch}",
-                              f"`agentbox merge {run.id}` brings it into {run.git.branch or 'a branch'}\n{stat}",
+                              f"`agentbox merge {run.id}` brings it into {run.git.branch or 'a branch'}\n{stat}{report}",
                               human_required=True)
 
     def run_stat(self) -> str:

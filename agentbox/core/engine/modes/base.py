@@ -217,6 +217,8 @@ class ModeDriver(Generic[StateT]):
                           "; ".join(b.detail for b in reply.blocking_issues)[:300] or None, task=task.id,
                           role=job.role, session=result.session_id)
         if reply.verdict == "approve":
+            if self.ctx.integration(task, verdict.commit, verdict.evidence, job.role):
+                return  # merged and checked on the run's branch first; approved once its checks pass
             try:
                 conflicts = self.ctx.integrate(task, verdict.commit)
             except StaleApproval as exc:  # someone committed on the branch during the review: judge it again
