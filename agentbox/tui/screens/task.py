@@ -70,6 +70,7 @@ def task_summary(task: Task) -> Group:
         parts.append(table)
     else:
         parts.append(Text("  not reviewed yet", style="dim"))
+    parts += check_parts(task)
     parts.append(section(f"Failures ({len(task.failures)})"))
     if task.failures:
         table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
@@ -82,6 +83,33 @@ def task_summary(task: Task) -> Group:
     else:
         parts.append(Text("  none", style="dim"))
     return Group(*parts)
+
+
+CHECK_TAIL_LINES = 15
+"""Lines of a red check's output shown under it (its log holds the whole)."""
+
+
+def check_parts(task: Task) -> list[Any]:
+    """The checks crew.yaml's gates ran on the task: result, commit, exit status, duration, log; a red one's output."""
+    parts: list[Any] = [section(f"Checks ({len(task.checks)})")]
+    if not task.checks:
+        return [*parts, Text("  none run", style="dim")]
+    table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
+    for column in ("check", "stage", "commit", "result", "exit", "time", "log"):
+        table.add_column(column, overflow="fold")
+    for check in task.checks:
+        word = "passed" if check.passed else ("could not run" if check.status == "error" else "failed")
+        word += " (flaky)" if check.flaky else ""
+        table.add_row(Text(check.name), check.stage, (check.commit or "live tree")[:10],
+                      Text(word, style="green" if check.passed else "red"),
+                      "-" if check.exit_status is None else str(check.exit_status), f"{check.duration_s:.1f} s",
+                      Text(check.log))
+    parts.append(table)
+    last = task.checks[-1]
+    if not last.passed and last.tail:
+        tail = "\n".join(last.tail.rstrip().splitlines()[-CHECK_TAIL_LINES:])
+        parts += [Text(f"  the end of {last.name}'s output:", style="dim"), Text(tail, style="red")]
+    return parts
 
 
 def diff_heading(task: Task) -> Text:
