@@ -57,3 +57,18 @@ def test_the_schema_documents_checks_and_gates() -> None:
     text = str(schema)
     assert "read-only over the work it judges" in text and "stops at the first red check" in text
     assert "flaky" in text and "scratch" in text
+
+
+def test_init_writes_commented_checks_and_gates_that_validate_when_uncommented(tmp_path: Path) -> None:
+    project_mod.init(tmp_path)
+    text = (tmp_path / ".agent-box" / "crew.yaml").read_text()
+    assert "\n# checks:" in text and "\n# gates:" in text
+    assert project_mod.load_crew(ProjectPaths(tmp_path)).crew.checks == {}  # commented: nothing runs
+    lines = text.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("# checks:")))
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("#"))
+    uncommented = [line[2:] if not line.startswith("#   #") else "" for line in lines[start:end]]
+    (tmp_path / ".agent-box" / "crew.yaml").write_text("\n".join(lines[:start] + uncommented + lines[end:]) + "\n")
+    crew = project_mod.load_crew(ProjectPaths(tmp_path)).crew
+    assert list(crew.checks) == ["smoke", "full", "lint"]
+    assert crew.gates.submission == ["smoke", "full"] and crew.gates.run_end == ["full"]
