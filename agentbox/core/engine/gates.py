@@ -228,9 +228,9 @@ class GateRunner:
                 raise _Stale(f"the run's branch moved from {str(gate.commit)[:10]} to {str(head)[:10]}")
             return mount.path, mount.views, mount.hidden
         mount = self.workspaces.mount(gate.task, self.run.contract.workspace_setup.copy_)
-        head = self.workspaces.heads(gate.task).head
+        head = git.task_heads(self.root, self.run.id, gate.task).head
         if head != gate.commit:
-            raise _Stale(f"{gate.task}'s branch moved from {str(gate.commit)[:10]} to {head[:10]}")
+            raise _Stale(f"{gate.task}'s branch moved from {str(gate.commit)[:10]} to {str(head)[:10]}")
         return mount.path, mount.views, mount.hidden
 
     def _log(self, gate: PendingGate, name: str, *, rerun: bool = False) -> Path:
