@@ -33,7 +33,7 @@ def test_the_task_detail_lists_its_checks_with_the_log_and_a_red_ones_output() -
     text = rendered(task_summary(a_run().tasks["t1"]))
     assert "Checks (1)" in text and "smoke" in text and "failed" in text and "aaaaaaaaaa" in text
     assert "/runs/r/checks/smoke.log" in text and "1.2 s" in text and "FAILED test_x" in text
-    assert "none run" in rendered(task_summary(a_run().tasks["t2"]))
+    assert "Checks" not in rendered(task_summary(a_run().tasks["t2"]))  # no gate, no section
 
 
 def test_a_blocking_gate_is_a_notification() -> None:
@@ -44,3 +44,18 @@ def test_a_blocking_gate_is_a_notification() -> None:
     assert notice_kind(event) == ("gate_blocked", ("on_failure",))
     assert terminal_banner(event) == "⚑ run-1 has a red check: a gate blocked — `pytest` exited 1"
     assert notice_kind({"type": "check", "what": "passed"}) is None
+
+
+async def test_l_opens_the_log_of_the_tasks_red_check() -> None:
+    from agentbox.tui import messages as msg
+    from agentbox.tui.screens.task import TaskDetailScreen
+
+    posted: list[msg.ActionRequested] = []
+
+    class Board:
+        run = a_run()
+
+    screen = TaskDetailScreen(Board(), "t1")  # type: ignore[arg-type]
+    screen.post_message = posted.append  # type: ignore[method-assign,assignment]
+    screen.action_check_log()
+    assert [(m.action, m.args) for m in posted] == [("view_artifact", ("/runs/r/checks/smoke.log",))]

@@ -91,9 +91,9 @@ CHECK_TAIL_LINES = 15
 
 def check_parts(task: Task) -> list[Any]:
     """The checks crew.yaml's gates ran on the task: result, commit, exit status, duration, log; a red one's output."""
-    parts: list[Any] = [section(f"Checks ({len(task.checks)})")]
     if not task.checks:
-        return [*parts, Text("  none run", style="dim")]
+        return []  # a crew without gates shows nothing of them
+    parts: list[Any] = [section(f"Checks ({len(task.checks)})  (l: the log)")]
     table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
     for column in ("check", "stage", "commit", "result", "exit", "time", "log"):
         table.add_column(column, overflow="fold")
@@ -149,6 +149,7 @@ class TaskDetailScreen(Screen[None]):
         Binding("c", "cancel_task", "cancel task"),
         Binding("s", "history", "sessions"),
         Binding("t", "talk", "talk"),
+        Binding("l", "check_log", "check log", show=False),  # said in the checks section, shown only when there are checks
         Binding("right_square_bracket", "next_file", "next file", key_display="]"),
         Binding("left_square_bracket", "previous_file", "previous file", key_display="["),
     ]
@@ -282,6 +283,15 @@ class TaskDetailScreen(Screen[None]):
         """The assignee's session history."""
         if self.task is not None:
             self.post_message(msg.ActionRequested("history", self.task.assignee))
+
+    def action_check_log(self) -> None:
+        """The log of the task's latest check (a red one's, when there is one), in the viewer."""
+        task = self.task
+        if task is None or not task.checks:
+            self.notify("no check has run for this task", severity="warning")
+            return
+        latest = next((c for c in reversed(task.checks) if not c.passed), task.checks[-1])
+        self.post_message(msg.ActionRequested("view_artifact", latest.log))
 
     def action_talk(self) -> None:
         """Talk to the assignee in this task's session."""
