@@ -59,3 +59,13 @@ async def test_l_opens_the_log_of_the_tasks_red_check() -> None:
     screen.post_message = posted.append  # type: ignore[method-assign,assignment]
     screen.action_check_log()
     assert [(m.action, m.args) for m in posted] == [("view_artifact", ("/runs/r/checks/smoke.log",))]
+
+
+def test_the_header_names_the_runs_gates() -> None:
+    from agentbox.core.config import Gates
+    from agentbox.tui.widgets.header import gates_line
+
+    run = a_run()
+    assert gates_line(run) == ""
+    run.contract.gates = Gates(submission=["smoke", "full"], run_end=["full"])
+    assert gates_line(run) == "gates: submission smoke,full · run end full (1 checking)"
