@@ -309,3 +309,29 @@ async def test_a_red_run_end_check_is_never_merged_without_saying_so(project: Pa
     (cp,) = [c for c in final.checkpoints.values() if c.kind == "deliver"]
     assert "although its final checks failed" in cp.question and "final: FAILED (exit status 2" in cp.question
     assert final.checks[0].commit == git(project, "rev-parse", final.git.integration_branch).strip()
+
+
+async def test_a_reviewers_approval_of_a_moved_branch_is_stale(project: Path) -> None:
+    from agentbox.core.workspace.layout import common_dir, task_worktree_path
+
+    paths = crew(project, checks={"smoke": {"run": GOOD}}, submission=["smoke"],
+                 worker=[work_rule(task_id="t1", write={"src/t1/good.txt": "good\n"})],
+                 reviewer=[review_rule("approve", delay=3, times=1)])
+    run_id = create(paths)
+
+    async def person(engine: Any) -> None:
+        await until(engine, lambda e: e.run.tasks.get("t1") is not None and e.run.tasks["t1"].state == "reviewing",
+                    timeout=60)
+        tree = task_worktree_path(common_dir(project), run_id, "t1")
+        (tree / "src" / "t1" / "later.txt").write_text("committed by hand during the review\n")
+        git(tree, "add", "-A")
+        git(tree, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "commit", "-q", "-m", "by hand")
+
+    final = await drive(paths, run_id, person, timeout=120)
+    assert final.status == "done", final.status_reason
+    t1 = final.tasks["t1"]
+    log = events(paths, run_id)
+    (stale,) = of_type(log, "approval.stale", "t1")
+    assert stale["commit"] != stale["head"] and t1.verdicts[0].commit == stale["commit"]
+    assert t1.verdicts[-1].commit == t1.head and t1.checks[-1].commit == t1.head  # judged again, checked again
+    assert len(t1.checks) == 2 and t1.attempts == 2
