@@ -127,6 +127,8 @@ class GateRunner:
                  if n in self.run.contract.checks and applies(self.run.contract.checks[n], changed)]
         if not names:
             return False
+        if any(g.stage == "integration" and g.task == task.id for g in self.run.gates.values()):
+            return True  # approved twice (a person and the reviewer): one merge, checked once
         gate = PendingGate(id=self.ledger.next_id("gate"), stage="integration", task=task.id, checks=names,
                            approved_commit=at, evidence=list(evidence), approved_by=by)
         self.ledger.open_gate(gate, f"approved by {by}: merged into the run's branch, then checked there")
@@ -357,19 +359,23 @@ class GateRunner:
         self.ledger.gate_merged(gate, merged, undo_to)
         return True
 
-    def _undo(self, gate: PendingGate, task: Task, why: str) -> bool:
-        """Take the gate's merge back off the run's branch (compare-and-swap: only from the merge it judged);
-        False when it cannot be, after asking the person."""
+    def _take_back(self, gate: PendingGate, task_id: str) -> str | None:
+        """Move the run's branch back from the gate's merge to where it was (compare-and-swap: only from the
+        merge it judged); None when done, else where the branch is."""
         branch = f"refs/heads/{git.integration_branch(self.run.id)}"
-        moved = None
-        if gate.undo_to is not None and gate.merged is not None:
-            try:
-                update_refs(self.root, [f"update {branch} {gate.undo_to} {gate.merged}"],
-                            message=f"agentbox: undo the merge of {task.id}")
-            except GitError:
-                moved = rev(self.root, branch)
-        else:
-            moved = rev(self.root, branch)
+        if gate.undo_to is None or gate.merged is None:
+            return rev(self.root, branch) or "nowhere"
+        try:
+            update_refs(self.root, [f"update {branch} {gate.undo_to} {gate.merged}"],
+                        message=f"agentbox: undo the merge of {task_id}")
+        except GitError:
+            return rev(self.root, branch) or "nowhere"
+        return None
+
+    def _undo(self, gate: PendingGate, task: Task, why: str) -> bool:
+        """Take the gate's merge back off the run's branch and leave the worker what it needs for the rework;
+        False when it cannot be undone, after asking the person."""
+        moved = self._take_back(gate, task.id)
         if moved is not None:
             job = self._job(gate)
             question = (f"{why} after {task.id} was merged into {git.integration_branch(self.run.id)}, and the merge "
@@ -439,6 +445,14 @@ class GateRunner:
         return True, f"The run's final checks passed on {str(head)[:10]}:\n" + "\n".join(lines)
 
     def _drop(self, gate: PendingGate, why: str) -> None:
+        task = self.run.tasks.get(gate.task or "")
+        merged_unapproved = (gate.stage == "integration" and gate.merged is not None and task is not None
+                             and task.state != TaskState.APPROVED)
+        if merged_unapproved and task is not None and self._take_back(gate, task.id) is None:
+            # a task decided otherwise (cancelled, sent back) keeps nothing on the run's branch
+            self.ledger.undo_merge(task)
+            self.ledger.event("merge.undone", f"{task.id}'s merge was undone", why, task=task.id,
+                              commit=gate.merged, head=gate.undo_to)
         self.ledger.close_gate(gate)
         self.ledger.event("gate.dropped", f"{gate.stage} checks of {gate.task or 'the run'} were dropped", why,
                           task=gate.task, gate=gate.id)
