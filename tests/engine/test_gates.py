@@ -233,8 +233,7 @@ async def test_an_approval_is_bound_to_the_commit_it_judged(project: Path) -> No
     moved: dict[str, str] = {}
 
     async def person(engine: Any) -> None:
-        await until(engine, lambda e: e.run.tasks.get("t1") is not None and e.run.tasks["t1"].state == "reviewing",
-                    timeout=60)
+        await until(engine, lambda e: any(j.kind == "review" and j.pid for j in e.run.jobs.values()), timeout=60)
         judged = engine.run.tasks["t1"].head
         tree = task_worktree_path(common_dir(project), run_id, "t1")
         (tree / "src" / "t1" / "later.txt").write_text("committed by hand during the review\n")
@@ -320,8 +319,7 @@ async def test_a_reviewers_approval_of_a_moved_branch_is_stale(project: Path) ->
     run_id = create(paths)
 
     async def person(engine: Any) -> None:
-        await until(engine, lambda e: e.run.tasks.get("t1") is not None and e.run.tasks["t1"].state == "reviewing",
-                    timeout=60)
+        await until(engine, lambda e: any(j.kind == "review" and j.pid for j in e.run.jobs.values()), timeout=60)
         tree = task_worktree_path(common_dir(project), run_id, "t1")
         (tree / "src" / "t1" / "later.txt").write_text("committed by hand during the review\n")
         git(tree, "add", "-A")
