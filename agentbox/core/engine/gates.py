@@ -36,6 +36,7 @@ from agentbox.core.errors import AgentboxError
 from agentbox.core.process import kill_tree
 from agentbox.core.tasks import TaskEvent, TaskState
 from agentbox.core.workspace.gitcmd import GitError, is_ancestor, rev, update_refs
+from agentbox.core.workspace.layout import common_dir, task_worktree_path
 
 _TEST_ID = re.compile(r"^(?:FAILED|ERROR|FAIL|not ok)\b[\s:]*(\S+)", re.MULTILINE)
 _ERROR_TYPE = re.compile(r"\b([A-Z][A-Za-z0-9]*(?:Error|Exception|Failure))\b")
@@ -99,6 +100,8 @@ class GateRunner:
         self.approved = approved
         """What follows a green integration gate, once the task is approved (the mode releases its dependents)."""
         self.flights: dict[str, asyncio.Task[Flown]] = {}
+        self._common: Path | None = None
+        """The repository's git common dir (asked of git once)."""
         self.pids: dict[str, int] = {}
         """Gate id → the process group of its running check (to kill it when the check is abandoned)."""
 
@@ -229,11 +232,24 @@ class GateRunner:
             if head != gate.commit:
                 raise _Stale(f"the run's branch moved from {str(gate.commit)[:10]} to {str(head)[:10]}")
             return mount.path, mount.views, mount.hidden
-        mount = self.workspaces.mount(gate.task, self.run.contract.workspace_setup.copy_)
+        path, views, hidden = self._task_tree(gate.task)
         head = git.task_heads(self.root, self.run.id, gate.task).head
         if head != gate.commit:
             raise _Stale(f"{gate.task}'s branch moved from {str(gate.commit)[:10]} to {str(head)[:10]}")
-        return mount.path, mount.views, mount.hidden
+        return path, views, hidden
+
+    def _task_tree(self, task_id: str) -> tuple[Path, tuple[tuple[Path, Path], ...], tuple[Path, ...]]:
+        """The task's worktree and its git view: the one its work turn left (no git call but the first's), else
+        made again."""
+        if self._common is None:
+            self._common = common_dir(self.root)
+        path = task_worktree_path(self._common, self.run.id, task_id)
+        try:
+            view = git.sandbox_git_view(self.root, path, common=self._common)
+        except AgentboxError:
+            mount = self.workspaces.mount(task_id, self.run.contract.workspace_setup.copy_)
+            return mount.path, mount.views, mount.hidden
+        return path, tuple(view.binds), tuple(view.hide)
 
     def _log(self, gate: PendingGate, name: str, *, rerun: bool = False) -> Path:
         who = gate.task or "run"
