@@ -132,7 +132,7 @@ def main(argv: list[str]) -> int:
     print("bench_gates: submission → review dispatch, per task (median); the check's own run excluded")
     worst = 0.0
     spawn = git_spawn_ms(Path(__file__).resolve().parent.parent)
-    print(f"  one git spawn here now: {spawn:.1f} ms (the gate reads the task's head and worktree with a few)")
+    print(f"  one git spawn here now: {spawn:.1f} ms (the gate reads the task's head with one)")
     for label, files in (("demo-sized (3 files)", 3), (f"{args.files:,} files", args.files)):
         base, gated = measure(files, args.tasks)
         cost = gated - base
