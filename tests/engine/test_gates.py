@@ -333,3 +333,33 @@ async def test_a_reviewers_approval_of_a_moved_branch_is_stale(project: Path) ->
     assert stale["commit"] != stale["head"] and t1.verdicts[0].commit == stale["commit"]
     assert t1.verdicts[-1].commit == t1.head and t1.checks[-1].commit == t1.head  # judged again, checked again
     assert len(t1.checks) == 2 and t1.attempts == 2
+
+
+async def test_kill_9_during_an_integration_check_merges_once_and_checks_again(project: Path) -> None:
+    make_repo(project)
+    paths = setup_crew(project, worker=[work_rule(task_id="t1", write={"src/t1/good.txt": "good\n"})],
+                       tasks=[task("t1", "builder", writes=["src/t1/**"])], deliver="manual",
+                       checks={"slow": {"run": "sleep 3; " + GOOD}}, gates={"integration": ["slow"]})
+    run_id = create(paths)
+    store = RunStore(paths)
+    proc = start_engine(paths, run_id)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(g.started and g.merged for g in store.load(run_id).gates.values()):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        stop(proc)
+    killed = store.load(run_id)
+    assert killed.tasks["t1"].state == "reviewing" and killed.tasks["t1"].checks == []
+    final = await drive(paths, run_id, timeout=120)
+    assert final.status == "done", final.status_reason
+    t1 = final.tasks["t1"]
+    assert t1.state == "approved" and [(c.stage, c.passed) for c in t1.checks] == [("integration", True)]
+    merges = [line for line in git(project, "log", "--format=%s", final.git.integration_branch).splitlines()  # type: ignore[union-attr]
+              if "merge task t1" in line]
+    assert len(merges) == 1 and t1.checks[0].commit == t1.merged
+    log = assert_log_consistent(paths, run_id)
+    assert len(of_type(log, "check", "t1")) == 1 and len(of_type(log, "task.approve", "t1")) == 1
