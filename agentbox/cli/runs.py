@@ -374,7 +374,7 @@ def _show_task_changes(project: Any, run_id: str, task_id: str, at: str | None =
         return None
     diff = run_changes.task_diff(project, run, task_id, stat_only=True)
     head = f" at {task.head[:10]}" if task.head else ""
-    print(f"{task_id} changes (its branch {task.branch}{head}, from git):\n{diff.stat.rstrip() or ' no file'}\n"
+    print(f"{task_id} changes (its branch {task.branch}, from git){head}:\n{diff.stat.rstrip() or ' no file'}\n"
           f"(the whole diff: agentbox diff {run.id} {task_id})")
     if at and task.head and not task.head.startswith(at.strip().lower()):
         print(f"(you approve {at}, not the head shown)")
