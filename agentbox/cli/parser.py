@@ -128,6 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _cmd(sub, "status", "agentbox.cli.runs:status", "show a run (default: the latest)")
     p.add_argument("run", nargs="?")
     _json(p)
+    p = _cmd(sub, "checks", "agentbox.cli.checks:checks",
+             "the checks crew.yaml's gates ran: name, stage, commit, result, exit status, duration, log")
+    p.add_argument("run", nargs="?", help="the run (default: the latest)")
+    p.add_argument("task", nargs="?", help="only this task's checks")
+    _json(p)
     p = _cmd(sub, "approve", "agentbox.cli.runs:approve",
              "approve a task in review (`approve TASK`), or the plan (`approve --plan`, `approve RUN cp-N`)")
     p.add_argument("task", nargs="?", metavar="TASK|RUN", help="a task in review; or a run, followed by its plan checkpoint")
@@ -135,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", action="store_true", help="approve the plan waiting for approval (of --run, else the one run waiting)")
     p.add_argument("--run", help="the run of the task (or of the plan)")
     p.add_argument("--note", default="approved by a human")
+    p.add_argument("--at", metavar="COMMIT", help="the commit you looked at (default: the one shown); "
+                                                   "refused when the task's branch is no longer there")
     p = _cmd(sub, "rework", "agentbox.cli.runs:rework", "send a task in review back for rework")
     p.add_argument("task")
     p.add_argument("--run")

@@ -289,8 +289,10 @@ def status(args: argparse.Namespace) -> int:
     if run.tasks:
         print()
         worktree = run.git is not None
+        checking = run.checking()
         print_table(["task", "state", "assignee", "deps", "attempts", "tokens", "verdict", *(["files"] if worktree else [])],
-                    [[t.id, t.state_label, t.assignee, ",".join(t.depends_on) or "-", str(t.attempts),
+                    [[t.id, t.state_label + (" (checking)" if t.id in checking else ""), t.assignee,
+                      ",".join(t.depends_on) or "-", str(t.attempts),
                       f"{t.tokens:,}" + ("+?" if t.unknown_usage_turns else ""),
                       t.verdicts[-1].verdict + f" ({t.verdicts[-1].by})" if t.verdicts else "-",
                       *([(str(len(t.changed_files)) + (" merged" if t.merged else "")) if t.changed_files
@@ -339,22 +341,31 @@ def approve(args: argparse.Namespace) -> int:
         raise UsageError("say what to approve", "agentbox approve TASK, agentbox approve --plan, "
                                                 "or agentbox approve RUN cp-N")
     run_id = runs_mod.find_task_run(project, target, args.run)
-    _show_task_changes(project, run_id, target)
-    return _send(project, run_id, {"action": "approve", "task": target, "note": args.note})
+    shown = _show_task_changes(project, run_id, target, args.at)
+    command = {"action": "approve", "task": target, "note": args.note}
+    at = (args.at or "").strip().lower() or shown
+    if at:
+        command["commit"] = at
+    return _send(project, run_id, command)
 
 
-def _show_task_changes(project: Any, run_id: str, task_id: str) -> None:
-    """What the task's branch changes (from git), shown to the person deciding on it."""
+def _show_task_changes(project: Any, run_id: str, task_id: str, at: str | None = None) -> str | None:
+    """What the task's branch changes (from git), shown to the person deciding on it; the commit shown."""
     from agentbox.core import run_changes
     from agentbox.core import runs as runs_mod
 
     run = runs_mod.load(project, run_id)
     task = run.tasks.get(task_id)
     if run.git is None or task is None or task.branch is None:
-        return
+        return None
     diff = run_changes.task_diff(project, run, task_id, stat_only=True)
-    print(f"{task_id} changes (its branch {for_line(task.branch)}, from git):\n{for_terminal(diff.stat.rstrip()) or ' no file'}\n"
+    head = f" at {task.head[:10]}" if task.head else ""
+    print(f"{task_id} changes (its branch {for_line(task.branch)}, from git){head}:\n"
+          f"{for_terminal(diff.stat.rstrip()) or ' no file'}\n"
           f"(the whole diff: agentbox diff {run.id} {task_id})")
+    if at and task.head and not task.head.startswith(at.strip().lower()):
+        print(f"(you approve {at}, not the head shown)")
+    return task.head
 
 
 def rework(args: argparse.Namespace) -> int:

@@ -367,6 +367,66 @@ class WorkspaceSetup(Strict):
         return patterns
 
 
+CheckName = Annotated[str, Field(pattern=NAME_PATTERN)]
+"""The name of a check (a key of crew.yaml's `checks:`)."""
+GateStage = Literal["submission", "integration", "run_end"]
+"""When a gate's checks run: on each writer submission, after each merge into the run's
+branch, or on the run's final branch before it is delivered."""
+
+
+def _project_glob(pattern: str) -> str:
+    if not pattern.strip() or has_control_character(pattern):
+        raise ValueError(f"{pattern!r} is not a glob")
+    if pattern.startswith("/") or ".." in pattern.split("/"):
+        raise ValueError(f"{pattern!r} must be a glob relative to the project")
+    return pattern
+
+
+ProjectGlob = Annotated[str, Field(max_length=400), AfterValidator(_project_glob)]
+"""A glob relative to the project root (`src/**`, `*.py`)."""
+
+
+class Check(Strict):
+    """One check: a shell command the code layer runs inside a sandbox, read-only over the work it judges."""
+
+    run: str = Field(min_length=1, max_length=4000)
+    """The shell command (`sh -c`), run at the project's path over the commit it judges; exit 0 is green."""
+    timeout_s: float = Field(default=600, gt=0, le=MAX_SECONDS)
+    """Longest the check may take; past it its process group is killed and the check could not run."""
+    paths: list[ProjectGlob] | None = Field(default=None, max_length=100)
+    """Globs relative to the project: the check runs only when the work changed a file matching one
+    (absent: always)."""
+    network: bool = False
+    """Let the check reach the network (off by default: a check judges the work, it fetches nothing)."""
+    flaky: Literal["deny", "allow"] = "deny"
+    """A red check runs once more; red then green is flaky. `allow` lets a flaky check pass (recorded
+    as flaky); `deny` keeps it red."""
+    memory_mb: int = Field(default=4096, ge=64, le=1 << 20)
+    """Address space the check's processes may take, in MiB (an allocation beyond it fails)."""
+    output_mb: int = Field(default=16, ge=1, le=1024)
+    """Most output the check may print, in MiB; past it the check is killed (it could not run)."""
+    scratch: list[ProjectGlob] = Field(default_factory=list, max_length=20)
+    """Directories inside the project the check may write (`.pytest_cache`, `build`): each gets an
+    empty private RAM disk, thrown away afterwards. Everything else of the project is read-only;
+    `/tmp` and `$HOME` are private and writable."""
+
+
+class Gates(Strict):
+    """Which checks run when; each list runs in order and stops at the first red check."""
+
+    submission: list[CheckName] = Field(default_factory=list, max_length=50)
+    """On each writer submission, before any review: red goes back to the worker with the output."""
+    integration: list[CheckName] = Field(default_factory=list, max_length=50)
+    """On the run's branch after each merge of an approved task: red undoes the merge."""
+    run_end: list[CheckName] = Field(default_factory=list, max_length=50)
+    """On the run's final branch, before it is delivered (the delivery question shows the result)."""
+
+    def of(self, stage: GateStage) -> list[str]:
+        """The checks of `stage`, in order."""
+        names: list[str] = getattr(self, stage)
+        return names
+
+
 class Crew(Strict):
     """crew.yaml: who is on the crew, how they work together, and the limits."""
 
@@ -404,6 +464,10 @@ class Crew(Strict):
     read-only in every sandbox, as `.git` is, so the work is judged by what its workers cannot edit.
     A directory (`dir/**`), a file, or a one-level pattern (`dir/*.snap`); a plan task whose
     `writes` reaches into one is refused."""
+    checks: dict[CheckName, Check] = Field(default_factory=dict, max_length=100)
+    """Check name → the command the code layer runs to judge work (tests, build, lint); see `gates`."""
+    gates: Gates = Field(default_factory=Gates)
+    """Which checks run on each submission, after each merge, and at the end of the run."""
 
     host_only_keys: ClassVar[tuple[str, ...]] = ("hooks", "notify")
     """Keys of the user's own $AGENT_BOX_HOME/config.yaml: a crew.yaml comes with a repository, so it

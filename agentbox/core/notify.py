@@ -57,7 +57,7 @@ FAILED_EVENT = "notify.failed"
 _STATUS_RE = re.compile(r"run is (\w+)")
 _ENDED = {"done": "ended: done", "failed": "failed", "cancelled": "was cancelled"}
 _STOPPED = {"circuit_broken": "stopped: its token budget is spent", "blocked": "is blocked: nothing can run",
-            "paused": "is paused"}
+            "paused": "is paused", "gate_blocked": "has a red check: a gate blocked"}
 
 LogFn = Callable[..., Any]
 """Records one run event: `log(type, what, why, **fields)` (the engine's `RunLedger.event`)."""
@@ -75,6 +75,8 @@ def notice_kind(event: Mapping[str, Any]) -> tuple[str, tuple[HookName, ...]] | 
     if type_ == "run.finished":
         status = what.removeprefix("run ")
         return f"run_{status}", ("on_run_end", "on_failure") if status == "failed" else ("on_run_end",)
+    if type_ == "gate.blocked":
+        return "gate_blocked", ("on_failure",)
     if type_ == "run.status" and event.get("human_required"):
         match = _STATUS_RE.match(what)
         if match and match.group(1) in _STOPPED:

@@ -149,7 +149,18 @@ def load_crew(project: ProjectPaths) -> LoadedCrew:
     document = parse_yaml(_crew_text(project), project.crew_file)
     crew = validate_document(Crew, document, project.crew_file, document)
     _check_named_files(project, crew, document)
+    _check_gate_names(project, crew, document)
     return LoadedCrew(crew, document)
+
+
+def _check_gate_names(project: ProjectPaths, crew: Crew, document: object) -> None:
+    """Every check a gate names is declared under `checks:` (the first that is not is raised at its line)."""
+    for stage in ("submission", "integration", "run_end"):
+        for index, name in enumerate(crew.gates.of(stage)):  # type: ignore[arg-type]
+            if name not in crew.checks:
+                declared = ", ".join(crew.checks) or "none"
+                raise _located(project, document, ("gates", stage, index), f"gate {stage} names unknown check {name!r}",
+                               f"declare it under checks: (declared: {declared})")
 
 
 def _check_named_files(project: ProjectPaths, crew: Crew, document: object) -> None:

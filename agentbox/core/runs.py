@@ -52,7 +52,7 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
                           limits=crew.limits, settings=getattr(crew, mode),
                           roles={name: role.profile for name, role in crew.roles.items()}, graph=graph_data,
                           graph_file=graph_file, workspace=workspace, deliver=crew.deliver,
-                          workspace_setup=crew.workspace_setup),
+                          workspace_setup=crew.workspace_setup, checks=crew.checks, gates=crew.gates),
         status="planning",
         created=now,
     )

@@ -46,6 +46,7 @@ Name = Annotated[str, Field(min_length=1, max_length=200)]
 WaitS = Annotated[float, Field(ge=0, le=MAX_WAIT_S, description=(
     "Wait up to this many seconds for the run to end or to need a person (an open checkpoint), "
     "reporting each decision as progress; 0 returns at once."))]
+CommitRef = Annotated[str | None, Field(max_length=40, description="A commit id (or a prefix of 7+ hex digits).")]
 RunRef = Annotated[str | None, Field(max_length=200, description="A run id (or a unique prefix); default: the latest or only active run.")]
 
 INSTRUCTIONS = """agentbox runs crews of CLI coding agents in sandboxes. list_roles shows the crew;
@@ -177,12 +178,17 @@ def build_server(project: ProjectPaths) -> MCPServer:
             run_id = views.checkpoint_run(project, checkpoint, run)
             return await _steer(project, run_id, {"action": "answer", "checkpoint": checkpoint, "text": text})
 
-    @server.tool(description="Approve a task in review; the note is the person's evidence.")
+    @server.tool(description="Approve a task in review; the note is the person's evidence. `commit` names the "
+                             "commit you judged (default: the task's head as the run shows it); the approval is "
+                             "refused as stale when the task's branch is no longer there.")
     async def approve_task(task: Name, note: Text = "approved by a human (through MCP)",
-                           run: RunRef = None) -> dict[str, Any]:
+                           run: RunRef = None, commit: CommitRef = None) -> dict[str, Any]:
         with _as_tool_error():
             run_id = runs.find_task_run(project, task, run)
-            return await _steer(project, run_id, {"action": "approve", "task": task, "note": note})
+            command: dict[str, Any] = {"action": "approve", "task": task, "note": note}
+            if commit:
+                command["commit"] = commit.strip().lower()
+            return await _steer(project, run_id, command)
 
     @server.tool(description="Send a task in review back for rework, with a note saying what to fix.")
     async def rework_task(task: Name, note: Text, run: RunRef = None) -> dict[str, Any]:

@@ -66,13 +66,16 @@ def checkpoint(run: Run, cp: Checkpoint) -> dict[str, Any]:
 
 
 def run_status(project: ProjectPaths, run: Run) -> dict[str, Any]:
-    """A run: status, goal, tasks, open checkpoints, usage and result."""
+    """A run: status, goal, tasks (with their checks), the gates, open checkpoints, usage and result."""
+    checking = run.checking()
     return {
         "run": run.id, "status": run.status, "status_reason": run.status_reason, "goal": run.contract.goal,
         "mode": run.contract.mode, "engine_running": runs.engine_alive(project, run.id),
         "tasks": [{"task": t.id, "state": str(t.state), "assignee": t.assignee, "brief": t.brief[:300],
                    "attempts": t.attempts, "tokens": t.tokens,
-                   "verdict": t.verdicts[-1].verdict if t.verdicts else None} for t in run.tasks.values()],
+                   "verdict": t.verdicts[-1].verdict if t.verdicts else None, "checking": t.id in checking,
+                   "checks": [c.listing() for c in t.checks]} for t in run.tasks.values()],
+        "gates": run.contract.gates.model_dump(), "run_end_checks": [c.listing() for c in run.checks],
         "open_checkpoints": [checkpoint(run, cp) for cp in run.open_checkpoints()],
         "tokens": run.totals.tokens, "token_budget": run.token_budget, "cost_usd": run.totals.cost_usd,
         "result": run.result.model_dump(exclude_none=True) if run.result else None,

@@ -44,6 +44,8 @@ class CommandContext:
     """Stop the running turns of a task (its id, why): their answers would be stale."""
     workspaces: Workspaces
     """The git side of a worktree run: merge on approval, worktrees away, delivery."""
+    integration: Callable[..., bool] = lambda task, at, evidence, by: False
+    """Hand an approved task's merge to the integration gate: True when its checks run first."""
 
     @property
     def run(self) -> Run:
@@ -77,10 +79,12 @@ class Answer(_Command):
 
 
 class Approve(_Command):
-    """Approve a task (with the note as evidence)."""
+    """Approve a task (with the note as evidence) at the commit the person judged."""
 
     action: Literal["approve"]
     task: str | None = None
+    commit: Annotated[str, Field(pattern=r"^[0-9a-f]{7,40}$")] | None = None
+    """The commit (or a prefix of it) the person looked at; absent: the task's head as the run recorded it."""
 
 
 class Rework(_Command):
@@ -165,9 +169,19 @@ def _task(ctx: CommandContext, task_id: str | None) -> Any:
 def _approve(ctx: CommandContext, command: Approve) -> str:
     task = _task(ctx, command.task)
     note = (command.note or "").strip()
+    judged = command.commit or (task.head if ctx.run.in_worktrees else None)
+    if command.commit and not ctx.run.in_worktrees:
+        raise UsageError(f"run {ctx.run.id} has no commits to approve: its workspace is shared", "approve it without --at")
     if task.state == TaskState.REVIEWING and has_evidence(note):  # the approval will be taken: merge first
         ctx.abort_turns(task.id, "approved by the human")
-        conflicts = ctx.workspaces.integrate(task)
+        if ctx.integration(task, judged, [note], "human"):
+            ctx.ledger.add_verdict(task, Verdict(verdict="approve", by="human", at=ctx.clock(), evidence=[note],
+                                                 note=note, commit=judged))
+            ctx.ledger.drop_jobs(task.id)
+            _close_task_checkpoints(ctx, task.id, "approved by the human")
+            return (f"task {task.id} approved at {str(judged)[:10]}: it is merged and the integration checks run "
+                    "on the run's branch; it counts as approved once they pass")
+        conflicts = ctx.workspaces.integrate(task, judged)
         if conflicts:
             ctx.ledger.transition(task, TaskEvent.REJECT, "approved by the human, but its branch conflicts with "
                                   "the run's approved work in " + ", ".join(conflicts[:10]), human=True)
@@ -175,7 +189,11 @@ def _approve(ctx: CommandContext, command: Approve) -> str:
             ctx.mode.requeue(task)
             return f"task {task.id} conflicts with approved work in {', '.join(conflicts[:10])}: sent back for rework"
     ctx.ledger.transition(task, TaskEvent.APPROVE, f"approved by the human: {note}", evidence=note, human=True)
-    ctx.ledger.add_verdict(task, Verdict(verdict="approve", by="human", at=ctx.clock(), evidence=[note], note=note))
+    if judged and task.branch is not None and task.head != judged:  # approved at a later commit: record it
+        turn = ctx.workspaces.heads(task.id)
+        ctx.ledger.record_git(task, branch=turn.branch, base=turn.base, head=turn.head, changed=turn.changed)
+    ctx.ledger.add_verdict(task, Verdict(verdict="approve", by="human", at=ctx.clock(), evidence=[note], note=note,
+                                         commit=task.head if judged else None))
     ctx.ledger.drop_jobs(task.id)
     ctx.abort_turns(task.id, "approved by the human")
     _close_task_checkpoints(ctx, task.id, "approved by the human")

@@ -76,6 +76,7 @@ def task_summary(task: Task) -> Group:
         decided = task.panel.outcome or f"waiting for {len(task.panel.reviewers) - len(task.panel.verdicts)} review(s)"
         parts.append(Text.assemble(("  two reviews ", "dim"), (" + ".join(task.panel.reviewers), "cyan"), " → ",
                                    (decided, "bold"), (f"  {task.panel.reason}" if task.panel.reason else "", "dim")))
+    parts += check_parts(task)
     parts.append(section(f"Failures ({len(task.failures)})"))
     if task.failures:
         table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
@@ -88,6 +89,33 @@ def task_summary(task: Task) -> Group:
     else:
         parts.append(Text("  none", style="dim"))
     return Group(*parts)
+
+
+CHECK_TAIL_LINES = 15
+"""Lines of a red check's output shown under it (its log holds the whole)."""
+
+
+def check_parts(task: Task) -> list[Any]:
+    """The checks crew.yaml's gates ran on the task: result, commit, exit status, duration, log; a red one's output."""
+    if not task.checks:
+        return []  # a crew without gates shows nothing of them
+    parts: list[Any] = [section(f"Checks ({len(task.checks)})  (l: the log)")]
+    table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
+    for column in ("check", "stage", "commit", "result", "exit", "time", "log"):
+        table.add_column(column, overflow="fold")
+    for check in task.checks:
+        word = "passed" if check.passed else ("could not run" if check.status == "error" else "failed")
+        word += " (flaky)" if check.flaky else ""
+        table.add_row(Text(check.name), check.stage, (check.commit or "live tree")[:10],
+                      Text(word, style="green" if check.passed else "red"),
+                      "-" if check.exit_status is None else str(check.exit_status), f"{check.duration_s:.1f} s",
+                      Text(check.log))
+    parts.append(table)
+    last = task.checks[-1]
+    if not last.passed and last.tail:
+        tail = "\n".join(last.tail.rstrip().splitlines()[-CHECK_TAIL_LINES:])
+        parts += [Text(f"  the end of {last.name}'s output:", style="dim"), Text(tail, style="red")]
+    return parts
 
 
 def diff_heading(task: Task) -> Text:
@@ -127,6 +155,7 @@ class TaskDetailScreen(Screen[None]):
         Binding("c", "cancel_task", "cancel task"),
         Binding("s", "history", "sessions"),
         Binding("t", "talk", "talk"),
+        Binding("l", "check_log", "check log", show=False),  # said in the checks section, shown only when there are checks
         Binding("right_square_bracket", "next_file", "next file", key_display="]"),
         Binding("left_square_bracket", "previous_file", "previous file", key_display="["),
     ]
@@ -260,6 +289,15 @@ class TaskDetailScreen(Screen[None]):
         """The assignee's session history."""
         if self.task is not None:
             self.post_message(msg.ActionRequested("history", self.task.assignee))
+
+    def action_check_log(self) -> None:
+        """The log of the task's latest check (a red one's, when there is one), in the viewer."""
+        task = self.task
+        if task is None or not task.checks:
+            self.notify("no check has run for this task", severity="warning")
+            return
+        latest = next((c for c in reversed(task.checks) if not c.passed), task.checks[-1])
+        self.post_message(msg.ActionRequested("view_artifact", latest.log))
 
     def action_talk(self) -> None:
         """Talk to the assignee in this task's session."""

@@ -49,6 +49,9 @@ class RunHeader(Widget):
                                (" (paused)" if run.paused and run.status != "paused" else "", "yellow"),
                                f"  {run.contract.mode}  {model.elapsed(model.run_elapsed(run, self.now))}")
         _append_if_fits(status, Text(f"  {model.budget_line(run)}", style="dim"), width)
+        gates = gates_line(run)
+        if gates:
+            _append_if_fits(status, Text(f"  {gates}", style="dim"), width)
         if run.status_reason and run.status not in ("running", "planning"):
             _append_if_fits(status, Text(f"  {for_line(run.status_reason)}", style="dim italic"), width)
         for line in (title, status):
@@ -60,6 +63,18 @@ class RunHeader(Widget):
     def on_click(self) -> None:
         """Open the run switcher."""
         self.post_message(self.SwitcherRequested())
+
+
+def gates_line(run: Run) -> str:
+    """The run's gates in a few words (`gates: submission smoke,full · integration smoke`; "" without any),
+    with how many tasks are being checked now."""
+    gates = run.contract.gates
+    stages = [f"{stage.replace('_', ' ')} {','.join(gates.of(stage))}"  # type: ignore[arg-type]
+              for stage in ("submission", "integration", "run_end") if gates.of(stage)]  # type: ignore[arg-type]
+    if not stages:
+        return ""
+    checking = len(run.checking())
+    return "gates: " + " · ".join(stages) + (f" ({checking} checking)" if checking else "")
 
 
 def _lines_shape(run: Run | None) -> str | None:

@@ -9,12 +9,12 @@ from agentbox.core.engine import budgets, prompts, reviews
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.mode_context import ModeContext
 from agentbox.core.engine.mode_state import ModeState
-from agentbox.core.engine.models import Checkpoint, Job, JobData, Run, Task, Verdict
+from agentbox.core.engine.models import Checkpoint, EscalatedTurn, Job, JobData, Run, Task, Verdict
 from agentbox.core.engine.replies import Submission
 from agentbox.core.engine.replies import Verdict as VerdictReply
 from agentbox.core.engine.reply_rules import check_verdict
 from agentbox.core.engine.scheduler import deps_state
-from agentbox.core.engine.workspaces import merge_conflict_note
+from agentbox.core.engine.workspaces import StaleApproval, merge_conflict_note
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState, round_can_close
 
@@ -127,6 +127,13 @@ class ModeDriver(Generic[StateT]):
         self.ctx.ledger.transition(task, TaskEvent.DISPATCH, why)
         self.ctx.ledger.transition(task, TaskEvent.SUBMIT, why)
         if not budgets.pause_before_review(self.ctx.ledger, task):
+            self.to_review(task, EscalatedTurn(kind="work", role=task.assignee, task=task.id,
+                                               session_id=task.session_id, prompt=""))
+
+    def to_review(self, task: Task, turn: EscalatedTurn) -> None:
+        """The one place deciding checks green → review: the submission gate's checks run first (the
+        engine calls `after_submit` once they pass); with no check to run the task goes to review now."""
+        if not self.ctx.gate(task, turn):
             self.after_submit(task)
 
     def _tasks_with_work(self) -> set[str]:
@@ -176,7 +183,8 @@ class ModeDriver(Generic[StateT]):
         self.ctx.ledger.event("submission", f"{task.id} submitted by {job.role}", reply.summary[:300], task=task.id,
                           role=job.role, session=result.session_id, tokens=task.tokens)
         if not budgets.pause_before_review(self.ctx.ledger, task):
-            self.after_submit(task)
+            self.to_review(task, EscalatedTurn(kind=job.kind, role=job.role, task=job.task, session_id=job.session_id,
+                                               prompt=job.original_prompt, data=job.data.for_retry(None)))
 
     def record_artifacts(self, task: Task, listed: list[str], job: Job, result: InvokeResult) -> None:
         """Add the files a submission names (and its hand-on dir) to the run's manifest."""
@@ -219,13 +227,14 @@ class ModeDriver(Generic[StateT]):
         verdict = Verdict(verdict=reply.verdict, by=job.role, at=self.ctx.clock(),
                           evidence=[c.evidence for c in reply.checklist if c.pass_ and c.evidence],
                           blocking_issues=list(reply.blocking_issues), checklist=list(reply.checklist),
-                          confidence=reply.confidence)
+                          confidence=reply.confidence, commit=task.head if self.run.in_worktrees else None)
         self.ctx.ledger.add_verdict(task, verdict)
         self.ctx.ledger.event("verdict", f"{task.id}: {reply.verdict} by {job.role}",
                           "; ".join(b.detail for b in reply.blocking_issues)[:300] or None, task=task.id,
                           role=job.role, session=result.session_id)
         if reply.verdict == "approve":
-            self.approve_reviewed(job, task, f"review by {job.role} passed every criterion", verdict.evidence)
+            self.approve_reviewed(job, task, f"review by {job.role} passed every criterion", verdict.evidence,
+                                  verdict.commit)
             return
         failing = sorted({b.acceptance_id for b in reply.blocking_issues if b.acceptance_id}
                          | {c.acceptance_id for c in reply.checklist if not c.pass_})
@@ -234,9 +243,18 @@ class ModeDriver(Generic[StateT]):
         self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message + " " + ",".join(failing),
                          tuple(task.writes))
 
-    def approve_reviewed(self, job: Job, task: Task, why: str, evidence: list[str]) -> None:
-        """The review passed: merge the work (a conflict is rework) and approve the task."""
-        conflicts = self.ctx.integrate(task)
+    def approve_reviewed(self, job: Job, task: Task, why: str, evidence: list[str], commit: str | None) -> None:
+        """The review passed on `commit`: merge exactly that (a conflict is rework, a moved branch makes the
+        approval stale), run the integration checks when the crew has them, and approve the task."""
+        if self.ctx.integration(task, commit, evidence, job.role):
+            return  # merged and checked on the run's branch first; approved once its checks pass
+        try:
+            conflicts = self.ctx.integrate(task, commit)
+        except StaleApproval as exc:  # someone committed on the branch during the review: judge it again
+            self.ctx.ledger.event("approval.stale", f"{task.id}: {job.role}'s approval is stale", exc.message,
+                                  task=task.id, role=job.role, commit=commit, head=exc.head)
+            self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, exc.message, tuple(task.writes))
+            return
         if conflicts:  # nothing was merged: the worker resolves what the approved work brought in
             self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, merge_conflict_note(conflicts), tuple(conflicts))
             return
@@ -266,7 +284,8 @@ class ModeDriver(Generic[StateT]):
         by = " + ".join(panel.reviewers)
         if decision.outcome == "approve":
             evidence = [e for v in panel.verdicts.values() for e in v.evidence]
-            self.approve_reviewed(job, task, f"both reviews ({by}) passed every criterion", evidence)
+            self.approve_reviewed(job, task, f"both reviews ({by}) passed every criterion", evidence,
+                                  task.head if self.run.in_worktrees else None)
         elif decision.outcome == "rework":
             self.ctx.ledger.add_verdict(task, reviews.combined_verdict(decision, by, self.ctx.clock()))
             message = "reviews rejected: " + "; ".join(
