@@ -17,7 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentbox.core.errors import ConfigError
-from agentbox.core.scopes import has_control_character, scope_problem
+from agentbox.core.scopes import enforceable_problem, has_control_character, scope_problem
 from agentbox.core.secrets import reference_problem
 from agentbox.core.tools import Tool
 from agentbox.core.validation import NAME_PATTERN, problems, short
@@ -49,6 +49,9 @@ def _scope(scope: str) -> str:
     problem = scope_problem(scope)
     if problem:
         raise ValueError(problem)
+    unenforceable = enforceable_problem(scope)
+    if unenforceable:
+        raise ValueError(f"{unenforceable[0]}: {unenforceable[1]}")
     return scope
 
 
