@@ -20,12 +20,25 @@ def _tokens(value: int | None) -> str:
     return "unknown" if value is None else f"{value:,}"
 
 
+def check_timeout(seconds: float | None) -> float | None:
+    """`--timeout` as given, when it is a finite number of seconds above 0 (else a UsageError)."""
+    import math
+
+    from agentbox.core.errors import UsageError
+
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"--timeout must be a number of seconds above 0, not {seconds:g}",
+                         "give the seconds the turn may take, e.g. --timeout 300")
+    return seconds
+
+
 def invoke(args: argparse.Namespace) -> int:
     """One headless turn; exit 0 on success, 1 on an agent failure (error on stderr)."""
     from agentbox.core import services
     from agentbox.core.errors import NotFoundError, UsageError
     from agentbox.core.invoke import invoke_sync
 
+    check_timeout(args.timeout)
     proj = maybe_project(args)
     agent = services.resolve_agent(args.target, proj)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
@@ -71,6 +84,8 @@ def sessions(args: argparse.Namespace) -> int:
     store = services.session_store_for(args.role, proj)
     damaged: list[StateError] = []
     records = store.list(args.role, damaged)
+    if args.role and not records and not damaged:
+        services.check_session_owner(args.role, proj)  # a name that is no role: say so, not an empty table
     for problem in damaged:
         print(f"warning: {problem}", file=sys.stderr)
     if args.json:

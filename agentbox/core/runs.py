@@ -25,8 +25,11 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
     """Validate the crew (and graph) and write a new run's directory; the engine starts it."""
     if not goal.strip():
         raise UsageError("the goal is empty", 'say what the crew should do: agentbox run "..."')
+    if graph is not None and mode not in (None, "graph"):
+        raise UsageError(f"a work graph is for graph mode, not {mode} mode",
+                         f"drop --graph, or run it as a graph: --mode graph --graph {graph}")
     crew = project_mod.load_checked_crew(project)
-    mode = mode or crew.mode
+    mode = "graph" if graph is not None else mode or crew.mode  # a graph given is a graph run
     graph_data = graph_file = None
     if mode == "graph":
         from agentbox.core.graph import load_graph, resolve_graph

@@ -45,3 +45,27 @@ def test_a_crew_file_with_such_a_scope_is_refused_where_it_is_written(project: P
     assert doctor.code != 0 and "Traceback" not in doctor.err
     [project_line] = [ln for ln in doctor.out.splitlines() if ln.startswith("[FAIL] project")]
     assert where in project_line and why in project_line, doctor.out
+
+
+def test_run_with_a_graph_is_a_graph_run_and_refuses_another_mode(project: Path) -> None:
+    runs_dir = project / ".agent-box" / "runs"
+    # --graph alone means graph mode: an unknown graph is refused, no run is made
+    assert_usage_error(run_cli("run", "the goal", "--graph", "nosuch", cwd=project), "no work graph 'nosuch'")
+    assert_usage_error(run_cli("run", "the goal", "--graph", "build", "--mode", "sequential", cwd=project),
+                       "graph mode, not sequential mode", "--mode graph")
+    assert not runs_dir.exists() or not any(runs_dir.iterdir())
+
+
+@pytest.mark.parametrize("seconds", ["-1", "0", "nan"])
+def test_invoke_and_profile_test_refuse_a_timeout_that_is_no_time(project: Path, seconds: str) -> None:
+    assert_usage_error(run_cli("invoke", "builder", "hello", "--timeout", seconds, cwd=project),
+                       "--timeout must be a number of seconds above 0")
+    assert not (project / ".agent-box" / "sessions").exists(), "no turn ran"
+    assert_usage_error(run_cli("profile", "test", "scripted", "--timeout", seconds), "--timeout")
+
+
+def test_sessions_of_an_unknown_role_names_the_known_ones(project: Path) -> None:
+    assert_usage_error(run_cli("sessions", "nosuchrole", cwd=project), "no role 'nosuchrole'", "lead, builder")
+    assert_usage_error(run_cli("sessions", "profile:nosuch", cwd=project), "unknown profile 'nosuch'")
+    known = run_cli("sessions", "builder", cwd=project)  # a role without sessions yet: an empty table
+    assert known.code == 0 and "SESSION" in known.out
