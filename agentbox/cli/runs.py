@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import datetime as dt
 import sys
+import time
 from typing import Any
 
 from agentbox.cli.common import print_json, print_table, project_from
@@ -280,22 +281,26 @@ def runs(args: argparse.Namespace) -> int:
 def status(args: argparse.Namespace) -> int:
     """Show one run: status, tasks, checkpoints, totals."""
     from agentbox.core import runs as runs_mod
-    from agentbox.core.engine.models import TERMINAL_RUN_STATES
 
     project = project_from(args)
     run = runs_mod.load(project, args.run)
+    alive = runs_mod.engine_alive(project, run.id)
+    engine = runs_mod.engine_state(run, alive, time.time())
     if args.json:
         data = run.model_dump(exclude={"outbox", "applied_commands"})
-        data["engine_running"] = runs_mod.engine_alive(project, run.id)
+        data["engine_running"] = alive
+        data["engine_state"] = engine
         print_json(data)
         return 0
-    alive = runs_mod.engine_alive(project, run.id)
     totals = run.totals
     unknown = f" (+{totals.unknown_usage_turns} turn(s) with unknown usage)" if totals.unknown_usage_turns else ""
     budget = run.token_budget
-    print(f"{run.id}  {run.status}{' — ' + run.status_reason if run.status_reason else ''}")
+    if engine == "stopped":
+        print(f"{run.id}  {runs_mod.ENGINE_STOPPED} — it stopped while {runs_mod.stopped_while(run)}")
+    else:
+        print(f"{run.id}  {run.status}{' — ' + run.status_reason if run.status_reason else ''}")
     print(f"goal: {run.contract.goal}")
-    print(f"mode: {run.contract.mode} · engine: {'running' if alive else 'not running'} · "
+    print(f"mode: {run.contract.mode} · engine: {engine.replace('stopped', 'not running')} · "
           f"tokens: {totals.tokens:,}{' / ' + format(budget, ',') if budget else ''}{unknown}"
           + (f" · cost ${totals.cost_usd:.4f}" if totals.cost_usd is not None else ""))
     if run.git is not None:
@@ -322,8 +327,10 @@ def status(args: argparse.Namespace) -> int:
                 print(f"      {what + ':':<11} {command}")
     if run.result:
         print(f"\nresult: {run.result.artifact or ''}\n{run.result.summary[:600]}")
-    if not alive and run.status not in TERMINAL_RUN_STATES:
-        print(f"\nthe engine is not running: `agentbox run --resume {run.id}` continues it")
+    if engine == "stopped":
+        print(f"\nthe engine is not running: `{runs_mod.resume_command(run.id)}` continues it "
+              "(add --detach to run it in the background)"
+              + ("; answers given meanwhile are kept and acted on then" if open_cps else ""))
     return 0
 
 

@@ -5,10 +5,17 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentbox.core import project as project_mod
-from agentbox.core.engine.models import TERMINAL_RUN_STATES, Contract, Run, RunGit, check_id
+from agentbox.core.engine.models import (
+    TERMINAL_RUN_STATES,
+    Contract,
+    Run,
+    RunGit,
+    check_id,
+    no_engine_reason,
+)
 from agentbox.core.engine.run_store import DamagedRun, DamagedRunError, RunStore, new_run_id
 from agentbox.core.errors import NotFoundError, UsageError
 from agentbox.core.paths import ProjectPaths
@@ -132,6 +139,7 @@ def send_command(project: ProjectPaths, run_id: str, command: dict[str, Any]) ->
         if mine:
             engine = Engine.open(project, run_id)
             ok, message = engine.apply_command(command)
+            engine.settle_without_engine()
             engine.save()
             return ok, message
     log = store.events_path(run_id)
@@ -238,3 +246,58 @@ def plan_checkpoint(project: ProjectPaths, run_id: str | None, checkpoint_id: st
 def engine_alive(project: ProjectPaths, run_id: str) -> bool:
     """True when an engine process holds the run."""
     return RunStore(project).engine_running(run_id)
+
+
+EngineState = Literal["running", "starting", "stopped", "ended"]
+"""Whether a run has an engine: one holds it; one was just started for it; none, though the run
+has not ended (the engine was interrupted, killed or the machine restarted); the run ended."""
+ENGINE_START_GRACE_S = 10.0
+"""How long a new run may go without an engine before it counts as stopped (a detached engine
+takes a moment to start)."""
+ENGINE_STOPPED = "engine not running"
+"""What every face calls a run whose engine is gone."""
+
+
+def engine_state(run: Run, alive: bool, now: float) -> EngineState:
+    """The engine state of `run`, given whether an engine holds its lock (`alive`) at time `now`."""
+    if run.status in TERMINAL_RUN_STATES:
+        return "ended"
+    if alive:
+        return "running"
+    if run.engine is None and not run.mode_started and now - run.created < ENGINE_START_GRACE_S:
+        return "starting"
+    return "stopped"
+
+
+def engine_of(project: ProjectPaths, run: Run) -> EngineState:
+    """The engine state of `run` now (probes its engine lock)."""
+    return engine_state(run, engine_alive(project, run.id), time.time())
+
+
+def resume_command(run_id: str) -> str:
+    """The command a person types to start a stopped run's engine again."""
+    return f"agentbox run --resume {run_id}"
+
+
+def stopped_while(run: Run) -> str:
+    """What a run whose engine is gone was at: its status, and the reason when it says more."""
+    reason = run.status_reason if run.status_reason != no_engine_reason(run.id) else None
+    return run.status + (f" ({reason})" if reason else "")
+
+
+def stopped_summary(run: Run) -> str:
+    """One line for a run whose engine is gone: what it was at and how to go on."""
+    return f"{ENGINE_STOPPED}: the run stopped while {stopped_while(run)}; `{resume_command(run.id)}` continues it"
+
+
+def resume_engine(project: ProjectPaths, run_id: str) -> int:
+    """Start the engine of a run that has not ended and has none, in the background; its pid."""
+    store = RunStore(project)
+    run_id = store.resolve_id(run_id)
+    run = store.load_checked(run_id, full=False)
+    if run.status in TERMINAL_RUN_STATES:
+        raise UsageError(f"run {run_id} has ended ({run.status}): it has no engine to resume",
+                         'start a new run: agentbox run "GOAL"')
+    if store.engine_running(run_id):
+        raise UsageError(f"run {run_id} already has an engine running", "watch it with `agentbox status` or the dashboard")
+    return detach(project, run_id)

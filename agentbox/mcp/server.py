@@ -164,6 +164,17 @@ def build_server(project: ProjectPaths) -> MCPServer:
                 loaded = await follow(project, loaded.id, wait_s, ctx, from_start=False)
             return views.run_status(project, loaded)
 
+    @server.tool(description="Start the engine of a run whose engine is not running (run_status says "
+                             "engine: stopped: it was interrupted, killed, or the machine restarted).")
+    async def resume_run(ctx: Context, run: RunRef = None, wait_s: WaitS = 0.0) -> dict[str, Any]:
+        with _as_tool_error():
+            run_id = RunStore(project).resolve_id(run)
+            pid = runs.resume_engine(project, run_id)
+            await ctx.report_progress(0, None, f"the engine of {run_id} runs again (pid {pid})")
+            loaded = await follow(project, run_id, wait_s, ctx, from_start=False) if wait_s else \
+                runs.load(project, run_id)
+            return {"engine_pid": pid, **views.run_status(project, loaded)}
+
     @server.tool(description="Open checkpoints (questions, plans and tasks waiting for approval, budget "
                              "pauses) of one run, or of every run that has not ended.")
     async def list_checkpoints(run: RunRef = None) -> dict[str, Any]:

@@ -48,6 +48,7 @@ class RunActions:
     run: Run | None
     run_id: str | None
     run_ids: tuple[str, ...]
+    engine: str
     crew: CrewInfo | None
     sessions: dict[str, Any]
     manifest: tuple[dict[str, Any], ...]
@@ -62,7 +63,7 @@ class RunActions:
     refresh: Callable[..., Any]
     _request: Callable[..., None]
 
-    _offers_for: Run | None = None
+    _offers_for: tuple[Run | None, str] | None = None
     _offers: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ footer state
@@ -76,8 +77,9 @@ class RunActions:
 
     def offered_actions(self) -> frozenset[str]:
         """The run-dependent actions offered for the shown run (worked out once per run snapshot)."""
-        if self._offers_for is not self.run:
-            self._offers_for, self._offers = self.run, action_table.offered(self.run)
+        key = (self.run, self.engine)
+        if self._offers_for is None or self._offers_for[0] is not key[0] or self._offers_for[1] != key[1]:
+            self._offers_for, self._offers = key, action_table.offered(self.run, self.engine)
         return self._offers
 
     # ------------------------------------------------------------------ commands to the run
@@ -100,8 +102,11 @@ class RunActions:
         self.post_message(msg.CommandApplied(str(command["action"]), ok, message, target))
 
     def on_command_applied(self, message: msg.CommandApplied) -> None:
-        """Say how the command went."""
-        self.notify(message.message, title=COMMAND_TITLES.get(message.action, message.action.replace("_", " ")),
+        """Say how the command went (and, for a run no engine drives, that it must be resumed)."""
+        text = message.message
+        if message.ok and self.engine == "stopped" and message.action != "resume_engine":
+            text += " · the engine is not running: press R (or the palette's resume) to go on"
+        self.notify(text, title=COMMAND_TITLES.get(message.action, message.action.replace("_", " ")),
                     severity="information" if message.ok else "error", timeout=6 if message.ok else 12)
 
     def action_pause(self) -> None:
@@ -111,6 +116,24 @@ class RunActions:
     def action_resume(self) -> None:
         """Resume a paused run."""
         self.send("resume")
+
+    def action_resume_engine(self) -> None:
+        """Start the engine of the shown run again (it was interrupted, killed, or the machine restarted)."""
+        if self.run_id is None:
+            self.notify("no run is open", severity="warning")
+            return
+        self.run_worker(partial(self._resume_engine_now, self.run_id), thread=True, group="commands",
+                        name="resume the engine", exit_on_error=False)
+
+    def _resume_engine_now(self, run_id: str) -> None:
+        from agentbox.core import runs
+
+        try:
+            pid = runs.resume_engine(self.project, run_id)
+            ok, message = True, f"the engine of {run_id} runs again (pid {pid})"
+        except AgentboxError as exc:
+            ok, message = False, exc.message
+        self.post_message(msg.CommandApplied("resume_engine", ok, message, None))
 
     def action_cancel_run(self) -> None:
         """Cancel the whole run (asks first)."""

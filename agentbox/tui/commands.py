@@ -26,6 +26,9 @@ def dashboard_commands(board: DashboardScreen) -> Iterator[Command]:
     run = board.run
     yield "Start a run…", board.action_start_run, "a goal and a mode; the engine runs in the background"
     if run is not None:
+        if enabled("resume_engine", run, board.engine):
+            yield ("Resume the engine of the run", board.action_resume_engine,
+                   f"{run.id}: its engine is not running (interrupted, killed or a restart)")
         if enabled("resume", run):
             yield "Resume the run", board.action_resume, f"resume {run.id}"
         if enabled("pause", run):

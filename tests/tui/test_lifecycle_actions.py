@@ -39,3 +39,38 @@ async def test_attach_from_the_palette_to_claude_with_two_project_folders(
         await wait_for(pilot, lambda: any("cannot suspend" in n for n in _notes(app)), "the suspend notice")
         assert app.is_running and app.screen is board
     assert list((project.sessions_dir / "clauder").glob("*.json")), "the attached session was recorded"
+
+
+@pytest.mark.bwrap
+async def test_the_dashboard_offers_resume_for_a_run_whose_engine_is_gone(tmp_path: Path) -> None:
+    from agentbox.core.engine.run_store import RunStore
+    from agentbox.tui import action_table
+    from agentbox.tui.commands import dashboard_commands
+    from agentbox.tui.widgets.header import RunHeader
+    from tests.engine.lifecycle_support import dead_engine_run, engines_stopped
+    from tests.tui.builders import copy_example
+
+    project = copy_example(tmp_path / "repo")
+    run_id = dead_engine_run(project.root)
+    with engines_stopped(project.root):
+        app = make_app(project, sample_interval_s=None)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await dashboard_loaded(pilot)
+            board = app.dashboard
+            assert board is not None and board.run is not None and board.run.id == run_id
+            await wait_for(pilot, lambda: board.engine == "stopped", "the dead engine noticed")
+            header = str(board.query_one(RunHeader).render().renderables[1])  # type: ignore[attr-defined]
+            assert "engine not running" in header and "R: resume" in header and "waiting_user" in header
+            assert board.check_action("resume_engine", ()) and action_table.enabled("resume_engine", board.run, "stopped")
+            titles = [title for title, _, _ in dashboard_commands(board)]
+            assert "Resume the engine of the run" in titles
+            # an answer while no engine runs is kept, and the dashboard says the engine must go on
+            (cp,) = board.run.open_checkpoints()
+            board.send("answer", cp.id, checkpoint=cp.id, text="approve")
+            await wait_for(pilot, lambda: any("press R" in n for n in _notes(app)), "the answer's notice")
+            await pilot.press("R")
+            await wait_for(pilot, lambda: any("runs again (pid" in n for n in _notes(app)), "the resume's notice")
+            await wait_for(pilot, lambda: RunStore(project).load(run_id).status == "done", "the resumed run's end",
+                           timeout=60)
+            await wait_for(pilot, lambda: board.engine == "ended", "the ended run")
+            assert not board.check_action("resume_engine", ())
