@@ -175,6 +175,20 @@ def build_server(project: ProjectPaths) -> MCPServer:
                 runs.load(project, run_id)
             return {"engine_pid": pid, **views.run_status(project, loaded)}
 
+    @server.tool(description="Throw a run away: its engine is stopped if it runs, then its worktrees, branches "
+                             "(merged or not), state and its sessions' links to it are removed for good. Without "
+                             "confirm=true, only says what it would remove.")
+    async def discard_run(run: Name, confirm: bool = False) -> dict[str, Any]:
+        from agentbox.core import discard
+
+        with _as_tool_error():
+            if not confirm:
+                planned = discard.plan(project, run)
+                return {"discarded": False, "run": planned.run_id, "would_remove": planned.lines(),
+                        "how": "call discard_run again with confirm=true to remove it"}
+            removed = await anyio.to_thread.run_sync(discard.discard, project, run)
+            return {"discarded": True, "run": removed.run_id, "removed": removed.lines()}
+
     @server.tool(description="Open checkpoints (questions, plans and tasks waiting for approval, budget "
                              "pauses) of one run, or of every run that has not ended.")
     async def list_checkpoints(run: RunRef = None) -> dict[str, Any]:

@@ -63,6 +63,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("changes", "c", "changes", "the files each task changed, and the run's stat"),
     ActionSpec("merge", "m", "merge", "merge the run's branch into yours (shows the stat first)"),
     ActionSpec("attach", "o", "attach", show=False),
+    ActionSpec("discard", "D", "discard run", show=False),
     ActionSpec("switch_run", "r", "runs", show=False),
     ActionSpec("task_detail", "d", "task detail", show=False),
     ActionSpec("edit_artifact", "e", "edit artifact", show=False),

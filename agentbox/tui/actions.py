@@ -135,6 +135,48 @@ class RunActions:
             ok, message = False, exc.message
         self.post_message(msg.CommandApplied("resume_engine", ok, message, None))
 
+    def action_discard(self) -> None:
+        """Throw the shown run away: what it removes is read first, then shown to confirm."""
+        if self.run_id is None:
+            self.notify("no run is open", severity="warning")
+            return
+        self.run_worker(partial(self._plan_discard, self.run_id), thread=True, group="discard",
+                        name="read what a discard removes", exclusive=True, exit_on_error=False)
+
+    def _plan_discard(self, run_id: str) -> None:
+        from agentbox.core import discard
+
+        try:
+            self.post_message(msg.DiscardPlanned(run_id, discard.plan(self.project, run_id).lines()))
+        except AgentboxError as exc:
+            self.post_message(msg.DiscardPlanned(run_id, [], exc.message))
+
+    def on_discard_planned(self, message: msg.DiscardPlanned) -> None:
+        """Ask, with everything the discard removes, before removing anything."""
+        if message.error:
+            self.notify(message.error, title="discard", severity="error", timeout=12)
+            return
+        question = Text.assemble((f"Discard run {message.run_id}?", "bold"), " This removes, for good:\n\n",
+                                 "\n".join(message.lines))
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(partial(self._discard_now, message.run_id), thread=True, group="discard",
+                                name="discard the run", exit_on_error=False)
+
+        self.app.push_screen(ConfirmDialog(question, yes_label="discard"), confirmed)
+
+    def _discard_now(self, run_id: str) -> None:
+        from agentbox.core import discard
+
+        try:
+            removed = discard.discard(self.project, run_id)
+            ok, text = True, f"discarded run {run_id}: " + "; ".join(" ".join(line.split())
+                                                                    for line in removed.lines())[:600]
+        except AgentboxError as exc:
+            ok, text = False, exc.message
+        self.post_message(msg.CommandApplied("discard", ok, text, None))
+
     def action_cancel_run(self) -> None:
         """Cancel the whole run (asks first)."""
         if self.run_id is None:

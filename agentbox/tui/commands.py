@@ -54,6 +54,8 @@ def dashboard_commands(board: DashboardScreen) -> Iterator[Command]:
         if enabled("changes", run):
             yield "Changes of the run", board.action_changes, "the files each task changed, by role, and the run's stat"
     if run is not None:
+        yield (f"Discard run {run.id}…", board.action_discard,
+               "stop it if it runs; remove its worktrees, branches and state (shows what first)")
         for task in run.tasks.values():
             yield f"Task detail: {task.id}", partial(board.action_task_detail, task.id), f"{task.state} · {task.brief[:70]}"
     roles = [r.role for r in board.crew.roles] if board.crew else []

@@ -25,3 +25,17 @@ async def test_run_status_says_the_engine_is_gone_and_resume_run_starts_it(proje
             assert resumed["engine_pid"] > 1 and resumed["status"] == "done", resumed
             again = await client.error("resume_run", run=run_id)
             assert "has ended" in again
+
+
+async def test_discard_run_says_what_it_removes_then_removes_it(project: Path) -> None:
+    run_id = dead_engine_run(project)
+    state = project / ".agent-box" / "runs" / run_id
+    async with connected(project) as client:
+        asked = await client.ok("discard_run", run=run_id[:-2])
+        assert asked["discarded"] is False and asked["run"] == run_id
+        assert any(line.startswith("state") and str(state) in line for line in asked["would_remove"])
+        assert state.exists()
+        removed = await client.ok("discard_run", run=run_id, confirm=True)
+        assert removed["discarded"] is True and not state.exists()
+        listed = await client.read("agentbox://runs")
+        assert run_id not in [r["run"] for r in listed]

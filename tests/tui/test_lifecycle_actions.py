@@ -9,6 +9,7 @@ import pytest
 from agentbox.core.paths import ProjectPaths
 from agentbox.tui.factory import make_app
 from tests.conftest import TOOLS_BIN, run_cli
+from tests.tui.builders import copy_example
 from tests.tui.conftest import dashboard_loaded, wait_for
 
 
@@ -48,7 +49,6 @@ async def test_the_dashboard_offers_resume_for_a_run_whose_engine_is_gone(tmp_pa
     from agentbox.tui.commands import dashboard_commands
     from agentbox.tui.widgets.header import RunHeader
     from tests.engine.lifecycle_support import dead_engine_run, engines_stopped
-    from tests.tui.builders import copy_example
 
     project = copy_example(tmp_path / "repo")
     run_id = dead_engine_run(project.root)
@@ -74,3 +74,33 @@ async def test_the_dashboard_offers_resume_for_a_run_whose_engine_is_gone(tmp_pa
                            timeout=60)
             await wait_for(pilot, lambda: board.engine == "ended", "the ended run")
             assert not board.check_action("resume_engine", ())
+
+
+@pytest.mark.bwrap
+async def test_discard_from_the_palette_asks_then_removes_the_run(tmp_path: Path) -> None:
+    from agentbox.tui.screens.modals import ConfirmDialog
+    from tests.cli.test_worktree_cli import finished_run
+    from tests.engine.test_worktree_runs import git
+
+    project = copy_example(tmp_path / "repo")
+    root = project.root
+    run_id = finished_run(root)
+    app = make_app(project, sample_interval_s=None)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await dashboard_loaded(pilot)
+        board = app.dashboard
+        assert board is not None and board.run_id == run_id
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.2)
+        await pilot.press(*"Discard run")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the confirmation")
+        shown = str(app.screen.question)  # type: ignore[attr-defined]
+        assert f"branch      agentbox/{run_id}" in shown and f"runs/{run_id}" in shown
+        await pilot.press("y")
+        await wait_for(pilot, lambda: any(n.startswith(f"discard: discarded run {run_id}") for n in _notes(app)),
+                       "the discard's notice")
+        await wait_for(pilot, lambda: board.run_id is None and board.run_ids == (), "the run gone from the dashboard")
+    assert not (root / ".agent-box" / "runs" / run_id).exists()
+    assert git(root, "for-each-ref", f"refs/heads/agentbox/{run_id}") == ""

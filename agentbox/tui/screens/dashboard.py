@@ -264,6 +264,7 @@ class DashboardScreen(RunActions, Screen[None]):
         self._listed_once = True
         self.run_ids = message.run_ids
         if not message.run_ids:
+            self.run_id = None  # the last run was discarded
             return
         if self.run_id is None or self.run_id not in message.run_ids:
             wanted = self._wanted_run
