@@ -91,9 +91,10 @@ def sessions(args: argparse.Namespace) -> int:
     if args.json:
         print_json([r.as_dict() for r in records])
         return 0
-    rows = [[r.owner, r.id, r.tool, str(r.turns), f"{r.totals.tokens:,}" + (f" (+{r.totals.unknown_usage_turns} unknown)" if r.totals.unknown_usage_turns else ""),
+    rows = [[r.owner, r.id, r.tool, r.run_id or "-", r.task_id or "-", str(r.turns),
+             f"{r.totals.tokens:,}" + (f" (+{r.totals.unknown_usage_turns} unknown)" if r.totals.unknown_usage_turns else ""),
              r.last_status or "-", _when(r.updated)] for r in records]
-    print_table(["role", "session", "tool", "turns", "tokens", "last", "updated"], rows)
+    print_table(["role", "session", "tool", "run", "task", "turns", "tokens", "last", "updated"], rows)
     return 0
 
 

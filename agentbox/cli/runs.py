@@ -360,9 +360,9 @@ def approve(args: argparse.Namespace) -> int:
     if not target:
         raise UsageError("say what to approve", "agentbox approve TASK, agentbox approve --plan, "
                                                 "or agentbox approve RUN cp-N")
-    run_id = runs_mod.find_task_run(project, target, args.run)
-    _show_task_changes(project, run_id, target)
-    return _send(project, run_id, {"action": "approve", "task": target, "note": args.note})
+    run_id, task_id = runs_mod.resolve_task(project, target, args.run)
+    _show_task_changes(project, run_id, task_id)
+    return _send(project, run_id, {"action": "approve", "task": task_id, "note": args.note})
 
 
 def _show_task_changes(project: Any, run_id: str, task_id: str) -> None:
@@ -384,14 +384,18 @@ def rework(args: argparse.Namespace) -> int:
     from agentbox.core import runs as runs_mod
 
     project = project_from(args)
-    run_id = runs_mod.find_task_run(project, args.task, args.run)
-    _show_task_changes(project, run_id, args.task)
-    return _send(project, run_id, {"action": "rework", "task": args.task, "note": args.note})
+    run_id, task_id = runs_mod.resolve_task(project, args.task, args.run)
+    _show_task_changes(project, run_id, task_id)
+    return _send(project, run_id, {"action": "rework", "task": task_id, "note": args.note})
 
 
 def answer(args: argparse.Namespace) -> int:
-    """Answer a checkpoint."""
-    return _send(project_from(args), args.run, {"action": "answer", "checkpoint": args.checkpoint, "text": args.text})
+    """Answer a checkpoint (its id, a unique prefix of it, or its number)."""
+    from agentbox.core import runs as runs_mod
+
+    project = project_from(args)
+    run_id, checkpoint = runs_mod.resolve_checkpoint(project, args.run, args.checkpoint)
+    return _send(project, run_id, {"action": "answer", "checkpoint": checkpoint, "text": args.text})
 
 
 def cancel(args: argparse.Namespace) -> int:
@@ -402,8 +406,8 @@ def cancel(args: argparse.Namespace) -> int:
     target = args.target or runs_mod.the_active_run(project, "cancel")
     if target.startswith("run-") or target == "latest":
         return _send(project, target, {"action": "cancel_run", "note": "cancelled with `agentbox cancel`"})
-    run_id = runs_mod.find_task_run(project, target, args.run)
-    return _send(project, run_id, {"action": "cancel_task", "task": target})
+    run_id, task_id = runs_mod.resolve_task(project, target, args.run)
+    return _send(project, run_id, {"action": "cancel_task", "task": task_id})
 
 
 def pause(args: argparse.Namespace) -> int:

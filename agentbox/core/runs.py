@@ -170,17 +170,40 @@ def list_runs(project: ProjectPaths) -> list[Run | DamagedRun]:
 
 def find_task_run(project: ProjectPaths, task_id: str, run_id: str | None) -> str:
     """The run holding `task_id` (the given run, else the latest run that has it)."""
+    return resolve_task(project, task_id, run_id)[0]
+
+
+def resolve_task(project: ProjectPaths, task_id: str, run_id: str | None) -> tuple[str, str]:
+    """(run id, task id) of the task `task_id` names: its id or a unique prefix of it, in the given
+    run, else in the latest run that has such a task (a prefix naming several lists them)."""
+    from agentbox.core.ids import by_prefix
+
     check_id("task", task_id)
     store = RunStore(project)
     if run_id:
-        return store.resolve_id(run_id)
+        run = store.load(store.resolve_id(run_id))
+        found = by_prefix("task", task_id, run.tasks, where=f" in run {run.id}")
+        return run.id, found or task_id  # a task the run has not: the command says so
     for candidate in reversed(store.list_ids()):
         try:
-            if task_id in store.load(candidate).tasks:
-                return candidate
+            found = by_prefix("task", task_id, store.load(candidate).tasks, where=f" in run {candidate}")
         except DamagedRunError:
             continue
+        if found is not None:
+            return candidate, found
     raise NotFoundError(f"no run has a task {task_id!r}", "pass --run RUN")
+
+
+def resolve_checkpoint(project: ProjectPaths, run_id: str | None, checkpoint_id: str) -> tuple[str, str]:
+    """(run id, checkpoint id) of the checkpoint `checkpoint_id` (its id, a unique prefix, or its number) names."""
+    from agentbox.core.ids import by_prefix
+
+    check_id("checkpoint", checkpoint_id)
+    store = RunStore(project)
+    run = store.load(store.resolve_id(run_id))
+    known = list(run.checkpoints)
+    given = f"cp-{checkpoint_id}" if checkpoint_id.isdigit() else checkpoint_id
+    return run.id, by_prefix("checkpoint", given, known, where=f" in run {run.id}") or checkpoint_id
 
 
 def active_runs(project: ProjectPaths) -> list[Run]:
@@ -231,7 +254,10 @@ def plan_checkpoint(project: ProjectPaths, run_id: str | None, checkpoint_id: st
                                 f"`agentbox status {run.id}` shows what it waits for")
         return run.id, open_plans[-1]
     check_id("checkpoint", checkpoint_id)
-    cp = run.checkpoints.get(checkpoint_id)
+    from agentbox.core.ids import by_prefix
+
+    given = f"cp-{checkpoint_id}" if checkpoint_id.isdigit() else checkpoint_id
+    cp = run.checkpoints.get(by_prefix("checkpoint", given, run.checkpoints, where=f" in run {run.id}") or "")
     if cp is None:
         open_ids = ", ".join(c.id for c in run.open_checkpoints()) or "(none open)"
         raise NotFoundError(f"no checkpoint {checkpoint_id!r} in run {run.id}", f"open checkpoints: {open_ids}")

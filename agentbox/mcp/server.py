@@ -199,27 +199,28 @@ def build_server(project: ProjectPaths) -> MCPServer:
                              "a retry escalation ('retry' or 'cancel'), a budget pause ('continue' or 'cancel').")
     async def answer_checkpoint(checkpoint: Name, text: Text, run: RunRef = None) -> dict[str, Any]:
         with _as_tool_error():
-            run_id = views.checkpoint_run(project, checkpoint, run)
+            run_id, checkpoint = runs.resolve_checkpoint(project, views.checkpoint_run(project, checkpoint, run),
+                                                         checkpoint)
             return await _steer(project, run_id, {"action": "answer", "checkpoint": checkpoint, "text": text})
 
     @server.tool(description="Approve a task in review; the note is the person's evidence.")
     async def approve_task(task: Name, note: Text = "approved by a human (through MCP)",
                            run: RunRef = None) -> dict[str, Any]:
         with _as_tool_error():
-            run_id = runs.find_task_run(project, task, run)
+            run_id, task = runs.resolve_task(project, task, run)
             return await _steer(project, run_id, {"action": "approve", "task": task, "note": note})
 
     @server.tool(description="Send a task in review back for rework, with a note saying what to fix.")
     async def rework_task(task: Name, note: Text, run: RunRef = None) -> dict[str, Any]:
         with _as_tool_error():
-            run_id = runs.find_task_run(project, task, run)
+            run_id, task = runs.resolve_task(project, task, run)
             return await _steer(project, run_id, {"action": "rework", "task": task, "note": note})
 
     @server.tool(description="Cancel one task (task=...), or a whole run (default: the only active run).")
     async def cancel(run: RunRef = None, task: Annotated[str | None, Field(max_length=200)] = None) -> dict[str, Any]:
         with _as_tool_error():
             if task:
-                run_id = runs.find_task_run(project, task, run)
+                run_id, task = runs.resolve_task(project, task, run)
                 return await _steer(project, run_id, {"action": "cancel_task", "task": task})
             run_id = run or runs.the_active_run(project, "cancel")
             return await _steer(project, run_id, {"action": "cancel_run", "note": "cancelled through MCP"})
