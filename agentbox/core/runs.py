@@ -295,11 +295,6 @@ def engine_state(run: Run, alive: bool, now: float) -> EngineState:
     return "stopped"
 
 
-def engine_of(project: ProjectPaths, run: Run) -> EngineState:
-    """The engine state of `run` now (probes its engine lock)."""
-    return engine_state(run, engine_alive(project, run.id), time.time())
-
-
 def resume_command(run_id: str) -> str:
     """The command a person types to start a stopped run's engine again."""
     return f"agentbox run --resume {run_id}"
