@@ -54,6 +54,11 @@ def test_run_with_a_graph_is_a_graph_run_and_refuses_another_mode(project: Path)
     assert_usage_error(run_cli("run", "the goal", "--graph", "build", "--mode", "sequential", cwd=project),
                        "graph mode, not sequential mode", "--mode graph")
     assert not runs_dir.exists() or not any(runs_dir.iterdir())
+    # a graph that exists, with no --mode: a graph run (the crew's own mode is hierarchical)
+    from agentbox.core import runs
+    from agentbox.core.paths import ProjectPaths
+
+    assert runs.create_run(ProjectPaths(project), "the goal", None, "build").contract.mode == "graph"
 
 
 @pytest.mark.parametrize("seconds", ["-1", "0", "nan"])
