@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,21 @@ async def test_discard_from_the_palette_asks_then_removes_the_run(tmp_path: Path
         await wait_for(pilot, lambda: board.run_id is None and board.run_ids == (), "the run gone from the dashboard")
     assert not (root / ".agent-box" / "runs" / run_id).exists()
     assert git(root, "for-each-ref", f"refs/heads/agentbox/{run_id}") == ""
+
+
+async def test_a_run_discarded_elsewhere_does_not_break_the_engine_probe(
+        project_at: Callable[[str], ProjectPaths]) -> None:
+    from agentbox.core import discard
+    from tests.tui.builders import RUN_ID
+
+    project = project_at("waiting")  # a run no engine drives
+    app = make_app(project, live=False, sample_interval_s=None)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await dashboard_loaded(pilot)
+        board = app.dashboard
+        assert board is not None
+        await wait_for(pilot, lambda: board.engine == "stopped", "the missing engine noticed")
+        discard.discard(project, RUN_ID)  # another terminal throws it away
+        board._check_engine()  # the next tick's probe, before the runs are listed again
+        await pilot.pause(0.1)
+        assert app.is_running

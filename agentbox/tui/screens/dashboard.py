@@ -217,7 +217,10 @@ class DashboardScreen(RunActions, Screen[None]):
         if run is None:
             state = "ended"
         else:
-            alive = run.status not in TERMINAL_RUN_STATES and self.engine_probe(self.project, run.id)
+            try:
+                alive = run.status not in TERMINAL_RUN_STATES and self.engine_probe(self.project, run.id)
+            except OSError:  # the run's directory went (discarded): the next listing drops it
+                return
             state = runs.engine_state(run, alive, self.clock())
         if state != self.engine:
             self.engine = state
