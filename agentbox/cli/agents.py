@@ -21,12 +21,25 @@ def _tokens(value: int | None) -> str:
     return "unknown" if value is None else f"{value:,}"
 
 
+def check_timeout(seconds: float | None) -> float | None:
+    """`--timeout` as given, when it is a finite number of seconds above 0 (else a UsageError)."""
+    import math
+
+    from agentbox.core.errors import UsageError
+
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"--timeout must be a number of seconds above 0, not {seconds:g}",
+                         "give the seconds the turn may take, e.g. --timeout 300")
+    return seconds
+
+
 def invoke(args: argparse.Namespace) -> int:
     """One headless turn; exit 0 on success, 1 on an agent failure (error on stderr)."""
     from agentbox.core import services
     from agentbox.core.errors import NotFoundError, UsageError
     from agentbox.core.invoke import invoke_sync
 
+    check_timeout(args.timeout)
     proj = maybe_project(args)
     agent = services.resolve_agent(args.target, proj)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
@@ -72,14 +85,17 @@ def sessions(args: argparse.Namespace) -> int:
     store = services.session_store_for(args.role, proj)
     damaged: list[StateError] = []
     records = store.list(args.role, damaged)
+    if args.role and not records and not damaged:
+        services.check_session_owner(args.role, proj)  # a name that is no role: say so, not an empty table
     for problem in damaged:
         print(f"warning: {for_terminal(problem)}", file=sys.stderr)
     if args.json:
         print_json([r.as_dict() for r in records])
         return 0
-    rows = [[r.owner, r.id, r.tool, str(r.turns), f"{r.totals.tokens:,}" + (f" (+{r.totals.unknown_usage_turns} unknown)" if r.totals.unknown_usage_turns else ""),
+    rows = [[r.owner, r.id, r.tool, r.run_id or "-", r.task_id or "-", str(r.turns),
+             f"{r.totals.tokens:,}" + (f" (+{r.totals.unknown_usage_turns} unknown)" if r.totals.unknown_usage_turns else ""),
              r.last_status or "-", _when(r.updated)] for r in records]
-    print_table(["role", "session", "tool", "turns", "tokens", "last", "updated"], rows)
+    print_table(["role", "session", "tool", "run", "task", "turns", "tokens", "last", "updated"], rows)
     return 0
 
 

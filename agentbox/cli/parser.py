@@ -158,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _cmd(sub, "resume", "agentbox.cli.runs:resume_run", "resume a paused run")
     p.add_argument("run", nargs="?", help="the run (default: the only active run)")
 
+    p = _cmd(sub, "discard", "agentbox.cli.discard:discard",
+             "throw a run away: stop its engine, remove its worktrees, branches, state and sessions' links to it")
+    p.add_argument("run", help="the run (a unique prefix of its id will do)")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    _json(p)
     p = _cmd(sub, "diff", "agentbox.cli.workspace:diff",
              "what a worktree run changed: the run's branch against its base, or one task's branch")
     p.add_argument("run", nargs="?", help="run id (default: the latest)")

@@ -90,9 +90,10 @@ def adopt(args: argparse.Namespace) -> int:
 
 def test(args: argparse.Namespace) -> int:
     """Run one turn through a profile and diagnose what is wrong with it."""
+    from agentbox.cli.agents import check_timeout
     from agentbox.core.profile_check import DEFAULT_TURN_TIMEOUT_S, check_profile
 
-    report = check_profile(args.name, timeout_s=args.timeout or DEFAULT_TURN_TIMEOUT_S)
+    report = check_profile(args.name, timeout_s=check_timeout(args.timeout) or DEFAULT_TURN_TIMEOUT_S)
     if args.json:
         print_json(report.as_dict())
         return 0 if report.ok else 1

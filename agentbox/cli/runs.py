@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import datetime as dt
 import sys
+import time
 from typing import Any
 
 from agentbox.cli.common import print_json, print_table, project_from
@@ -259,22 +260,26 @@ def run(args: argparse.Namespace) -> int:
 def status(args: argparse.Namespace) -> int:
     """Show one run: status, tasks, checkpoints, totals."""
     from agentbox.core import runs as runs_mod
-    from agentbox.core.engine.models import TERMINAL_RUN_STATES
 
     project = project_from(args)
     run = runs_mod.load(project, args.run)
+    alive = runs_mod.engine_alive(project, run.id)
+    engine = runs_mod.engine_state(run, alive, time.time())
     if args.json:
         data = run.model_dump(exclude={"outbox", "applied_commands"})
-        data["engine_running"] = runs_mod.engine_alive(project, run.id)
+        data["engine_running"] = alive
+        data["engine_state"] = engine
         print_json(data)
         return 0
-    alive = runs_mod.engine_alive(project, run.id)
     totals = run.totals
     unknown = f" (+{totals.unknown_usage_turns} turn(s) with unknown usage)" if totals.unknown_usage_turns else ""
     budget = run.token_budget
-    print(f"{run.id}  {run.status}{' — ' + for_line(run.status_reason) if run.status_reason else ''}")
+    if engine == "stopped":
+        print(f"{run.id}  {runs_mod.ENGINE_STOPPED} — it stopped while {for_line(runs_mod.stopped_while(run))}")
+    else:
+        print(f"{run.id}  {run.status}{' — ' + for_line(run.status_reason) if run.status_reason else ''}")
     print(f"goal: {for_line(run.contract.goal)}")
-    print(f"mode: {run.contract.mode} · engine: {'running' if alive else 'not running'} · "
+    print(f"mode: {run.contract.mode} · engine: {engine.replace('stopped', 'not running')} · "
           f"tokens: {totals.tokens:,}{' / ' + format(budget, ',') if budget else ''}{unknown}"
           + (f" · cost ${totals.cost_usd:.4f}" if totals.cost_usd is not None else ""))
     if run.git is not None:
@@ -308,8 +313,10 @@ def status(args: argparse.Namespace) -> int:
                 print(f"      {what + ':':<11} {for_line(command)}")
     if run.result:
         print(f"\nresult: {for_line(run.result.artifact or '')}\n{for_terminal(run.result.summary[:600])}")
-    if not alive and run.status not in TERMINAL_RUN_STATES:
-        print(f"\nthe engine is not running: `agentbox run --resume {run.id}` continues it")
+    if engine == "stopped":
+        print(f"\nthe engine is not running: `{runs_mod.resume_command(run.id)}` continues it "
+              "(add --detach to run it in the background)"
+              + ("; answers given meanwhile are kept and acted on then" if open_cps else ""))
     return 0
 
 
@@ -340,9 +347,9 @@ def approve(args: argparse.Namespace) -> int:
     if not target:
         raise UsageError("say what to approve", "agentbox approve TASK, agentbox approve --plan, "
                                                 "or agentbox approve RUN cp-N")
-    run_id = runs_mod.find_task_run(project, target, args.run)
-    shown = _show_task_changes(project, run_id, target, args.at)
-    command = {"action": "approve", "task": target, "note": args.note}
+    run_id, task_id = runs_mod.resolve_task(project, target, args.run)
+    shown = _show_task_changes(project, run_id, task_id, args.at)
+    command = {"action": "approve", "task": task_id, "note": args.note}
     at = (args.at or "").strip().lower() or shown
     if at:
         command["commit"] = at
@@ -373,14 +380,18 @@ def rework(args: argparse.Namespace) -> int:
     from agentbox.core import runs as runs_mod
 
     project = project_from(args)
-    run_id = runs_mod.find_task_run(project, args.task, args.run)
-    _show_task_changes(project, run_id, args.task)
-    return _send(project, run_id, {"action": "rework", "task": args.task, "note": args.note})
+    run_id, task_id = runs_mod.resolve_task(project, args.task, args.run)
+    _show_task_changes(project, run_id, task_id)
+    return _send(project, run_id, {"action": "rework", "task": task_id, "note": args.note})
 
 
 def answer(args: argparse.Namespace) -> int:
-    """Answer a checkpoint."""
-    return _send(project_from(args), args.run, {"action": "answer", "checkpoint": args.checkpoint, "text": args.text})
+    """Answer a checkpoint (its id, a unique prefix of it, or its number)."""
+    from agentbox.core import runs as runs_mod
+
+    project = project_from(args)
+    run_id, checkpoint = runs_mod.resolve_checkpoint(project, args.run, args.checkpoint)
+    return _send(project, run_id, {"action": "answer", "checkpoint": checkpoint, "text": args.text})
 
 
 def cancel(args: argparse.Namespace) -> int:
@@ -391,8 +402,8 @@ def cancel(args: argparse.Namespace) -> int:
     target = args.target or runs_mod.the_active_run(project, "cancel")
     if target.startswith("run-") or target == "latest":
         return _send(project, target, {"action": "cancel_run", "note": "cancelled with `agentbox cancel`"})
-    run_id = runs_mod.find_task_run(project, target, args.run)
-    return _send(project, run_id, {"action": "cancel_task", "task": target})
+    run_id, task_id = runs_mod.resolve_task(project, target, args.run)
+    return _send(project, run_id, {"action": "cancel_task", "task": task_id})
 
 
 def pause(args: argparse.Namespace) -> int:

@@ -25,7 +25,12 @@ from pydantic import (
 )
 
 from agentbox.core.errors import ConfigError
-from agentbox.core.scopes import has_control_character, protected_problem, scope_problem
+from agentbox.core.scopes import (
+    enforceable_problem,
+    has_control_character,
+    protected_problem,
+    scope_problem,
+)
 from agentbox.core.secrets import reference_problem
 from agentbox.core.tools import Tool
 from agentbox.core.validation import NAME_PATTERN, problems, short
@@ -60,6 +65,9 @@ def _scope(scope: str) -> str:
     problem = scope_problem(scope)
     if problem:
         raise ValueError(problem)
+    unenforceable = enforceable_problem(scope)
+    if unenforceable:
+        raise ValueError(f"{unenforceable[0]}: {unenforceable[1]}")
     return scope
 
 

@@ -421,7 +421,7 @@ def _prepared_turn(agent: Agent, prompt: str, session_id: str | None, new_id: st
     store = agent.sessions
     with _session_lock(store.root / ".locks" / f"{record.id}.lock"):
         if session_id is not None:
-            record = store.find(session_id)
+            record = store.find(record.id)  # read again under the lock (`session_id` may be a prefix)
         prepared = prepare(agent, prompt, record)
         try:
             yield record, prepared

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import time
 import tomllib
@@ -251,6 +253,20 @@ def check_profile(name: str, *, timeout_s: float = DEFAULT_TURN_TIMEOUT_S) -> Pr
     return _turn(info, report, timeout_s, hide)
 
 
+def _remove_tool_traces(info: ProfileInfo, workdir: Path) -> None:
+    """Take back what the tool kept about the test's throwaway directory in the profile's config.
+
+    claude keeps one folder per working directory (`projects/<the path, every other
+    character than a letter or digit made a dash>`); the test's would pile up, one per test.
+    """
+    if info.tool != "claude":
+        return
+    folder = info.config_dir / "projects" / re.sub(r"[^A-Za-z0-9]", "-", str(workdir))
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR(os.lstat(folder).st_mode):  # a real folder, never a link the tool left there
+            shutil.rmtree(folder)
+
+
 def _turn(info: ProfileInfo, report: ProfileTestReport, timeout_s: float, hide: list[str]) -> ProfileTestReport:
     from agentbox.core.invoke import Agent, invoke
     from agentbox.core.sessions import SessionStore
@@ -265,6 +281,7 @@ def _turn(info: ProfileInfo, report: ProfileTestReport, timeout_s: float, hide: 
         return _failed(report, "sandbox", secrets.mask(exc.message, hide))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        _remove_tool_traces(info, workdir)
     report.latency_s = round(time.monotonic() - started, 2)
     report.session_id, report.native_id = result.session_id, result.native_id
     report.usage, report.log_path = result.usage.as_dict(), result.log_path

@@ -313,6 +313,7 @@ def add_role(
     if instructions:
         entry["instructions"] = instructions
     if writes is not None:
+        _check_writes(writes)
         entry["writes"] = writes
     edited = text_with_entry_added(text, document, ("roles",), name, entry)
     roles[name] = entry
@@ -322,6 +323,20 @@ def add_role(
         if problem:
             raise UsageError(problem, hint)
     _write_crew(project, document, edited)
+
+
+def _check_writes(writes: list[str]) -> None:
+    """Refuse a write scope given on the command line the way crew.yaml's would be (UsageError)."""
+    from agentbox.core.scopes import enforceable_problem, scope_problem
+
+    for scope in writes:
+        problem = scope_problem(scope)
+        if problem:
+            raise UsageError(f"--writes: {problem}", "name a directory (`src/**`), a file, or a one-level "
+                                                     "pattern (`src/*.py`) inside the project")
+        unenforceable = enforceable_problem(scope)
+        if unenforceable:
+            raise UsageError(f"--writes: {unenforceable[0]}", unenforceable[1])
 
 
 def role_uses(crew: Crew, name: str) -> list[str]:

@@ -145,6 +145,25 @@ def protected_problem(pattern: str) -> str | None:
     return problem
 
 
+def enforceable_problem(scope: str) -> tuple[str, str] | None:
+    """Why the sandbox cannot enforce a (well-formed) write scope, with the shapes it can; None when it can.
+
+    The sandbox binds directories and seals one directory level around files: a directory
+    (`src/**`), a file, or a one-level pattern (`src/*.py`). A deeper pattern
+    (`src/**/*.py`) would have to be refused by every turn, so it is refused where it is
+    written.
+    """
+    parts = tuple(p for p in PurePosixPath(scope).parts if p not in (".", ""))
+    static = glob_static_prefix("/".join(parts))[0] if parts else ()
+    rest = parts[len(static):]
+    if not rest or rest in (("**",), ("**", "*")) or (len(rest) == 1 and "**" not in rest[0]):
+        return None
+    shape = "/".join(static) + "/**" if static else "**"
+    return (f"write scope {scope!r} is finer than the sandbox can enforce",
+            f"use a directory (`{shape}`), a file, or a one-level pattern such as "
+            f"`{'/'.join(static) + '/' if static else ''}*.py`")
+
+
 def normalise(scope: str) -> tuple[str, ...]:
     """The parts of a write scope, checked by `scope_problem` (UsageError)."""
     problem = scope_problem(scope)
@@ -276,10 +295,8 @@ def plan(project_root: Path, scopes: list[str] | None, stage_root: Path | None =
         elif len(rest) == 1 and "**" not in rest[0]:
             patterns.setdefault(base, []).append(rest[0])
         else:
-            shape = "/".join(static) + "/**" if static else "**"
-            raise SandboxError(f"write scope {scope!r} is finer than the sandbox can enforce",
-                               f"use a directory (`{shape}`), a file, or a one-level pattern such as "
-                               f"`{'/'.join(static) + '/' if static else ''}*.py`")
+            problem, hint = enforceable_problem(scope) or (f"write scope {scope!r} cannot be enforced", "")
+            raise SandboxError(problem, hint)
     for directory in dirs:
         _make_dirs(directory, made)
     dirs = _outermost(dirs)

@@ -262,11 +262,17 @@ def position(document: Any, location: Sequence[str | int]) -> tuple[int | None, 
     column: int | None = None
     for key in location:
         if isinstance(node, CommentedMap) and key in node:
-            ln, col = node.lc.key(key)
+            try:
+                ln, col = node.lc.key(key)
+            except KeyError:  # added in memory, not read from the file: it has no line
+                break
             line, column = ln + 1, col + 1
             node = node[key]
         elif isinstance(node, CommentedSeq) and isinstance(key, int) and 0 <= key < len(node):
-            ln, col = node.lc.item(key)
+            try:
+                ln, col = node.lc.item(key)
+            except KeyError:
+                break
             line, column = ln + 1, col + 1
             node = node[key]
         else:

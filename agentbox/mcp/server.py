@@ -165,6 +165,31 @@ def build_server(project: ProjectPaths) -> MCPServer:
                 loaded = await follow(project, loaded.id, wait_s, ctx, from_start=False)
             return views.run_status(project, loaded)
 
+    @server.tool(description="Start the engine of a run whose engine is not running (run_status says "
+                             "engine: stopped: it was interrupted, killed, or the machine restarted).")
+    async def resume_run(ctx: Context, run: RunRef = None, wait_s: WaitS = 0.0) -> dict[str, Any]:
+        with _as_tool_error():
+            run_id = RunStore(project).resolve_id(run)
+            pid = runs.resume_engine(project, run_id)
+            await ctx.report_progress(0, None, f"the engine of {run_id} runs again (pid {pid})")
+            loaded = await follow(project, run_id, wait_s, ctx, from_start=False) if wait_s else \
+                runs.load(project, run_id)
+            return {"engine_pid": pid, **views.run_status(project, loaded)}
+
+    @server.tool(description="Throw a run away: its engine is stopped if it runs, then its worktrees, branches "
+                             "(merged or not), state and its sessions' links to it are removed for good. Without "
+                             "confirm=true, only says what it would remove.")
+    async def discard_run(run: Name, confirm: bool = False) -> dict[str, Any]:
+        from agentbox.core import discard
+
+        with _as_tool_error():
+            if not confirm:
+                planned = discard.plan(project, run)
+                return {"discarded": False, "run": planned.run_id, "would_remove": planned.lines(),
+                        "how": "call discard_run again with confirm=true to remove it"}
+            removed = await anyio.to_thread.run_sync(discard.discard, project, run)
+            return {"discarded": True, "run": removed.run_id, "removed": removed.lines()}
+
     @server.tool(description="Open checkpoints (questions, plans and tasks waiting for approval, budget "
                              "pauses) of one run, or of every run that has not ended.")
     async def list_checkpoints(run: RunRef = None) -> dict[str, Any]:
@@ -175,7 +200,8 @@ def build_server(project: ProjectPaths) -> MCPServer:
                              "a retry escalation ('retry' or 'cancel'), a budget pause ('continue' or 'cancel').")
     async def answer_checkpoint(checkpoint: Name, text: Text, run: RunRef = None) -> dict[str, Any]:
         with _as_tool_error():
-            run_id = views.checkpoint_run(project, checkpoint, run)
+            run_id, checkpoint = runs.resolve_checkpoint(project, views.checkpoint_run(project, checkpoint, run),
+                                                         checkpoint)
             return await _steer(project, run_id, {"action": "answer", "checkpoint": checkpoint, "text": text})
 
     @server.tool(description="Approve a task in review; the note is the person's evidence. `commit` names the "
@@ -184,7 +210,7 @@ def build_server(project: ProjectPaths) -> MCPServer:
     async def approve_task(task: Name, note: Text = "approved by a human (through MCP)",
                            run: RunRef = None, commit: CommitRef = None) -> dict[str, Any]:
         with _as_tool_error():
-            run_id = runs.find_task_run(project, task, run)
+            run_id, task = runs.resolve_task(project, task, run)
             command: dict[str, Any] = {"action": "approve", "task": task, "note": note}
             if commit:
                 command["commit"] = commit.strip().lower()
@@ -193,14 +219,14 @@ def build_server(project: ProjectPaths) -> MCPServer:
     @server.tool(description="Send a task in review back for rework, with a note saying what to fix.")
     async def rework_task(task: Name, note: Text, run: RunRef = None) -> dict[str, Any]:
         with _as_tool_error():
-            run_id = runs.find_task_run(project, task, run)
+            run_id, task = runs.resolve_task(project, task, run)
             return await _steer(project, run_id, {"action": "rework", "task": task, "note": note})
 
     @server.tool(description="Cancel one task (task=...), or a whole run (default: the only active run).")
     async def cancel(run: RunRef = None, task: Annotated[str | None, Field(max_length=200)] = None) -> dict[str, Any]:
         with _as_tool_error():
             if task:
-                run_id = runs.find_task_run(project, task, run)
+                run_id, task = runs.resolve_task(project, task, run)
                 return await _steer(project, run_id, {"action": "cancel_task", "task": task})
             run_id = run or runs.the_active_run(project, "cancel")
             return await _steer(project, run_id, {"action": "cancel_run", "note": "cancelled through MCP"})

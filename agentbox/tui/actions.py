@@ -50,6 +50,7 @@ class RunActions:
     run: Run | None
     run_id: str | None
     run_ids: tuple[str, ...]
+    engine: str
     crew: CrewInfo | None
     sessions: dict[str, Any]
     manifest: tuple[dict[str, Any], ...]
@@ -64,7 +65,7 @@ class RunActions:
     refresh: Callable[..., Any]
     _request: Callable[..., None]
 
-    _offers_for: Run | None = None
+    _offers_for: tuple[Run | None, str] | None = None
     _offers: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ footer state
@@ -78,8 +79,9 @@ class RunActions:
 
     def offered_actions(self) -> frozenset[str]:
         """The run-dependent actions offered for the shown run (worked out once per run snapshot)."""
-        if self._offers_for is not self.run:
-            self._offers_for, self._offers = self.run, action_table.offered(self.run)
+        key = (self.run, self.engine)
+        if self._offers_for is None or self._offers_for[0] is not key[0] or self._offers_for[1] != key[1]:
+            self._offers_for, self._offers = key, action_table.offered(self.run, self.engine)
         return self._offers
 
     # ------------------------------------------------------------------ commands to the run
@@ -102,8 +104,11 @@ class RunActions:
         self.post_message(msg.CommandApplied(str(command["action"]), ok, message, target))
 
     def on_command_applied(self, message: msg.CommandApplied) -> None:
-        """Say how the command went."""
-        self.notify(message.message, title=COMMAND_TITLES.get(message.action, message.action.replace("_", " ")),
+        """Say how the command went (and, for a run no engine drives, that it must be resumed)."""
+        text = message.message
+        if message.ok and self.engine == "stopped" and message.action != "resume_engine":
+            text += " · the engine is not running: press R (or the palette's resume) to go on"
+        self.notify(text, title=COMMAND_TITLES.get(message.action, message.action.replace("_", " ")),
                     severity="information" if message.ok else "error", timeout=6 if message.ok else 12)
 
     def action_pause(self) -> None:
@@ -113,6 +118,66 @@ class RunActions:
     def action_resume(self) -> None:
         """Resume a paused run."""
         self.send("resume")
+
+    def action_resume_engine(self) -> None:
+        """Start the engine of the shown run again (it was interrupted, killed, or the machine restarted)."""
+        if self.run_id is None:
+            self.notify("no run is open", severity="warning")
+            return
+        self.run_worker(partial(self._resume_engine_now, self.run_id), thread=True, group="commands",
+                        name="resume the engine", exit_on_error=False)
+
+    def _resume_engine_now(self, run_id: str) -> None:
+        from agentbox.core import runs
+
+        try:
+            pid = runs.resume_engine(self.project, run_id)
+            ok, message = True, f"the engine of {run_id} runs again (pid {pid})"
+        except AgentboxError as exc:
+            ok, message = False, exc.message
+        self.post_message(msg.CommandApplied("resume_engine", ok, message, None))
+
+    def action_discard(self) -> None:
+        """Throw the shown run away: what it removes is read first, then shown to confirm."""
+        if self.run_id is None:
+            self.notify("no run is open", severity="warning")
+            return
+        self.run_worker(partial(self._plan_discard, self.run_id), thread=True, group="discard",
+                        name="read what a discard removes", exclusive=True, exit_on_error=False)
+
+    def _plan_discard(self, run_id: str) -> None:
+        from agentbox.core import discard
+
+        try:
+            self.post_message(msg.DiscardPlanned(run_id, discard.plan(self.project, run_id).lines()))
+        except AgentboxError as exc:
+            self.post_message(msg.DiscardPlanned(run_id, [], exc.message))
+
+    def on_discard_planned(self, message: msg.DiscardPlanned) -> None:
+        """Ask, with everything the discard removes, before removing anything."""
+        if message.error:
+            self.notify(message.error, title="discard", severity="error", timeout=12)
+            return
+        question = Text.assemble((f"Discard run {message.run_id}?", "bold"), " This removes, for good:\n\n",
+                                 "\n".join(message.lines))
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(partial(self._discard_now, message.run_id), thread=True, group="discard",
+                                name="discard the run", exit_on_error=False)
+
+        self.app.push_screen(ConfirmDialog(question, yes_label="discard"), confirmed)
+
+    def _discard_now(self, run_id: str) -> None:
+        from agentbox.core import discard
+
+        try:
+            removed = discard.discard(self.project, run_id)
+            ok, text = True, f"discarded run {run_id}: " + "; ".join(" ".join(line.split())
+                                                                    for line in removed.lines())[:600]
+        except AgentboxError as exc:
+            ok, text = False, exc.message
+        self.post_message(msg.CommandApplied("discard", ok, text, None))
 
     def action_cancel_run(self) -> None:
         """Cancel the whole run (asks first)."""

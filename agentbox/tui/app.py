@@ -40,8 +40,10 @@ class AgentboxApp(App[None]):
 
     def __init__(self, project: ProjectPaths | None, *, run_id: str | None = None, demo: bool = False,
                  clock: Callable[[], float] = time.time, live: bool = True,
-                 sample_interval_s: float | None = 1.0) -> None:
+                 sample_interval_s: float | None = 1.0,
+                 engine_probe: Callable[[ProjectPaths, str], bool] | None = None) -> None:
         super().__init__()
+        self.engine_probe = engine_probe
         self.project = project
         self.run_id = run_id
         self.demo = demo
@@ -56,7 +58,7 @@ class AgentboxApp(App[None]):
 
             return ProfilesScreen(intro=True)
         return DashboardScreen(self.project, run_id=self.run_id, clock=self.clock, live=self.live,
-                               sample_interval_s=self.sample_interval_s)
+                               sample_interval_s=self.sample_interval_s, engine_probe=self.engine_probe)
 
     def on_mount(self) -> None:
         """Tune the collector for redraws; greet the demo's viewer."""

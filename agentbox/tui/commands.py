@@ -29,6 +29,9 @@ def dashboard_commands(board: DashboardScreen) -> Iterator[Command]:
     yield ("Ask the liaison where things stand…", board.action_ask,
            "a read-only turn answering from the run's state, with the time of its data")
     if run is not None:
+        if enabled("resume_engine", run, board.engine):
+            yield ("Resume the engine of the run", board.action_resume_engine,
+                   f"{run.id}: its engine is not running (interrupted, killed or a restart)")
         if enabled("resume", run):
             yield "Resume the run", board.action_resume, f"resume {run.id}"
         if enabled("pause", run):
@@ -54,6 +57,8 @@ def dashboard_commands(board: DashboardScreen) -> Iterator[Command]:
         if enabled("changes", run):
             yield "Changes of the run", board.action_changes, "the files each task changed, by role, and the run's stat"
     if run is not None:
+        yield (f"Discard run {run.id}…", board.action_discard,
+               "stop it if it runs; remove its worktrees, branches and state (shows what first)")
         for task in run.tasks.values():
             yield f"Task detail: {task.id}", partial(board.action_task_detail, task.id), f"{task.state} · {task.brief[:70]}"
             yield (f"Shell in task {task.id}'s worktree", partial(board.action_shell, task.id),

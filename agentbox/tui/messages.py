@@ -229,6 +229,15 @@ class TaskDiffLoaded(Message):
 
 
 @dataclass
+class DiscardPlanned(Message):
+    """What discarding a run would remove, read for the person to confirm."""
+
+    run_id: str
+    lines: list[str]
+    error: str | None = None
+
+
+@dataclass
 class RunStatRead(Message):
     """The stat of everything a worktree run's branch holds over its base (what a merge brings)."""
 

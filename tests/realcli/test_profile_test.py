@@ -54,6 +54,8 @@ def test_ok(tool: str, make_profile, fake: FakeView) -> None:
     assert report["native_id"] and report["session_id"]
     assert report["usage"]["output_tokens"] and report["latency_s"] > 0
     assert fake.model_requests(), "the real CLI talked to the fake model"
+    if tool == "claude":  # the test's throwaway directory leaves no folder in claude's projects
+        assert not list((profile_config(name, "claude") / "projects").glob("*agentbox-test*"))
 
 
 def test_key_missing(make_profile, fake: FakeView) -> None:

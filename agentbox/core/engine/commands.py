@@ -331,6 +331,12 @@ AnswerDecision = (CancelTaskAt | CancelRunAt | RetryEscalated | RaiseTaskBudget 
                   | DeliverNow | DeliverLater | SettleReview | ModeAnswer)
 
 
+DELIVER_NOW = ("merge", "squash", "yes", "y")
+"""Answers to a deliver checkpoint that merge now (`squash`: as one commit)."""
+DELIVER_LATER = ("later", "no", "n")
+"""Answers to a deliver checkpoint that leave the branch for `agentbox merge`."""
+
+
 def decide_answer(run: Run, cp: Checkpoint, text: str) -> AnswerDecision:
     """What the human's non-empty answer `text` to the open checkpoint `cp` decides."""
     word = text.split()[0].lower()
@@ -340,7 +346,13 @@ def decide_answer(run: Run, cp: Checkpoint, text: str) -> AnswerDecision:
     if cp.kind == "run_budget" and word in ("cancel", "stop"):
         return CancelRunAt()
     if cp.kind == "deliver":
-        return DeliverNow(squash=word == "squash") if word in ("merge", "squash", "yes", "y") else DeliverLater()
+        if word in DELIVER_NOW:
+            return DeliverNow(squash=word == "squash")
+        if word in DELIVER_LATER:
+            return DeliverLater()
+        raise UsageError(f"{cp.id} asks whether to merge the run: answer 'merge', 'squash' (one commit) or "
+                         f"'later', not {text.strip()[:60]!r}",
+                         f"to throw the run away instead: agentbox discard {run.id}")
     if cp.kind == "retry_escalation":
         fp = cp.data.fingerprint
         note = None if word == "retry" and len(text.split()) == 1 else text

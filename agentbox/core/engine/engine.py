@@ -30,7 +30,7 @@ from agentbox.core.engine.failures import backoff_delays, classify_invoke_error
 from agentbox.core.engine.gates import GateRunner
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.mode_context import ModeContext
-from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, Run
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, Run, no_engine_reason
 from agentbox.core.engine.recovery import _kill_orphan
 from agentbox.core.engine.routing import ENV_RETRIES as ENV_RETRIES
 from agentbox.core.engine.routing import FailureRouter
@@ -215,7 +215,13 @@ class Engine:
             self.apply_command(command)
         self.ledger.read_inbox_to(offset)  # saved with what the loop decides next, before it waits again
 
-    def _update_status(self) -> None:
+    def settle_without_engine(self) -> None:
+        """After a command applied with no engine running: the status as the run now stands
+        (an answered checkpoint no longer waits), saying that the engine must go on."""
+        self._update_status(idle_why=no_engine_reason(self.run.id))
+
+    def _update_status(self, idle_why: str | None = None) -> None:
+        """Set the status the run is in; `idle_why`: the reason for work that waits for an engine."""
         run = self.run
         if run.status in TERMINAL_RUN_STATES:
             return
@@ -224,13 +230,16 @@ class Engine:
         elif not self.run.run_budget_left():
             new, why = ("circuit_broken", "run token budget exhausted") if not self.in_flight() else ("running", "budget spent: finishing running turns")
         elif self.in_flight() or self._dispatchable() or self.gates.busy():
-            new, why = "planning" if run.mode_state.phase == "planning" else "running", None
+            new, why = "planning" if run.mode_state.phase == "planning" else "running", idle_why
         elif self.run.open_checkpoints():
             new, why = "waiting_user", f"{len(self.run.open_checkpoints())} checkpoint(s) wait for the human"
         elif self.pending():
             new, why = "running", "waiting for a back-off timer"
         else:
             new, why = "blocked", "nothing can run: tasks are blocked"
+        if new == run.status and why != run.status_reason and run.status_reason == no_engine_reason(run.id):
+            self.ledger.set_status(new, why)  # type: ignore[arg-type]  # an engine drives it again
+            self.ledger.dirty = True
         if new != run.status:
             self.ledger.set_status(new, why)  # type: ignore[arg-type]
             self.ledger.event("run.status", f"run is {new}", why, human_required=new in ("waiting_user", "blocked", "circuit_broken"))

@@ -57,6 +57,11 @@ RunStatus = Literal["planning", "running", "waiting_user", "paused", "blocked", 
                     "cancelled", "circuit_broken"]
 TERMINAL_RUN_STATES: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
+
+def no_engine_reason(run_id: str) -> str:
+    """The status reason of a run a command changed while no engine ran: the engine must go on."""
+    return f"the engine is not running: `agentbox run --resume {run_id}` continues"
+
 NoteAuthor = Literal["human", "agentbox"]
 """Who left a task's note for its next dispatch."""
 JobKind = Literal["plan", "work", "review", "synthesis", "speech", "handoff", "node"]

@@ -9,6 +9,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from agentbox.core.engine.models import Run
+from agentbox.core.runs import ENGINE_STOPPED
 from agentbox.core.termtext import for_line, for_terminal
 from agentbox.tui import model
 
@@ -19,6 +20,8 @@ class RunHeader(Widget):
     run: reactive[Run | None] = reactive(None, always_update=True)
     run_ids: reactive[tuple[str, ...]] = reactive(())
     now: reactive[float] = reactive(0.0)
+    engine: reactive[str] = reactive("ended")
+    """Whether an engine drives the run (`agentbox.core.runs.EngineState`)."""
 
     class SwitcherRequested(Message):
         """The person clicked the header to switch runs."""
@@ -45,15 +48,21 @@ class RunHeader(Widget):
             position = self.run_ids.index(run.id) + 1 if run.id in self.run_ids else len(self.run_ids)
             title.append(f" ({position}/{len(self.run_ids)}, r: switch)", style="dim")
         _append_if_fits(title, Text("  ctrl+p: every action", style="dim"), width)
-        status = Text.assemble((f"● {run.status}", model.RUN_STATUS_STYLE.get(run.status, "")),
-                               (" (paused)" if run.paused and run.status != "paused" else "", "yellow"),
-                               f"  {run.contract.mode}  {model.elapsed(model.run_elapsed(run, self.now))}")
-        _append_if_fits(status, Text(f"  {model.budget_line(run)}", style="dim"), width)
-        gates = gates_line(run)
-        if gates:
-            _append_if_fits(status, Text(f"  {gates}", style="dim"), width)
-        if run.status_reason and run.status not in ("running", "planning"):
-            _append_if_fits(status, Text(f"  {for_line(run.status_reason)}", style="dim italic"), width)
+        if self.engine == "stopped":  # nothing drives it: no ticking clock, no status that waits for nothing
+            status = Text.assemble((f"● {ENGINE_STOPPED}", "bold red"), (f" (stopped while {run.status})", "red"),
+                                   f"  {run.contract.mode}  {model.elapsed(model.run_elapsed(run, run.updated))}")
+            _append_if_fits(status, Text("  R: resume the engine", style="bold"), width)
+            _append_if_fits(status, Text(f"  {model.budget_line(run)}", style="dim"), width)
+        else:
+            status = Text.assemble((f"● {run.status}", model.RUN_STATUS_STYLE.get(run.status, "")),
+                                   (" (paused)" if run.paused and run.status != "paused" else "", "yellow"),
+                                   f"  {run.contract.mode}  {model.elapsed(model.run_elapsed(run, self.now))}")
+            _append_if_fits(status, Text(f"  {model.budget_line(run)}", style="dim"), width)
+            gates = gates_line(run)
+            if gates:
+                _append_if_fits(status, Text(f"  {gates}", style="dim"), width)
+            if run.status_reason and run.status not in ("running", "planning"):
+                _append_if_fits(status, Text(f"  {for_line(run.status_reason)}", style="dim italic"), width)
         for line in (title, status):
             line.no_wrap = True
             line.overflow = "ellipsis"
