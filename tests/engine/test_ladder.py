@@ -18,11 +18,15 @@ from agentbox.core.engine.ladder import (
     Level,
     Mode,
     Passed,
-    PlanEntry,
     Question,
     UpstreamNotReady,
-    classify_brief_change,
     decide,
+)
+from agentbox.core.engine.ladder_briefs import (
+    PlanEntry,
+    classify_brief_change,
+    rework_prompt_head,
+    rewrite_prompt_head,
     root_cause_problem,
 )
 
@@ -376,7 +380,7 @@ def test_root_cause_needs_one_sentence_with_evidence(line, evidence, ok):
 
 
 def test_prompt_heads():
-    assert L.rewrite_prompt_head("api", "0123abcd").startswith("[agentbox:rewrite task=api")
-    assert L.rework_prompt_head("api", Mode.COMPROMISE) == "[agentbox:rework task=api mode=compromise]"
-    assert L.rework_prompt_head("api", Mode.ADVISOR).startswith("[agentbox:rework task=api mode=advisor")
-    assert L.rework_prompt_head("api", Mode.NORMAL) == ""
+    assert rewrite_prompt_head("api", "0123abcd").startswith("[agentbox:rewrite task=api")
+    assert rework_prompt_head("api", Mode.COMPROMISE) == "[agentbox:rework task=api mode=compromise]"
+    assert rework_prompt_head("api", Mode.ADVISOR).startswith("[agentbox:rework task=api mode=advisor")
+    assert rework_prompt_head("api", Mode.NORMAL) == ""
