@@ -384,3 +384,33 @@ def test_prompt_heads():
     assert rework_prompt_head("api", Mode.COMPROMISE) == "[agentbox:rework task=api mode=compromise]"
     assert rework_prompt_head("api", Mode.ADVISOR).startswith("[agentbox:rework task=api mode=advisor")
     assert rework_prompt_head("api", Mode.NORMAL) == ""
+
+
+def test_every_move_is_handed_back_for_the_decision_log():
+    decisions = walk(Failed("fp-a", at=1), CoverageGap(("A2",)), Failed("fp-b", at=2))
+    assert decisions[0].transition is not None and decisions[0].transition.to_level == Level.L0
+    assert decisions[1].transition is None  # filtered: nothing moved
+    step = decisions[2].transition
+    assert step is not None and (step.from_level, step.to_level, step.to_mode, step.at) == (
+        Level.L0, Level.L2, Mode.COMPROMISE, 2.0)
+
+
+@pytest.mark.parametrize("events, label", [
+    ([], "-"),
+    ([Failed("a")], "L0"),
+    ([Failed("a"), Failed("a"), REWRITE], "L1 (rewrites 1)"),
+    ([Failed("a"), Failed("b")], "L2 compromise"),
+    ([Failed("a"), Failed("b"), Failed("c")], "L2 advisor"),
+    ([Failed("a"), Failed("b"), Failed("c"), Failed("d")], "L3 waiting for an exit"),
+    ([Failed("a"), HumanCancelled()], "L0 closed"),
+])
+def test_the_label_the_faces_show(events, label):
+    state = last(*events).state if events else LadderState()
+    assert state.label == label
+
+
+def test_a_rewrite_nobody_asked_for_is_refused():
+    decisions = walk(Failed("fp-a"), CoverageGap(("A2",)), REWRITE)
+    assert isinstance(decisions[2].action, L.Refuse) and "no rewrite was asked for" in decisions[2].action.reason
+    assert decisions[2].state.rewrites_total == 0
+    assert walk(Failed("fp-a"), CoverageGap(("A2",)), FILL)[2].action == L.UseBrief(counted=False)

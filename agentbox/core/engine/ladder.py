@@ -144,6 +144,18 @@ class LadderState(_Model):
     """Back-off waited for this task in all."""
     history: list[Transition] = Field(default_factory=list)
 
+    @property
+    def label(self) -> str:
+        """The level as the faces show it: `L0`, `L1 (rewrite 1/2)`, `L2 compromise`, `L3 waiting for an exit`."""
+        if self.counted_failures == 0 and self.mode == Mode.NORMAL:
+            return "-"
+        words = {Mode.COMPROMISE: "compromise", Mode.ADVISOR: "advisor", Mode.HIGH_ROT: "waiting for an exit",
+                 Mode.CLOSED: "closed"}
+        label = f"{self.level.value} {words[self.mode]}" if self.mode in words else self.level.value
+        if self.level == Level.L1 and self.mode == Mode.NORMAL:
+            label += f" (rewrites {self.rewrites_total})"
+        return label
+
 
 class LadderPolicy(_Model):
     """The limits of the ladder (crew.yaml and built-in defaults)."""
@@ -358,6 +370,8 @@ class Decision:
     action: Action
     counted: bool = False
     """Whether the event counted against the task."""
+    transition: Transition | None = None
+    """The move the event made, if any: one decision-log event (from/to level, why, fingerprint)."""
 
 
 # ----------------------------------------------------------------------------- the machine
@@ -365,7 +379,13 @@ class Decision:
 
 def decide(state: LadderState, event: Event, policy: LadderPolicy | None = None) -> Decision:
     """What the ladder does with `event` for a task in `state` (`state` itself is not changed)."""
-    policy = policy or LadderPolicy()
+    decision = _decide(state, event, policy or LadderPolicy())
+    if len(decision.state.history) > len(state.history):
+        return Decision(decision.state, decision.action, decision.counted, decision.state.history[-1])
+    return decision
+
+
+def _decide(state: LadderState, event: Event, policy: LadderPolicy) -> Decision:
     if state.mode == Mode.CLOSED:
         return Decision(state, Refuse("the task's ladder is closed (it was cancelled or replaced)"))
     if isinstance(event, HumanCancelled):
@@ -491,6 +511,9 @@ def _brief(state: LadderState, event: BriefReplied) -> Decision:
         return Decision(state, Refuse("the new plan entry is the same as the old one"))
     if change.kind == "fill":
         return Decision(state, UseBrief(counted=False))
+    if not state.rewrite_pending:
+        return Decision(state, Refuse(f"no rewrite was asked for ({change.why}): a coverage fill only adds "
+                                      "acceptance items"))
     if event.root_cause_problem is not None:
         return Decision(state, Refuse(f"a brief rewrite needs a root-cause line with evidence: "
                                       f"{event.root_cause_problem}"))
