@@ -333,6 +333,33 @@ def touching(zones: dict[str, Zone], debts: dict[str, Debt], files: Sequence[str
     return near_zones, near_debts
 
 
+def planning_notes(zones: dict[str, Zone], debts: dict[str, Debt], files: Sequence[str], today: date,
+                   *, max_items: int = 20) -> str:
+    """What the lead's planning prompt is told about the rot near `files` ("" when nothing touches them).
+
+    Each zone and open debt is one line, at most `max_items` of each, so a long history never
+    crowds the goal out of the prompt.
+    """
+    near_zones, near_debts = touching(zones, debts, files)
+    if not near_zones and not near_debts:
+        return ""
+    lines = ["Where this code base has rotted before (plan around it: smaller tasks, a bypass, or a rewrite):"]
+    for zone_id, zone in list(near_zones.items())[:max_items]:
+        hatches = ", ".join(zone.escape_hatches_used) or "none"
+        lines.append(f"- zone {zone_id} {zone.module_path}: {zone.fail_count} failure(s), reached "
+                     f"{zone.max_ladder_level}, escape hatches used: {hatches}, resolution: {zone.resolution}"
+                     + (f", suggested bypass: {zone.suggested_bypass}" if zone.suggested_bypass else ""))
+    for debt_id, debt in list(near_debts.items())[:max_items]:
+        due = f", due {debt.due.isoformat()}" + (" (overdue: blocks a controlled rewrite)" if debt.overdue(today)
+                                                 else "") if debt.due else ""
+        lines.append(f"- debt {debt_id} {debt.file}:{debt.line}: {debt.risk} risk{due}"
+                     + (f", {debt.note[:200]}" if debt.note else ""))
+    hidden = max(len(near_zones) - max_items, 0) + max(len(near_debts) - max_items, 0)
+    if hidden:
+        lines.append(f"- and {hidden} more (`agentbox zones`, `agentbox debt`)")
+    return "\n".join(lines)
+
+
 def overdue_on(debts: dict[str, Debt], module_path: str, today: date) -> list[str]:
     """Ids of the overdue debts inside `module_path`: they block a controlled rewrite of it."""
     return [i for i, d in debts.items() if d.overdue(today) and _overlaps(d.file, module_path)]

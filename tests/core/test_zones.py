@@ -232,3 +232,21 @@ def test_debt_tags_are_found_in_added_lines_only_with_their_new_line_numbers():
 def test_a_diff_without_the_tag_has_no_debt():
     assert debt_tags_in_diff(DIFF.replace("FIXME: Tech Debt", "TODO")) == []
     assert debt_tags_in_diff("") == []
+
+
+def test_planning_notes_name_what_touches_the_goal():
+    zones = {**ZONES, "Z-1": Zone(module_path="src/payments", fail_count=3, escape_hatches_used=["compromise"],
+                                  suggested_bypass="src/payments2")}
+    notes = Z.planning_notes(zones, DEBTS, ["src/payments/**"], date(2026, 12, 1))
+    assert notes.splitlines()[1:] == [
+        "- zone Z-1 src/payments: 3 failure(s), reached L3, escape hatches used: compromise, resolution: open, "
+        "suggested bypass: src/payments2",
+        "- debt D-1 src/payments/charge.py:3: medium risk, due 2026-11-30 (overdue: blocks a controlled rewrite)",
+    ]
+    assert Z.planning_notes(zones, DEBTS, ["README.md"], date(2026, 12, 1)) == ""
+
+
+def test_planning_notes_are_bounded():
+    many = {f"D-{n}": Debt(file=f"src/f{n}.py", line=1) for n in range(1, 31)}
+    notes = Z.planning_notes({}, many, ["src/**"], date(2026, 12, 1), max_items=5)
+    assert len(notes.splitlines()) == 1 + 5 + 1 and notes.endswith("- and 25 more (`agentbox zones`, `agentbox debt`)")

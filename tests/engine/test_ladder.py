@@ -190,6 +190,8 @@ def test_a_different_fingerprint_is_l2_compromise(prefix):
     (("auth",), Mode.ADVISOR),
     (("migrations/0001.sql", "src/x.py"), Mode.ADVISOR),
     ((), Mode.COMPROMISE),
+    (("payments",), Mode.ADVISOR),
+    (("payments_v2/x.py",), Mode.COMPROMISE),    # a longer name is not the directory
 ])
 def test_no_compromise_paths_go_from_drift_straight_to_advisor(paths, mode):
     policy = LadderPolicy(no_compromise=("auth/**", "payments/**", "migrations/**"))

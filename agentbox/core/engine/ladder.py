@@ -436,12 +436,14 @@ def _environment(state: LadderState, event: EnvironmentFailed, policy: LadderPol
 
 
 def matches_any(paths: Sequence[str], globs: Sequence[str]) -> bool:
-    """Whether any project-relative path lies under one of `globs` (`dir/**` covers the directory)."""
+    """Whether any project-relative path lies under one of `globs` (`*` crosses `/`; `dir/**` and `dir`
+    also cover the directory itself and what is inside it)."""
     for pattern in globs:
-        base = pattern[:-3] if pattern.endswith("/**") else None
+        base = pattern.removesuffix("/**").rstrip("/")
         for path in paths:
             clean = path.strip("/")
-            if fnmatch.fnmatchcase(clean, pattern) or (base is not None and (clean == base or clean.startswith(base + "/"))):
+            if fnmatch.fnmatchcase(clean, pattern) or fnmatch.fnmatchcase(clean, base) or \
+                    fnmatch.fnmatchcase(clean, base + "/*"):
                 return True
     return False
 
