@@ -85,3 +85,31 @@ def test_zones_and_debt_stay_light(project):
              "assert not heavy, heavy\n")
     proc = subprocess.run([sys.executable, "-c", probe, str(project)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_hostile_zones_files_stop_the_cli_with_a_located_error(tmp_path):
+    """Every hostile file (FIFO, device link, directory, 50 MB, alias bomb, deep nesting, ...) where zones.yaml
+    should be: exit 2, `error: FILE:LINE`, no traceback, no hang. debt.yaml is read by the same code
+    (tests/core/test_zones.py holds it to the same cases in-process)."""
+    import re
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.conftest import REPO
+    from tests.core.test_hostile_files import CLI_TIMEOUT_S, HOSTILE
+
+    cases = [hostile for hostile in HOSTILE if hostile not in ("empty", "comments-only")]  # empty: no zones
+
+    def one(index: int):
+        root = tmp_path / f"case{index}"
+        shutil.copytree(REPO / ".agent-box.example", root / ".agent-box")
+        path = root / ".agent-box" / "zones.yaml"
+        HOSTILE[cases[index]](path)
+        return path, run_cli("zones", cwd=root, timeout=CLI_TIMEOUT_S)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(one, range(len(cases))))
+    for hostile, (path, result) in zip(cases, results, strict=True):
+        output = result.out + result.err
+        assert result.code == 2 and "Traceback" not in output and "MemoryError" not in output, (hostile, output)
+        assert re.match(r"error: " + re.escape(str(path)) + r":\d+", result.err), (hostile, result.err)

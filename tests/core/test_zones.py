@@ -250,3 +250,16 @@ def test_planning_notes_are_bounded():
     many = {f"D-{n}": Debt(file=f"src/f{n}.py", line=1) for n in range(1, 31)}
     notes = Z.planning_notes({}, many, ["src/**"], date(2026, 12, 1), max_items=5)
     assert len(notes.splitlines()) == 1 + 5 + 1 and notes.endswith("- and 25 more (`agentbox zones`, `agentbox debt`)")
+
+
+@pytest.mark.parametrize("hostile", ["fifo", "dev-zero", "dev-urandom", "directory", "50mb", "not-utf8",
+                                     "billion-laughs", "top-level-list"])
+def test_a_hostile_debt_file_is_a_located_error(box, hostile):
+    from tests.core.test_hostile_files import HOSTILE
+
+    HOSTILE[hostile](box / "debt.yaml")
+    with pytest.raises(ConfigError) as caught:
+        Z.load_debts(box)
+    assert caught.value.file == box / "debt.yaml" and caught.value.line is not None
+    with pytest.raises(ConfigError):
+        Z.close_debt(box, "D-1")
