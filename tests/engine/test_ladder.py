@@ -416,3 +416,17 @@ def test_a_rewrite_nobody_asked_for_is_refused():
     assert isinstance(decisions[2].action, L.Refuse) and "no rewrite was asked for" in decisions[2].action.reason
     assert decisions[2].state.rewrites_total == 0
     assert walk(Failed("fp-a"), CoverageGap(("A2",)), FILL)[2].action == L.UseBrief(counted=False)
+
+
+def test_every_checkpoint_says_what_each_answer_does():
+    asks = [last(EnvironmentFailed("not_found", "e")).action,
+            last(*[EnvironmentFailed("timeout", "e")] * 4).action,
+            last(Failed("a"), Failed("a"), REWRITE, Failed("a")).action,
+            L.advisor_delivered(last(Failed("a"), Failed("b"), Failed("c")).state).action,
+            decide(at_l3(), HumanCancelled()).action]
+    for ask in asks[:4]:
+        assert isinstance(ask, L.Ask) and ask.options[-1] == L.CANCEL
+        assert all(answer and len(what.split()) >= 2 for answer, what in ask.options)
+    high_rot = last(Failed("a"), Failed("b"), Failed("c"), Failed("c")).action
+    assert [answer for answer, _ in high_rot.options] == [e.value for e in L.L3_EXITS]
+    assert "L3" in high_rot.text and "root cause" in high_rot.text

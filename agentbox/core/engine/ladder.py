@@ -99,6 +99,17 @@ class Exit(StrEnum):
 
 L3_EXITS: tuple[Exit, ...] = (Exit.CONTROLLED_REWRITE, Exit.ADVISOR_AGAIN, Exit.BYPASS, Exit.ABANDON)
 
+Option = tuple[str, str]
+"""An answer of a ladder checkpoint and what it does."""
+CANCEL: Option = ("cancel", "cancel the task")
+EXIT_OPTIONS: tuple[Option, ...] = (
+    ("controlled_rewrite", "a new task rewrites the module, its brief says so (refused while an overdue debt is on it)"),
+    ("advisor_again", "one more advisor round, only with information the last one did not have"),
+    ("bypass", "a new module beside the old one; the old files become protected"),
+    ("abandon", "cancel the task; the run goes on without it"),
+)
+"""The four exits of L3."""
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
@@ -314,11 +325,11 @@ class Proceed:
 
 @dataclass(frozen=True)
 class Ask:
-    """Open a checkpoint: `question` with `options` (each option says what it does)."""
+    """Open a checkpoint: `question` with `options`, each an answer and what it does."""
 
     question: Question
     text: str
-    options: tuple[str, ...]
+    options: tuple[Option, ...]
 
 
 @dataclass(frozen=True)
@@ -326,7 +337,7 @@ class HighRot:
     """L3: record the task's module as a high-rot zone, then ask the human for an exit."""
 
     text: str
-    options: tuple[str, ...] = tuple(L3_EXITS)
+    options: tuple[Option, ...] = EXIT_OPTIONS
 
 
 @dataclass(frozen=True)
@@ -419,7 +430,7 @@ def _environment(state: LadderState, event: EnvironmentFailed, policy: LadderPol
     if event.error not in policy.retryable_errors:
         return Decision(state.model_copy(update={"waiting_on": Question.ENVIRONMENT}), Ask(
             Question.ENVIRONMENT, f"the environment failed ({event.error}), which waiting does not fix; not counted "
-            "against the task", ("retry: run the turn again once it is fixed", "cancel: cancel the task")))
+            "against the task", (("retry", "run the turn again once it is fixed"), CANCEL)))
     attempt = state.environment_attempt + 1
     if attempt <= len(policy.backoff_bases_s):
         sample = min(max(event.jitter_sample, 0.0), 1.0)
@@ -432,7 +443,7 @@ def _environment(state: LadderState, event: EnvironmentFailed, policy: LadderPol
     return Decision(state.model_copy(update={"environment_attempt": 0, "waiting_on": Question.ENVIRONMENT}), Ask(
         Question.ENVIRONMENT, f"the environment kept failing ({event.error}) after {state.environment_attempt} "
         f"retries and {waited:.0f} s of waiting; not counted against the task",
-        ("retry: run the turn again", "cancel: cancel the task")))
+        (("retry", "run the turn again"), CANCEL)))
 
 
 def matches_any(paths: Sequence[str], globs: Sequence[str]) -> bool:
@@ -476,8 +487,8 @@ def _failed(state: LadderState, event: Failed, policy: LadderPolicy) -> Decision
                     "a human decides", fp, at, **{**base, "waiting_on": Question.SECOND_REWRITE})
         return Decision(new, Ask(Question.SECOND_REWRITE, (
             f"L1: the same failure came back after {state.rewrites_total} brief rewrite(s)"),
-            ("rewrite: the lead rewrites the brief once more (the last rewrite allowed)",
-             "cancel: cancel the task")), counted=True)
+            (("rewrite", "the lead rewrites the brief once more (the last rewrite allowed)"),
+             CANCEL)), counted=True)
     if matches_any(event.paths, policy.no_compromise):
         new = _move(state, Level.L2, Mode.ADVISOR, "a different failure on a no_compromise path: straight to "
                     "advisor mode", fp, at, **base, escape_hatches_used=[*state.escape_hatches_used, "advisor"],
@@ -578,5 +589,5 @@ def advisor_delivered(state: LadderState) -> Decision:
         return Decision(state, Refuse("the task is not in advisor mode"))
     return Decision(state.model_copy(update={"waiting_on": Question.APPLY_PATCH}), Ask(
         Question.APPLY_PATCH, f"{state.level.value}: the worker (read-only) wrote a guide and a patch",
-        ("apply: `agentbox apply TASK` applies the patch in the task's worktree and resubmits it; if it fails, L3",
-         "cancel: cancel the task")))
+        (("apply", "`agentbox apply TASK` applies the patch in the task's worktree and resubmits it; if it fails, L3"),
+         CANCEL)))
