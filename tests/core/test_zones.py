@@ -263,3 +263,16 @@ def test_a_hostile_debt_file_is_a_located_error(box, hostile):
     assert caught.value.file == box / "debt.yaml" and caught.value.line is not None
     with pytest.raises(ConfigError):
         Z.close_debt(box, "D-1")
+
+
+@pytest.mark.parametrize("text, location, key, value, expected", [
+    ("# top\na:\n  x: 1  # one\n  # about y\n  y:\n    - 1\n  z: 3\n# end\n", ("a",), "y", [1, 2],
+     "# top\na:\n  x: 1  # one\n  # about y\n  y:\n    - 1\n    - 2\n  z: 3\n# end\n"),
+    ("a:\n  x: 1\n  z: 3", ("a",), "z", 4, "a:\n  x: 1\n  z: 4"),                      # no newline at the end
+    ("a:\n  x: 1\n", ("a",), "w", 4, None),                                                # not there: add it
+    ("a: {x: 1}\n", ("a",), "x", 4, None),                                                 # flow style
+])
+def test_an_entry_is_replaced_by_a_text_edit_of_its_lines(text, location, key, value, expected):
+    from agentbox.core.yaml_io import parse_yaml, text_with_entry_replaced
+
+    assert text_with_entry_replaced(text, parse_yaml(text, "t.yaml"), location, key, value) == expected
