@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from agentbox.core.engine import ladder as L
-from agentbox.core.engine.ladder import (
+from agentbox.core.engine import ladder_model as L
+from agentbox.core.engine.ladder import advisor_delivered, decide
+from agentbox.core.engine.ladder_briefs import (
+    PlanEntry,
+    classify_brief_change,
+    rework_prompt_head,
+    rewrite_prompt_head,
+    root_cause_problem,
+)
+from agentbox.core.engine.ladder_model import (
     BriefChange,
     BriefReplied,
     CoverageGap,
@@ -20,14 +28,6 @@ from agentbox.core.engine.ladder import (
     Passed,
     Question,
     UpstreamNotReady,
-    decide,
-)
-from agentbox.core.engine.ladder_briefs import (
-    PlanEntry,
-    classify_brief_change,
-    rework_prompt_head,
-    rewrite_prompt_head,
-    root_cause_problem,
 )
 
 REWRITE = BriefReplied(BriefChange("rewrite", why="the brief changed"))
@@ -211,13 +211,13 @@ def test_compromise_failing_is_advisor_and_advisor_failing_is_l3():
 
 def test_the_advisor_patch_is_offered_then_applied():
     state = last(Failed("fp-a"), Failed("fp-b"), Failed("fp-c")).state
-    offered = L.advisor_delivered(state)
+    offered = advisor_delivered(state)
     assert isinstance(offered.action, L.Ask) and offered.action.question == Question.APPLY_PATCH
     applied = decide(offered.state, HumanAnswered("apply"))
     assert applied.action == L.ApplyPatch() and applied.state.waiting_on is None
     assert decide(applied.state, Passed()).action == L.Proceed()
     assert isinstance(decide(applied.state, Failed("fp-c")).action, L.HighRot)  # re-enters at the next level
-    assert isinstance(L.advisor_delivered(LadderState()).action, L.Refuse)
+    assert isinstance(advisor_delivered(LadderState()).action, L.Refuse)
 
 
 @pytest.mark.parametrize("tags, action", [(0, L.Refuse), (2, L.RecordDebt)])
@@ -422,7 +422,7 @@ def test_every_checkpoint_says_what_each_answer_does():
     asks = [last(EnvironmentFailed("not_found", "e")).action,
             last(*[EnvironmentFailed("timeout", "e")] * 4).action,
             last(Failed("a"), Failed("a"), REWRITE, Failed("a")).action,
-            L.advisor_delivered(last(Failed("a"), Failed("b"), Failed("c")).state).action,
+            advisor_delivered(last(Failed("a"), Failed("b"), Failed("c")).state).action,
             decide(at_l3(), HumanCancelled()).action]
     for ask in asks[:4]:
         assert isinstance(ask, L.Ask) and ask.options[-1] == L.CANCEL
