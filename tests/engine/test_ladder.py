@@ -108,6 +108,15 @@ def test_retry_answer_to_the_environment_question_restarts_the_turn():
     assert decisions[1].state.waiting_on is None
 
 
+def test_a_person_answering_retry_gives_the_task_a_fresh_environment_budget():
+    state = LadderState(environment_waited_s=299)
+    asked = decide(state, EnvironmentFailed("timeout", "e"))
+    assert isinstance(asked.action, L.Ask)  # 299 + 1 s > 5 minutes
+    retried = decide(asked.state, HumanAnswered("retry"))
+    assert retried.state.environment_waited_s == 0
+    assert decide(retried.state, EnvironmentFailed("timeout", "e")).action == L.RetryAfter(1.0, 1)
+
+
 # ----------------------------------------------------------------------------- the levels
 
 

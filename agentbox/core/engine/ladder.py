@@ -225,8 +225,9 @@ def _answered(state: LadderState, event: HumanAnswered, policy: LadderPolicy) ->
     if asked is None:
         return Decision(state, Refuse("no ladder question is open for this task"))
     if asked == Question.ENVIRONMENT and answer == "retry":
-        return Decision(state.model_copy(update={"waiting_on": None, "environment_attempt": 0}),
-                        RetryAfter(delay_s=0.0, attempt=1))
+        # the person looked at it: a fresh streak and a fresh budget
+        return Decision(state.model_copy(update={"waiting_on": None, "environment_attempt": 0,
+                                                 "environment_waited_s": 0.0}), RetryAfter(delay_s=0.0, attempt=1))
     if asked == Question.SECOND_REWRITE and answer == "rewrite":
         if state.rewrites_total >= policy.brief_rewrite_total:
             return Decision(state, Refuse(f"at most {policy.brief_rewrite_total} brief rewrites in all"))
@@ -267,7 +268,7 @@ def _exit(state: LadderState, exit_: Exit, event: HumanAnswered) -> Decision:
 
 
 def advisor_delivered(state: LadderState) -> Decision:
-    """Advisor mode handed in its guide and patch: ask the human to apply it (or pick an exit)."""
+    """Advisor mode handed in its guide and patch: ask the human to apply it (or cancel)."""
     if state.mode != Mode.ADVISOR:
         return Decision(state, Refuse("the task is not in advisor mode"))
     return Decision(state.model_copy(update={"waiting_on": Question.APPLY_PATCH}), Ask(
