@@ -109,7 +109,7 @@ def test_retry_answer_to_the_environment_question_restarts_the_turn():
 
 
 def test_a_person_answering_retry_gives_the_task_a_fresh_environment_budget():
-    state = LadderState(environment_waited_s=299)
+    state = LadderState(environment_waited_s=299.5)
     asked = decide(state, EnvironmentFailed("timeout", "e"))
     assert isinstance(asked.action, L.Ask)  # 299 + 1 s > 5 minutes
     retried = decide(asked.state, HumanAnswered("retry"))
