@@ -55,6 +55,14 @@ class _Entry(BaseModel):
 Text = Field(default="", max_length=2000)
 
 
+def _relative(path: str) -> str:
+    """A path inside the project: no leading `/` or `~`, no `..` (a zone's module may become protected)."""
+    parts = path.replace("\\", "/").split("/")
+    if path.startswith(("/", "~")) or ".." in parts or not path.strip():
+        raise ValueError(f"{path!r} is not a path relative to the project (no leading '/', no '..')")
+    return path
+
+
 class ZoneFailure(_Entry):
     """One failure of a task in the zone."""
 
@@ -76,9 +84,15 @@ class Zone(_Entry):
     resolution: str = Field(default="open", max_length=200)
     """open, or the exit taken (controlled_rewrite, advisor_again, bypass, abandon) and how it went."""
     fail_count: int = Field(default=0, ge=0)
+
     suggested_bypass: str | None = Field(default=None, max_length=2000)
     created: datetime | None = None
     updated: datetime | None = None
+
+    @field_validator("module_path")
+    @classmethod
+    def _inside(cls, path: str) -> str:
+        return _relative(path)
 
 
 class Debt(_Entry):
@@ -96,6 +110,11 @@ class Debt(_Entry):
     created: datetime | None = None
     closed: datetime | None = None
     """When a person closed or waived it."""
+
+    @field_validator("file")
+    @classmethod
+    def _inside(cls, path: str) -> str:
+        return _relative(path)
 
     def overdue(self, today: date) -> bool:
         """Open past its due date."""

@@ -104,6 +104,8 @@ def test_a_hand_written_flow_style_entry_is_edited_too(box):
     ("debts:\n  D-1:\n    file: \"a\\e[31m.py\"\n    line: 2\n", 3, "debts.D-1.file"),
     ("debts:\n  \"../x\":\n    file: a.py\n    line: 2\n", 2, "debts.../x"),
     ("debts: [1, 2\n", 1, None),
+    ("debts:\n  D-1:\n    file: ../../etc/passwd\n    line: 2\n", 3, "debts.D-1.file"),
+    ("debts:\n  D-1:\n    file: /etc/passwd\n    line: 2\n", 3, "debts.D-1.file"),
 ])
 def test_a_hostile_debt_file_is_refused_with_file_line_and_field(box, text, line, field):
     (box / "debt.yaml").write_text(text)
@@ -276,3 +278,10 @@ def test_an_entry_is_replaced_by_a_text_edit_of_its_lines(text, location, key, v
     from agentbox.core.yaml_io import parse_yaml, text_with_entry_replaced
 
     assert text_with_entry_replaced(text, parse_yaml(text, "t.yaml"), location, key, value) == expected
+
+
+def test_a_zone_outside_the_project_is_refused(box):
+    (box / "zones.yaml").write_text("zones:\n  Z-1:\n    module_path: ~/.ssh\n")
+    with pytest.raises(ConfigError) as caught:
+        Z.load_zones(box)
+    assert (caught.value.line, caught.value.field) == (3, "zones.Z-1.module_path")
