@@ -84,7 +84,6 @@ class Zone(_Entry):
     resolution: str = Field(default="open", max_length=200)
     """open, or the exit taken (controlled_rewrite, advisor_again, bypass, abandon) and how it went."""
     fail_count: int = Field(default=0, ge=0)
-
     suggested_bypass: str | None = Field(default=None, max_length=2000)
     created: datetime | None = None
     updated: datetime | None = None
