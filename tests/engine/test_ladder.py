@@ -377,6 +377,8 @@ def test_writes_in_another_order_are_the_same_writes():
 @pytest.mark.parametrize("line, evidence, ok", [
     ("The handler returns 500 because check smoke fails on test_health.", (), True),
     ("The handler never reads the config file app.toml at start-up.", (), True),
+    ("The check failed because the handler was wrong.", (), False),
+    ("The run exits with exit status 3 when the flag is absent.", (), True),
     ("The brief omitted the timeout so verdict item B2 keeps failing.", (), True),
     ("KeyError raised when the header is absent from the request.", (), True),
     ("The worker misunderstood what the task wanted it to do.", (), False),
@@ -388,6 +390,17 @@ def test_writes_in_another_order_are_the_same_writes():
 ])
 def test_root_cause_needs_one_sentence_with_evidence(line, evidence, ok):
     assert (root_cause_problem(line, evidence) is None) is ok
+
+
+@pytest.mark.parametrize("line, evidence, ok", [
+    ("The smoke check fails because the handler returns 500.", (), True),
+    ("The check failed because the handler is wrong somehow.", (), False),     # names none of the ids
+    ("The handler is wrong: `AssertionError: 500 != 200` in the log.", (), True),
+    ("The handler is wrong when the database is down.", ("B2",), True),
+    ("The handler breaks on app.py when the database is down.", (), False),  # a file, but not the failure's
+])
+def test_root_cause_cites_the_failures_own_evidence_when_known(line, evidence, ok):
+    assert (root_cause_problem(line, evidence, known=("smoke", "B2", "A1")) is None) is ok
 
 
 def test_prompt_heads():

@@ -71,15 +71,21 @@ def _words(text: str) -> str:
 
 
 _EVIDENCE = re.compile(
-    r"(?:\b(?:check|test|verdict|issue|acceptance|log)\b[\s:]*[\w./:-]*\w)|(?:\b[A-Z]{1,3}\d+\b)|`[^`]+`"
-    r"|\b[\w./-]+\.\w+(?::\d+)?\b|\b\w+Error\b", re.IGNORECASE)
+    r"`[^`]+`"                                   # a quoted log line or command
+    r"|\b[A-Z]{1,3}\d+\b"                        # a verdict item or acceptance id: B2, A1
+    r"|\btest_\w+|\w+::\w+"                       # a test id
+    r"|\b[\w-]+(?:/[\w.-]+)*\.[A-Za-z]\w{0,5}\b"  # a file: app.py, src/db/schema.sql
+    r"|\b\w+(?:Error|Exception)\b"                # an error type
+    r"|\bexit (?:status|code) \d+")
 
 
-def root_cause_problem(root_cause: str | None, evidence: Sequence[str] = ()) -> str | None:
+def root_cause_problem(root_cause: str | None, evidence: Sequence[str] = (), known: Sequence[str] = ()) -> str | None:
     """What is wrong with a root-cause line (None when it is sound): one sentence, with evidence.
 
-    Evidence is a failing check or verdict item id, a test id, a file, an error type or a quoted
-    log line, in the sentence itself or in `evidence`.
+    `known` are the ids the failure carries (failing check names, verdict item and acceptance
+    ids, test ids): when given, the sentence or its `evidence` must name one of them or quote a
+    log line in backticks. Without them, evidence is anything shaped like an item id, a test id,
+    a file, an error type, an exit status or a quoted log line, or a non-empty `evidence` entry.
     """
     text = (root_cause or "").strip()
     if not text:
@@ -88,7 +94,12 @@ def root_cause_problem(root_cause: str | None, evidence: Sequence[str] = ()) -> 
         return "the root cause is one sentence"
     if len(text.split()) < 4:
         return "the root cause says too little (one sentence: what breaks and why)"
-    if not any(e.strip() for e in evidence) and not _EVIDENCE.search(text):
+    cited = [text, *(e for e in evidence if e.strip())]
+    ids = [k for k in known if k.strip()]
+    if ids:
+        if not any(k in part for k in ids for part in cited) and not any("`" in part for part in cited):
+            return f"the root cause cites none of the failure's evidence ({', '.join(ids[:10])}) and quotes no log line"
+    elif len(cited) == 1 and not _EVIDENCE.search(text):
         return ("the root cause names no evidence (a failing check or verdict item id, a test, a file, "
                 "an error type or a log line)")
     return None
