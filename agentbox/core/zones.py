@@ -195,32 +195,42 @@ def _dumped(entry: BaseModel) -> dict[str, Any]:
     return entry.model_dump(mode="json")
 
 
+def _write_checked(path: Path, text: str, model: type[_Book]) -> None:
+    """Write `text` atomically once it reads back as `model` (a bad edit leaves the old file as it was)."""
+    from agentbox.core.config import validate_document
+    from agentbox.core.yaml_io import parse_yaml
+
+    document = parse_yaml(text, path)
+    validate_document(model, document, path, document)
+    atomic_write_text(path, text)
+
+
 def _add_entry(path: Path, top: str, model: type[_Book], entry_id: str, entry: BaseModel) -> None:
     """Append `entry_id: entry` to the `top` mapping of `path`, every other line untouched."""
-    from agentbox.core.yaml_io import dump_yaml, new_map, text_with_entry_added, write_yaml
+    from agentbox.core.yaml_io import dump_yaml, new_map, text_with_entry_added
 
     text, document, _ = _load(path, model)
     if document is None:
-        atomic_write_text(path, (text if text.strip() else _HEADERS[top]) + dump_yaml({top: {entry_id: _dumped(entry)}}))
+        _write_checked(path, (text if text.strip() else _HEADERS[top]) + dump_yaml({top: {entry_id: _dumped(entry)}}),
+                       model)
         return
     edited = text_with_entry_added(text, document, (top,), entry_id, _dumped(entry)) if top in document else None
-    if edited is None:
+    if edited is None:  # no block mapping to append to: the round-trip dumper (comments mostly kept)
         section = document.get(top)
         if not isinstance(section, dict):
             document[top] = section = new_map()
         section[entry_id] = _dumped(entry)
-        write_yaml(path, document)
-        return
-    atomic_write_text(path, edited)
+        edited = dump_yaml(document)
+    _write_checked(path, edited, model)
 
 
 def _set_fields(path: Path, top: str, model: type[_Book], entry_id: str, values: dict[str, Any]) -> None:
     """Set fields of one entry, by text edits of those fields' lines only (comments elsewhere stay)."""
     from agentbox.core.yaml_io import (
+        dump_yaml,
         parse_yaml,
         text_with_entry_added,
         text_with_entry_replaced,
-        write_yaml,
     )
 
     text, document, _ = _load(path, model)
@@ -228,19 +238,14 @@ def _set_fields(path: Path, top: str, model: type[_Book], entry_id: str, values:
         entry = document[top][entry_id]
         edited = (text_with_entry_replaced(text, document, (top, entry_id), key, value) if key in entry
                   else text_with_entry_added(text, document, (top, entry_id), key, value))
-        if edited is None:  # a flow-style entry (`{file: a, line: 1}`) has no lines to edit
-            entry[key] = value
-            text = None
+        if edited is None:  # a flow-style entry (`{file: a, line: 1}`) has no lines: the round-trip dumper
+            for name, new in values.items():
+                entry[name] = new
+            text = dump_yaml(document)
             break
         text = edited
         document = parse_yaml(text, path)
-    if text is None:
-        for key, value in values.items():
-            document[top][entry_id][key] = value
-        write_yaml(path, document)
-    else:
-        atomic_write_text(path, text)
-    _load(path, model)  # what was written reads back
+    _write_checked(path, text, model)
 
 
 def _next_id(prefix: str, taken: Iterable[str]) -> str:

@@ -285,3 +285,12 @@ def test_a_zone_outside_the_project_is_refused(box):
     with pytest.raises(ConfigError) as caught:
         Z.load_zones(box)
     assert (caught.value.line, caught.value.field) == (3, "zones.Z-1.module_path")
+
+
+def test_an_edit_that_would_not_read_back_leaves_the_file_as_it_was(box):
+    zone_id, _ = Z.record_zone(box, "src/payments", failure(), now=NOW)
+    before = (box / "zones.yaml").read_bytes()
+    with pytest.raises(ConfigError, match="resolution"):
+        Z.resolve_zone(box, zone_id, "x" * 300)
+    assert (box / "zones.yaml").read_bytes() == before
+    assert sorted(p.name for p in box.iterdir()) == ["zones.yaml"]  # no temp file left behind
