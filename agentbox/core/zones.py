@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentbox.core.errors import ConfigError, NotFoundError
 from agentbox.core.scopes import has_control_character
-from agentbox.core.store import atomic_write_text
+from agentbox.core.store import atomic_write_text, locked
 from agentbox.core.validation import NAME_PATTERN
 
 ZONES_FILE = "zones.yaml"
@@ -260,71 +260,75 @@ def _now(now: datetime | None) -> datetime:
 def record_zone(box: Path, module_path: str, failure: ZoneFailure, *, escape_hatches_used: Sequence[str] = (),
                 now: datetime | None = None) -> tuple[str, Zone]:
     """Record an L3 failure of `module_path`: a new zone, or one more failure of the zone it already is."""
-    when = _now(now)
-    path = box / ZONES_FILE
-    zones = load_zones(box)
-    found = next((zone_id for zone_id, z in zones.items() if z.module_path == module_path), None)
-    if found is None:
-        zone_id = _next_id("Z", zones)
-        zone = Zone(module_path=module_path, failure_history=[failure], max_ladder_level=failure.level,
-                    escape_hatches_used=list(escape_hatches_used), fail_count=1, created=when, updated=when)
-        _add_entry(path, "zones", ZonesFile, zone_id, zone)
-        return zone_id, zone
-    old = zones[found]
-    hatches = [*old.escape_hatches_used, *(h for h in escape_hatches_used if h not in old.escape_hatches_used)]
-    zone = old.model_copy(update={
-        "failure_history": [*old.failure_history, failure],
-        "max_ladder_level": max(old.max_ladder_level, failure.level), "escape_hatches_used": hatches,
-        "fail_count": old.fail_count + 1, "updated": when})
-    dumped = _dumped(zone)
-    _set_fields(path, "zones", ZonesFile, found, {key: dumped[key] for key in
-                                                   ("failure_history", "max_ladder_level", "escape_hatches_used",
-                                                    "fail_count", "updated")})
-    return found, zone
+    with locked(box / ZONES_FILE):
+        when = _now(now)
+        path = box / ZONES_FILE
+        zones = load_zones(box)
+        found = next((zone_id for zone_id, z in zones.items() if z.module_path == module_path), None)
+        if found is None:
+            zone_id = _next_id("Z", zones)
+            zone = Zone(module_path=module_path, failure_history=[failure], max_ladder_level=failure.level,
+                        escape_hatches_used=list(escape_hatches_used), fail_count=1, created=when, updated=when)
+            _add_entry(path, "zones", ZonesFile, zone_id, zone)
+            return zone_id, zone
+        old = zones[found]
+        hatches = [*old.escape_hatches_used, *(h for h in escape_hatches_used if h not in old.escape_hatches_used)]
+        zone = old.model_copy(update={
+            "failure_history": [*old.failure_history, failure],
+            "max_ladder_level": max(old.max_ladder_level, failure.level), "escape_hatches_used": hatches,
+            "fail_count": old.fail_count + 1, "updated": when})
+        dumped = _dumped(zone)
+        _set_fields(path, "zones", ZonesFile, found, {key: dumped[key] for key in
+                                                       ("failure_history", "max_ladder_level", "escape_hatches_used",
+                                                        "fail_count", "updated")})
+        return found, zone
 
 
 def resolve_zone(box: Path, zone_id: str, resolution: str, *, suggested_bypass: str | None = None,
                  now: datetime | None = None) -> None:
     """Say how a zone was resolved (the exit the human chose, and a bypass suggestion)."""
-    if zone_id not in load_zones(box):
-        raise NotFoundError(f"no zone {zone_id!r} in {box / ZONES_FILE}")
-    values: dict[str, Any] = {"resolution": resolution, "updated": _now(now).isoformat().replace("+00:00", "Z")}
-    if suggested_bypass is not None:
-        values["suggested_bypass"] = suggested_bypass
-    _set_fields(box / ZONES_FILE, "zones", ZonesFile, zone_id, values)
+    with locked(box / ZONES_FILE):
+        if zone_id not in load_zones(box):
+            raise NotFoundError(f"no zone {zone_id!r} in {box / ZONES_FILE}")
+        values: dict[str, Any] = {"resolution": resolution, "updated": _now(now).isoformat().replace("+00:00", "Z")}
+        if suggested_bypass is not None:
+            values["suggested_bypass"] = suggested_bypass
+        _set_fields(box / ZONES_FILE, "zones", ZonesFile, zone_id, values)
 
 
 def record_debts(box: Path, tagged: Sequence[TaggedLine], *, owner_role: str, task: str, run: str,
                  risk: Literal["low", "medium", "high"] = "medium", due: date | None = None,
                  now: datetime | None = None) -> list[tuple[str, Debt]]:
     """One open debt per tagged line of a compromise patch, appended to debt.yaml."""
-    recorded: list[tuple[str, Debt]] = []
-    taken = set(load_debts(box))
-    for line in tagged:
-        debt_id = _next_id("D", taken)
-        taken.add(debt_id)
-        debt = Debt(file=line.file, line=line.line, owner_role=owner_role, task=task, run=run, risk=risk, due=due,
-                    note=line.text[:2000], created=_now(now))
-        _add_entry(box / DEBT_FILE, "debts", DebtFile, debt_id, debt)
-        recorded.append((debt_id, debt))
-    return recorded
+    with locked(box / DEBT_FILE):
+        recorded: list[tuple[str, Debt]] = []
+        taken = set(load_debts(box))
+        for line in tagged:
+            debt_id = _next_id("D", taken)
+            taken.add(debt_id)
+            debt = Debt(file=line.file, line=line.line, owner_role=owner_role, task=task, run=run, risk=risk, due=due,
+                        note=line.text[:2000], created=_now(now))
+            _add_entry(box / DEBT_FILE, "debts", DebtFile, debt_id, debt)
+            recorded.append((debt_id, debt))
+        return recorded
 
 
 def close_debt(box: Path, debt_id: str, *, status: Literal["closed", "waived"] = "closed", note: str | None = None,
                now: datetime | None = None) -> Debt:
     """Close (or waive) a debt; its other lines and every comment of the file stay."""
-    debts = load_debts(box)
-    if debt_id not in debts:
-        known = ", ".join(debts) or "(none)"
-        raise NotFoundError(f"no debt {debt_id!r} in {box / DEBT_FILE}", f"debts: {known}")
-    if note is not None and has_control_character(note):
-        raise ConfigError("the note holds control characters", field="note")
-    when = _now(now)
-    values: dict[str, Any] = {"status": status, "closed": when.isoformat().replace("+00:00", "Z")}
-    if note:
-        values["note"] = note
-    _set_fields(box / DEBT_FILE, "debts", DebtFile, debt_id, values)
-    return debts[debt_id].model_copy(update={"status": status, "closed": when, **({"note": note} if note else {})})
+    with locked(box / DEBT_FILE):
+        debts = load_debts(box)
+        if debt_id not in debts:
+            known = ", ".join(debts) or "(none)"
+            raise NotFoundError(f"no debt {debt_id!r} in {box / DEBT_FILE}", f"debts: {known}")
+        if note is not None and has_control_character(note):
+            raise ConfigError("the note holds control characters", field="note")
+        when = _now(now)
+        values: dict[str, Any] = {"status": status, "closed": when.isoformat().replace("+00:00", "Z")}
+        if note:
+            values["note"] = note
+        _set_fields(box / DEBT_FILE, "debts", DebtFile, debt_id, values)
+        return debts[debt_id].model_copy(update={"status": status, "closed": when, **({"note": note} if note else {})})
 
 
 # ----------------------------------------------------------------------------- pure rules
@@ -332,8 +336,11 @@ def close_debt(box: Path, debt_id: str, *, status: Literal["closed", "waived"] =
 
 def _static(path: str) -> str:
     """A path or glob cut to its literal leading directories (`src/**/x.py` → `src`)."""
+    text = path.strip()
+    while text.startswith("./"):
+        text = text[2:]
     parts: list[str] = []
-    for part in PurePosixPath(path.strip().lstrip("./") or ".").parts:
+    for part in PurePosixPath(text or ".").parts:
         if any(c in part for c in "*?["):
             break
         parts.append(part)

@@ -142,7 +142,8 @@ def test_an_alias_bomb_is_refused(box):
 # ----------------------------------------------------------------------------- pure rules
 
 
-ZONES = {"Z-1": Zone(module_path="src/payments"), "Z-2": Zone(module_path="docs")}
+ZONES = {"Z-1": Zone(module_path="src/payments"), "Z-2": Zone(module_path="docs"),
+         "Z-3": Zone(module_path=".github/workflows")}
 DEBTS = {
     "D-1": Debt(file="src/payments/charge.py", line=3, due=date(2026, 11, 30)),
     "D-2": Debt(file="src/api/app.py", line=9, due=date(2026, 12, 30)),
@@ -156,7 +157,10 @@ DEBTS = {
     (["src/payments/**"], ["Z-1"], ["D-1"]),
     (["src/api/app.py"], [], ["D-2"]),
     (["README.md"], [], []),
-    (["**"], ["Z-1", "Z-2"], ["D-1", "D-2"]),
+    (["**"], ["Z-1", "Z-2", "Z-3"], ["D-1", "D-2"]),
+    ([".github/workflows/ci.yml"], ["Z-3"], []),
+    (["./github/x"], [], []),                        # not the hidden directory
+    (["./docs/index.md"], ["Z-2"], []),
     (["src/pay"], [], []),                          # a prefix of a name is not the directory
     ([], [], []),
 ])
@@ -293,4 +297,37 @@ def test_an_edit_that_would_not_read_back_leaves_the_file_as_it_was(box):
     with pytest.raises(ConfigError, match="resolution"):
         Z.resolve_zone(box, zone_id, "x" * 300)
     assert (box / "zones.yaml").read_bytes() == before
-    assert sorted(p.name for p in box.iterdir()) == ["zones.yaml"]  # no temp file left behind
+    assert sorted(p.name for p in box.iterdir()) == ["zones.yaml", "zones.yaml.lock"]  # no temp file left behind
+
+
+def test_edits_wait_for_each_other(box):
+    """An engine recording debts and a person closing one never overwrite each other: each edit holds the file's lock."""
+    import threading
+
+    from agentbox.core.store import locked
+
+    Z.record_debts(box, [TaggedLine("a.py", 1, "t")], owner_role="b", task="t", run="r")
+    with locked(box / "debt.yaml"):
+        closing = threading.Thread(target=Z.close_debt, args=(box, "D-1"))
+        closing.start()
+        closing.join(0.5)
+        assert closing.is_alive()  # it waits for the lock
+        assert Z.load_debts(box)["D-1"].status == "open"
+    closing.join(30)
+    assert Z.load_debts(box)["D-1"].status == "closed"
+
+
+def test_init_tracks_zones_and_debt_in_git(tmp_path):
+    """zones.yaml and debt.yaml are for people and git: `.agent-box/.gitignore` keeps them, not their locks."""
+    import subprocess
+
+    from agentbox.core.project import GITIGNORE
+    from tests.conftest import REPO
+
+    assert (REPO / ".agent-box.example" / ".gitignore").read_text() == GITIGNORE
+    (tmp_path / ".agent-box").mkdir()
+    (tmp_path / ".agent-box" / ".gitignore").write_text(GITIGNORE)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    paths = [".agent-box/zones.yaml", ".agent-box/debt.yaml", ".agent-box/debt.yaml.lock", ".agent-box/runs/x"]
+    ignored = subprocess.run(["git", "-C", str(tmp_path), "check-ignore", *paths], capture_output=True, text=True)
+    assert ignored.stdout.split() == [".agent-box/debt.yaml.lock", ".agent-box/runs/x"]
