@@ -9,6 +9,7 @@ from agentbox.core.engine.ladder import advisor_delivered, decide
 from agentbox.core.engine.ladder_briefs import (
     PlanEntry,
     classify_brief_change,
+    coverage_gap,
     rework_prompt_head,
     rewrite_prompt_head,
     root_cause_problem,
@@ -452,3 +453,13 @@ def test_every_checkpoint_says_what_each_answer_does():
     high_rot = last(Failed("a"), Failed("b"), Failed("c"), Failed("c")).action
     assert [answer for answer, _ in high_rot.options] == [e.value for e in L.L3_EXITS]
     assert "L3" in high_rot.text and "root cause" in high_rot.text
+
+
+@pytest.mark.parametrize("brief, required, gap", [
+    (["A1", "A2"], ["A1"], ()),
+    (["A1"], ["A1", "A3", "A2", "A3"], ("A3", "A2")),
+    ([], ["A1"], ("A1",)),
+    (["A1"], ["", " A1 "], ()),
+])
+def test_a_coverage_gap_is_what_the_brief_has_no_entry_for(brief, required, gap):
+    assert coverage_gap(brief, required) == gap

@@ -66,6 +66,19 @@ def classify_brief_change(old: PlanEntry, new: PlanEntry) -> BriefChange:
     return BriefChange("fill", added, "only acceptance items were added: " + ", ".join(added))
 
 
+def coverage_gap(brief_acceptance_ids: Sequence[str], required_ids: Sequence[str]) -> tuple[str, ...]:
+    """The acceptance ids required of the task (by the plan, or cited by a failing verdict) that its
+    brief has no entry for, in the order they were required: a coverage gap, back to the lead, not
+    counted against the worker. Empty when the brief covers them all."""
+    have = {i.strip() for i in brief_acceptance_ids}
+    missing: list[str] = []
+    for item in required_ids:
+        name = item.strip()
+        if name and name not in have and name not in missing:
+            missing.append(name)
+    return tuple(missing)
+
+
 def _words(text: str) -> str:
     return " ".join(text.split())
 
