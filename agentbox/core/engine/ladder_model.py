@@ -59,13 +59,13 @@ class Question(StrEnum):
     SECOND_REWRITE = "second_rewrite"
     """The automatic rewrite is used: allow one more rewrite, or cancel."""
     APPLY_PATCH = "apply_patch"
-    """Advisor mode handed in a patch: apply it, or choose an exit."""
+    """Advisor mode handed in a patch: apply it, or cancel."""
     EXIT = "exit"
     """L3: controlled rewrite, advisor again, bypass, or abandon."""
 
 
 class Exit(StrEnum):
-    """The four exits of L3 (and `apply` for an advisor's patch)."""
+    """The four exits of L3."""
 
     CONTROLLED_REWRITE = "controlled_rewrite"
     ADVISOR_AGAIN = "advisor_again"
@@ -133,7 +133,7 @@ class LadderState(_Model):
 
     @property
     def label(self) -> str:
-        """The level as the faces show it: `L0`, `L1 (rewrite 1/2)`, `L2 compromise`, `L3 waiting for an exit`."""
+        """The level as the faces show it: `L0`, `L1 (rewrites 1)`, `L2 compromise`, `L3 waiting for an exit`."""
         if self.counted_failures == 0 and self.mode == Mode.NORMAL:
             return "-"
         words = {Mode.COMPROMISE: "compromise", Mode.ADVISOR: "advisor", Mode.HIGH_ROT: "waiting for an exit",
@@ -145,7 +145,8 @@ class LadderState(_Model):
 
 
 class LadderPolicy(_Model):
-    """The limits of the ladder (crew.yaml and built-in defaults)."""
+    """The limits of the ladder: one automatic brief rewrite, two in all, the back-off of environment
+    failures, and the paths that never get a compromise (crew.yaml's `no_compromise`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
