@@ -133,6 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", nargs="?", help="the run (default: the latest)")
     p.add_argument("task", nargs="?", help="only this task's checks")
     _json(p)
+    p = _cmd(sub, "zones", "agentbox.cli.ladder:zones",
+             "the project's high-rot zones: modules where a task's failure ladder reached L3 (.agent-box/zones.yaml)")
+    _json(p)
+    p = _cmd(sub, "debt", "agentbox.cli.ladder:debt",
+             "the tech debt of compromise patches (.agent-box/debt.yaml); close or waive one (comments kept)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--close", metavar="ID", help="mark this debt closed (it was paid back)")
+    group.add_argument("--waive", metavar="ID", help="mark this debt waived (it no longer blocks a controlled rewrite)")
+    p.add_argument("--note", help="why, kept with the debt")
+    _json(p)
     p = _cmd(sub, "approve", "agentbox.cli.runs:approve",
              "approve a task in review (`approve TASK`), or the plan (`approve --plan`, `approve RUN cp-N`)")
     p.add_argument("task", nargs="?", metavar="TASK|RUN", help="a task in review; or a run, followed by its plan checkpoint")

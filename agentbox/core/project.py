@@ -47,8 +47,11 @@ GITIGNORE = """\
 !/roles/
 !/knowledge/
 !/graphs/
+!/zones.yaml
+!/debt.yaml
 """
-"""`.agent-box/.gitignore`: crew.yaml, roles, knowledge and graphs tracked, runtime state ignored."""
+"""`.agent-box/.gitignore`: crew.yaml, roles, knowledge, graphs and the memory of where the code rots
+(zones.yaml, debt.yaml) tracked, runtime state ignored."""
 
 
 def init(root: Path) -> list[Path]:

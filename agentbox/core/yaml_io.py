@@ -386,6 +386,29 @@ def text_with_entry_removed(
     return "".join(lines[:start] + lines[end:])
 
 
+def text_with_entry_replaced(
+    text: str, document: Any, location: Sequence[str | int], key: str, value: Any
+) -> str | None:
+    """`text` with the value of the entry `key` of the block mapping at `location` replaced
+    by `value`: that entry's lines are rewritten, every other line (comments included) stays
+    byte for byte.
+
+    None when the mapping is not a non-empty block mapping or has no `key` (add it, or use
+    the round-trip dumper).
+    """
+    lines = text.splitlines(keepends=True)
+    mapping = _node_at(document, location)
+    entries = _block_entries(lines, mapping)
+    if entries is None or key not in mapping:
+        return None
+    start, end = entries[list(mapping).index(key)]
+    indent = " " * mapping.lc.key(key)[1]
+    rendered = [indent + line if line.strip() else line for line in dump_yaml({key: value}).splitlines(keepends=True)]
+    if end == len(lines) and not lines[-1].endswith("\n"):
+        rendered[-1] = rendered[-1].rstrip("\n")
+    return "".join(lines[:start] + rendered + lines[end:])
+
+
 def plain(data: Any) -> Any:
     """Round-trip YAML containers and scalars → plain built-ins (pydantic wants those)."""
     if isinstance(data, dict):
