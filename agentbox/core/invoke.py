@@ -558,6 +558,7 @@ async def _run_prepared(agent: Agent, prompt: str, record: SessionRecord, prepar
         # feeding the prompt is part of the turn: under its timeout, killed when cancelled
         drains = asyncio.gather(_feed(proc, prepared.stdin), drain(proc.stdout, stdout), drain(proc.stderr, stderr),
                                 proc.wait())
+        drains.add_done_callback(_retrieved)  # cancelled with the loop (an engine stopping): never logged as lost
         try:
             await asyncio.wait_for(asyncio.shield(drains), timeout=timeout_s)
         except TimeoutError:
@@ -581,6 +582,12 @@ async def _run_prepared(agent: Agent, prompt: str, record: SessionRecord, prepar
             noting.cancel()
         _close_turn(prepared, turn)
     return _conclude(agent, prompt, record, prepared, turn, exit_code, timeout_s if timed_out else None)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a finished future's outcome as seen (its exception, if any, is handled where it is awaited)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _run_prepared_sync(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepared,
