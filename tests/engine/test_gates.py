@@ -22,6 +22,7 @@ from agentbox.core.engine.gates import failure_signature
 from agentbox.core.engine.run_store import RunStore
 from tests.conftest import run_cli
 from tests.engine.support import (
+    answering,
     assert_log_consistent,
     create,
     drive,
@@ -261,7 +262,7 @@ CLASH = ("if [ -e src/t1/a.txt ] && [ -e src/t2/clash.txt ]; then "
          "echo 'FAILED tests/test_combo.py::test_both - RuntimeError: t1 and t2 clash'; exit 1; fi")
 
 
-async def test_a_red_integration_check_undoes_the_merge_and_reworks_the_task(project: Path) -> None:
+async def test_a_red_integration_check_between_two_approved_tasks_undoes_the_merge_and_asks(project: Path) -> None:
     make_repo(project)
     worker = [
         work_rule(task_id="t1", rule_id="w1", write={"src/t1/a.txt": "a\n"}),
@@ -273,10 +274,14 @@ async def test_a_red_integration_check_undoes_the_merge_and_reworks_the_task(pro
                        tasks=[task("t1", "builder", writes=["src/t1/**"]), task("t2", "tester", writes=["src/t2/**"])],
                        checks={"combo": {"run": CLASH}}, gates={"integration": ["combo"]}, deliver="manual")
     run_id = create(paths)
-    final = await drive(paths, run_id, timeout=180)
+    final = await drive(paths, run_id, answering(("retry_escalation", "retry")), timeout=180)
     assert final.status == "done", final.status_reason
     t1, t2 = final.tasks["t1"], final.tasks["t2"]
     assert t1.state == t2.state == "approved" and t1.merged and t2.merged
+    (asked,) = [c for c in final.checkpoints.values() if c.kind == "retry_escalation"]
+    assert asked.task == "t2" and asked.answer == "retry"
+    assert "after t2 was merged on top of t1" in asked.question and "they clash" in asked.question
+    assert "RuntimeError" in asked.question and "the run's branch holds t1 without t2" in asked.question
     assert [(c.stage, c.passed) for c in t2.checks] == [("integration", False), ("integration", True)]
     red = t2.checks[0]
     log = events(paths, run_id)

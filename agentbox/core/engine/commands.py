@@ -417,7 +417,8 @@ def _answer(ctx: CommandContext, command: Answer) -> str:
             else:
                 ledger.transition(task, TaskEvent.REJECT, f"human said retry at {cp.id}: rework with the verdict",
                                   human=True)
-            ledger.leave_note(task, decision.note, by="human")
+            if decision.note or task.note_by != "agentbox":  # a bare retry keeps what agentbox told the worker
+                ledger.leave_note(task, decision.note, by="human")
             ctx.mode.requeue(task)
         elif decision.how == "rerun":
             spec = cp.data.job

@@ -303,14 +303,36 @@ class GateRunner:
     def _red(self, gate: PendingGate, result: CheckResult) -> None:
         self.ledger.close_gate(gate)
         task = self.run.tasks[gate.task or ""]
-        if gate.stage == "integration" and not self._undo(gate, task, f"integration check {result.name} is red"):
-            return
+        if gate.stage == "integration":
+            since = self._merged_since(task)
+            if not self._undo(gate, task, f"integration check {result.name} is red"):
+                return
+            if since:  # each passed its own checks and review: which one gives way is the person's call
+                self._between_approved(gate, task, result, since)
+                return
         self.ledger.event("gate.blocked", f"{task.id}: {gate.stage} check {result.name} is red; back to {task.assignee}",
                           f"`{result.command[:200]}` exited {result.exit_status}" + (" (flaky)" if result.flaky else ""),
                           task=task.id, check=result.name, commit=gate.commit, human_required=False)
         signature, files = failure_signature(result.tail)
         message = f"check {result.name} failed: {signature}"
         self.router.fail(self._job(gate), FailureKind.IMPLEMENTATION_DEFECT, message, files)
+
+    def _between_approved(self, gate: PendingGate, task: Task, result: CheckResult, since: list[str]) -> None:
+        """An integration check is red only with the task on top of others approved since its base: ask."""
+        names = ", ".join(since)
+        self.ledger.event("gate.blocked", f"{task.id}: integration check {result.name} is red on top of {names}",
+                          f"`{result.command[:200]}` exited {result.exit_status}; {task.id} and {names} each passed "
+                          "their own checks and review", task=task.id, check=result.name, commit=gate.commit,
+                          human_required=True)
+        signature, _ = failure_signature(result.tail)
+        question = (f"Integration check {result.name} failed after {task.id} was merged on top of {names} (approved "
+                    f"since {task.id}'s base); each passed its own checks and review, so they clash. The merge was "
+                    f"undone: the run's branch holds {names} without {task.id}. Failure: {signature}; log: "
+                    f"{result.log}. Answer retry: {task.id} is reworked with the check's output (the run's branch is "
+                    f"already in its worktree); or cancel: the run goes on without {task.id}")
+        job = self._job(gate)
+        fp = fingerprint(FailureKind.IMPLEMENTATION_DEFECT, f"integration check {result.name} failed: {signature}")
+        self.router.escalate(job, fp, question, job.original_prompt, job.data)
 
     def _could_not_run(self, gate: PendingGate, result: CheckResult) -> None:
         """Not the work's fault: the same check again after a back-off, then a person is asked."""
