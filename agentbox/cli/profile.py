@@ -99,7 +99,8 @@ def test(args: argparse.Namespace) -> int:
         return 0 if report.ok else 1
     facts = [("endpoint", report.endpoint or "the tool's default"),
              ("reachable", _yes_no(report.reachable)), ("authenticated", _yes_no(report.authenticated)),
-             ("model", report.model or "the tool's default"), ("session", report.session_id or "-"),
+             ("model", report.model or "the tool's default"),
+             ("model used", report.model_used or "not reported by the tool"), ("session", report.session_id or "-"),
              ("native id", report.native_id or "-"),
              ("tokens", f"in {report.usage.get('input_tokens', '?')}, out {report.usage.get('output_tokens', '?')}"
               if report.usage else "-"),

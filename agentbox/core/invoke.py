@@ -113,6 +113,8 @@ class InvokeResult:
     tool: str = ""
     sandboxed: bool = True
     truncated: bool = False
+    model: str | None = None
+    """The model the tool reported it used for this turn (None when its output does not say)."""
 
     @property
     def ok(self) -> bool:
@@ -662,7 +664,7 @@ def _conclude(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepar
     if parsed.native_id:
         record.native_id = parsed.native_id
     record.adapter_state = parsed.adapter_state or record.adapter_state
-    common = dict(base, native_id=record.native_id, usage=parsed.usage, text=parsed.text)
+    common = dict(base, native_id=record.native_id, usage=parsed.usage, text=parsed.text, model=parsed.model)
     if parsed.is_error:
         result = InvokeResult(status="error", error_kind="tool_error", error=parsed.error or parsed.text, **common)
     elif exit_kind is not None:

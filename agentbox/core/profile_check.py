@@ -87,6 +87,8 @@ class ProfileTestReport:
     """The tool got an answer from the model (None: not known)."""
     model: str | None = None
     """The model the profile asks for, as configured (None: the tool's default)."""
+    model_used: str | None = None
+    """The model the tool said it used in the test turn (None: its output does not say)."""
     session_id: str | None = None
     native_id: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
@@ -286,10 +288,11 @@ def _turn(info: ProfileInfo, report: ProfileTestReport, timeout_s: float, hide: 
     report.session_id, report.native_id = result.session_id, result.native_id
     report.usage, report.log_path = result.usage.as_dict(), result.log_path
     report.text = secrets.mask(result.text.strip()[:400], hide)
+    report.model_used = result.model
     if result.ok:
         report.ok, report.authenticated = True, True
         report.reachable = True if report.endpoint else report.reachable
-        model = report.model or "the tool's default model"
+        model = result.model or report.model or "the tool's default model"
         report.diagnosis = (f"ok: {info.tool} answered {report.text[:60]!r} with {model} in {report.latency_s:g} s "
                             f"(tokens in {result.usage.input_tokens}, out {result.usage.output_tokens})")
         return report

@@ -54,6 +54,10 @@ def test_ok(tool: str, make_profile, fake: FakeView) -> None:
     assert report["native_id"] and report["session_id"]
     assert report["usage"]["output_tokens"] and report["latency_s"] > 0
     assert fake.model_requests(), "the real CLI talked to the fake model"
+    sent = {str(r.get("body", {}).get("model")) for r in fake.model_requests() if isinstance(r.get("body"), dict)}
+    if tool in ("claude", "hermes"):  # these say in their output which model answered
+        assert report["model_used"] and any(report["model_used"].split(",")[0].split("[")[0] in m for m in sent), \
+            (report["model_used"], sent)
     if tool == "claude":  # the test's throwaway directory leaves no folder in claude's projects
         assert not list((profile_config(name, "claude") / "projects").glob("*agentbox-test*"))
 

@@ -181,6 +181,8 @@ class ParsedTurn:
     """The tool reported a failure even if it exited 0."""
     error: str | None = None
     adapter_state: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    """The model the tool says it used (None: it did not say)."""
 
 
 DisplayKind = Literal["text", "tool", "result", "error", "note"]

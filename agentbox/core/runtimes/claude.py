@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from agentbox.core.runtimes.base import (
     CapturedOutput,
@@ -125,7 +125,8 @@ class ClaudeAdapter:
         text = str(result.get("result") or "")
         is_error = bool(result.get("is_error"))
         return ParsedTurn(text=text, native_id=result.get("session_id") or request.session_id, usage=parsed_usage,
-                          is_error=is_error, error=(text or str(result.get("subtype"))) if is_error else None)
+                          is_error=is_error, error=(text or str(result.get("subtype"))) if is_error else None,
+                          model=_reported_model(result, output))
 
     def display(self, line: str) -> list[DisplayEvent]:
         """stream-json: assistant text and tool calls, tool results, the final result's status."""
@@ -158,3 +159,14 @@ class ClaudeAdapter:
             else:
                 events.append(DisplayEvent("note", f"finished after {obj.get('num_turns', '?')} model turn(s)"))
         return events
+
+
+def _reported_model(result: dict[str, Any], output: CapturedOutput) -> str | None:
+    """The model claude says it used: the result's `modelUsage` keys, else the stream's `system` init."""
+    usage = result.get("modelUsage")
+    if isinstance(usage, dict) and usage:
+        return ", ".join(sorted(str(name) for name in usage))
+    for obj in json_lines(output.stdout):
+        if obj.get("type") == "system" and isinstance(obj.get("model"), str):
+            return str(obj["model"])
+    return None

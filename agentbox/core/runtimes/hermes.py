@@ -148,7 +148,9 @@ class HermesAdapter(LineDisplay):
                                   error=text or "hermes reported a failed run", adapter_state=state)
             if not data and output.exit_code != 0:
                 raise ParseError("hermes failed before writing its usage file")
-            return ParsedTurn(text=text, native_id=native, usage=usage, adapter_state=state)
+            model = data.get("model")
+            return ParsedTurn(text=text, native_id=native, usage=usage, adapter_state=state,
+                              model=str(model) if isinstance(model, str) and model else None)
         ids = [i for i in _SESSION_LINE.findall(output.stderr) if _native_id(i)]
         native = ids[-1] if ids else request.native_id
         now = _session_counters(request.config_dir, native)

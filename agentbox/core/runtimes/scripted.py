@@ -153,6 +153,7 @@ class ScriptedAdapter:
             native_id=str(data.get("session_id") or request.session_id),
             usage=usage,
             is_error=is_error,
+            model=str(data["model"]) if isinstance(data.get("model"), str) and data.get("model") else None,
             error=text if is_error else None,
         )
 
