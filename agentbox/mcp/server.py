@@ -141,13 +141,15 @@ def build_server(project: ProjectPaths) -> MCPServer:
                 "duration_s": round(result.duration_s, 3), "sandboxed": result.sandboxed}
 
     @server.tool(description="Start a run of the whole crew on a goal, its engine in the background. "
-                             "mode: sequential, hierarchical, group_chat, handoff or graph (default: crew.yaml's).")
+                             "mode: sequential, hierarchical, group_chat, handoff or graph (default: crew.yaml's); "
+                             "base: a branch or commit to start from (default: the person's HEAD).")
     async def start_run(goal: Text, ctx: Context,
                         mode: Literal["sequential", "hierarchical", "group_chat", "handoff", "graph"] | None = None,
                         graph: Annotated[str | None, Field(max_length=500)] = None,
+                        base: Annotated[str | None, Field(max_length=250)] = None,
                         wait_s: WaitS = 0.0) -> dict[str, Any]:
         with _as_tool_error():
-            run = runs.create_run(project, goal, mode, graph)
+            run = runs.create_run(project, goal, mode, graph, base=base)
             pid = runs.detach(project, run.id)
             await ctx.report_progress(0, None, f"run {run.id} started (engine pid {pid})")
             if wait_s:

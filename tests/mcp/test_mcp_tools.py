@@ -141,3 +141,12 @@ def test_print_config_for_each_client(project: Path) -> None:
 def test_outside_a_project_the_server_does_not_start(tmp_path: Path) -> None:
     result = run_cli("mcp", cwd=tmp_path)
     assert result.code == 2 and "no .agent-box/" in result.err
+
+
+async def test_start_run_takes_a_base_and_refuses_one_that_cannot_be(project: Path) -> None:
+    async with connected(_helper_crew(project)) as client:
+        listed = {tool.name: tool for tool in (await client.session.list_tools()).tools}
+        assert "base" in listed["start_run"].input_schema["properties"]
+        message = await client.error("start_run", goal="build it", base="nosuch")
+    assert "base" in message
+    assert not list((project / ".agent-box" / "runs").glob("run-*")), "no run was made"
