@@ -272,8 +272,7 @@ class RunActions:
         from agentbox.tui.screens.changes import ChangesScreen
 
         if not model.is_worktree_run(self.run):
-            self.notify("this run works in the live tree (shared workspace): `git diff` shows its changes",
-                        severity="warning")
+            self.notify(model.live_tree_note(self.project.root), severity="warning")
             return
         self.app.push_screen(ChangesScreen(self))
 

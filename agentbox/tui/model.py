@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Run, Task
@@ -214,6 +215,13 @@ def queue_groups(run: Run | None) -> list[tuple[str, list[Task]]]:
         groups.setdefault(task.state, []).append(task)
     order = {state: index for index, state in enumerate(TASK_STATE_ORDER)}
     return sorted(groups.items(), key=lambda item: (order.get(item[0], len(order)), item[0]))
+
+
+def live_tree_note(project_root: Path) -> str:
+    """What a shared-workspace run's changes are, and (in a git repository only) where to see them."""
+    in_git = any((d / ".git").exists() for d in (project_root, *project_root.parents))
+    return ("this run works in the live tree (shared workspace): no branch records its changes"
+            + ("; `git diff` shows them" if in_git else ""))
 
 
 # ----------------------------------------------------------------------------- members

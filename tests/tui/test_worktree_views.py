@@ -127,6 +127,7 @@ async def test_a_shared_run_task_says_it_has_no_branch(project_at: Callable[[str
         screen = await open_task(pilot, "greet")
         await pilot.pause()
         assert "works in the live tree (shared workspace)" in diff_text(screen)
+        assert "git diff" not in diff_text(screen), "the project is no git repository: git diff shows nothing"
         assert app.dashboard is not None
         assert not app.dashboard.check_action("changes", ()) and not app.dashboard.check_action("merge", ())
 

@@ -103,8 +103,7 @@ class ChangesScreen(Screen[None]):
 
     def _show(self, run: Run | None) -> None:
         if run is None or not model.is_worktree_run(run):
-            self._summarise(Text("this run works in the live tree (shared workspace): no branch records its "
-                                 "changes; `git diff` shows them", style="dim"))
+            self._summarise(Text(model.live_tree_note(self.dashboard.project.root), style="dim"))
             self.query_one(Tree).clear()
             self._tree_for = None
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
@@ -134,10 +135,10 @@ def diff_heading(task: Task) -> Text:
     return heading
 
 
-def diff_note(run: Run, task: Task) -> str | None:
+def diff_note(run: Run, task: Task, project_root: Path) -> str | None:
     """Why the task has no diff to show, or None when git has one."""
     if not model.is_worktree_run(run):
-        return "this run works in the live tree (shared workspace): no branch records its changes; `git diff` shows them"
+        return model.live_tree_note(project_root)
     if task.branch is None:
         return "no branch: this task writes nothing" if not task.writes else "no branch yet: its work has not started"
     if task.base is None or task.head is None or task.base == task.head:
@@ -205,7 +206,7 @@ class TaskDetailScreen(Screen[None]):
     def _show_diff(self, run: Run, task: Task) -> None:
         """The one-line reason there is no diff, or the diff read from git (again when the branch moved)."""
         view = self.query_one(DiffView)
-        note = diff_note(run, task)
+        note = diff_note(run, task, self.dashboard.project.root)
         if note is not None:
             self._diff_for = None
             view.show_note(diff_heading(task), note)
