@@ -23,6 +23,7 @@ def _tokens(value: int | None) -> str:
 def invoke(args: argparse.Namespace) -> int:
     """One headless turn; exit 0 on success, 1 on an agent failure (error on stderr)."""
     from agentbox.core import services
+    from agentbox.core.egress_turn import denied_line
     from agentbox.core.errors import NotFoundError, UsageError
     from agentbox.core.invoke import invoke_sync
 
@@ -49,6 +50,9 @@ def invoke(args: argparse.Namespace) -> int:
         print(f"[{agent.label} · session {result.session_id} · turn {result.turn} · "
               f"{tokens} tokens{cost} · {result.duration_s:.1f}s"
               f"{'' if result.sandboxed else ' · NOT SANDBOXED'}]", file=sys.stderr)
+    refused = denied_line(result.network)
+    if refused is not None:
+        print(refused, file=sys.stderr)
     if not result.ok:
         print(f"error: {result.error_kind}: {result.error}", file=sys.stderr)
         print(f"hint: raw output in {result.log_path}", file=sys.stderr)
@@ -84,6 +88,7 @@ def sessions(args: argparse.Namespace) -> int:
 
 def _show_session(args: argparse.Namespace, proj: object) -> int:
     from agentbox.core import paths
+    from agentbox.core.egress_turn import denied_line
     from agentbox.core.errors import NotFoundError
     from agentbox.core.runtimes.base import Usage
     from agentbox.core.sessions import SessionStore
@@ -110,6 +115,9 @@ def _show_session(args: argparse.Namespace, proj: object) -> int:
             print(f"\n--- turn {turn['turn']} · {turn['status']}{' (' + str(turn['error_kind']) + ')' if turn.get('error_kind') else ''} · {tokens} tokens · {turn.get('duration_s', 0):.1f}s · {_when(turn.get('started'))}")
             print(f"> {turn['prompt']}")
             print(turn.get("text") or turn.get("error") or "")
+            refused = denied_line(turn.get("network"))
+            if refused is not None:
+                print(refused)
         return 0
     raise NotFoundError(f"no session {args.session_id}", "`agentbox sessions` lists them")
 
