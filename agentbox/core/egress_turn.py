@@ -114,7 +114,10 @@ def model_rules(info: ProfileInfo, runtime_env: Mapping[str, str]) -> list[Rule]
 
 
 def _urls_in(text: str, source: str) -> list[Rule]:
-    return [rule for match in _BASE_URL.finditer(text) if (rule := rule_for_url(match.group(1), source))]
+    """The base URLs named in a config text, commented-out lines (`#`, `//`) left out."""
+    lines = (line for line in text.splitlines() if not line.lstrip().startswith(("#", "//")))
+    return [rule for line in lines for match in _BASE_URL.finditer(line)
+            if (rule := rule_for_url(match.group(1), source))]
 
 
 def profile_rules(info: ProfileInfo, runtime_env: Mapping[str, str]) -> Allowlist:
