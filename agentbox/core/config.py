@@ -185,8 +185,8 @@ class SandboxPolicy(Strict):
     endpoint (from the profile's env and the tool's config, else the vendor's hosts) and
     `allow` are reachable, through agentbox's egress proxy; every other host, the host's
     loopback services (databases, dev servers, `agentbox mcp --http`) and abstract sockets
-    are not. `false`: no network at all. `host`: the host's own network, everything on it
-    reachable (the unprotected old behaviour; `agentbox doctor` flags it)."""
+    are not. `false`: no network at all. `host`: this machine's own network, every host and
+    every local service reachable, nothing enforced (`agentbox doctor` flags it)."""
     allow: list[AllowEntry] = Field(default_factory=list)
     """More hosts the agent may reach with `network: true`: `host`, `host:port`, `*.domain`
     or an IP (`[::1]:8080`); without a port, 443 and 80. A loopback entry (`127.0.0.1:8080`,

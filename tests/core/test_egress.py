@@ -254,3 +254,26 @@ def test_stop_ends_open_tunnels_and_removes_the_socket(tmp_path: Path) -> None:
         assert client.recv(100) == b""  # closed by stop(), not left open
     assert not proxy.socket_path.exists()
     assert not [t for t in threading.enumerate() if t.name == "agentbox-egress"]
+
+
+# ----------------------------------------------------------------------------- doctor
+
+
+def test_doctor_flags_a_profile_that_shares_the_hosts_network(agent_box_home: Path) -> None:
+    from agentbox.core.doctor import check_network
+
+    _profile(agent_box_home, "claude")
+    assert check_network().status == "ok"
+    _profile(agent_box_home, "codex", policy={"network": "host"})
+    check = check_network()
+    assert check.status == "warn" and "p-codex" in check.detail and "p-claude" not in check.detail
+    assert "sandbox.allow" in (check.hint or "")
+
+
+def test_the_profile_schema_documents_the_network_fields() -> None:
+    from agentbox.core.schemas import json_schema
+
+    policy = json_schema("profile")["$defs"]["SandboxPolicy"]["properties"]
+    assert {"const": "host", "type": "string"} in policy["network"]["anyOf"]
+    assert "egress proxy" in policy["network"]["description"]
+    assert "host:port" in policy["allow"]["description"] and policy["allow"]["items"] == {"type": "string"}

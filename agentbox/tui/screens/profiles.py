@@ -75,7 +75,8 @@ class ProfilesScreen(Screen[None]):
         for info in message.profiles:
             profile = info.profile
             sandbox = profile.sandbox if isinstance(profile.sandbox, str) else \
-                ("bwrap + network" if profile.sandbox.network else "bwrap, no network")
+                ("bwrap + host network" if profile.sandbox.network == "host"
+                 else "bwrap + network" if profile.sandbox.network else "bwrap, no network")
             table.add_row(Text(info.name, style="bold"), info.source, info.tool, profile.runtime.model or "—",
                           sandbox, key=info.name)
         for error in message.errors:
