@@ -8,11 +8,12 @@ An HTTP proxy on a UNIX socket that is bound into the sandbox (the sandbox's bri
 its resolved addresses are checked before connecting. What it refuses is answered with
 403 and counted for the turn's record. It runs on its own asyncio loop in a thread, so a
 blocking turn and the engine's loop use it alike, and `stop` tears down every connection.
+The socket listens from `start()` on; the thread imports asyncio while the sandbox starts
+(a blocking turn has not loaded it), and connections wait in the backlog until it serves.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import os
@@ -22,9 +23,12 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentbox.core.egress import Allowlist, Rule, is_ip, is_loopback
+
+if TYPE_CHECKING:
+    import asyncio
 
 MAX_HEAD = 64 * 1024
 """Longest request or response head the proxy reads (a longer one is refused)."""
@@ -81,8 +85,9 @@ class EgressProxy:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._failed: BaseException | None = None
+        self._stop_asked = False
+        self.failure: str | None = None
+        """Why the proxy stopped serving before `stop()` (its connections were refused), if it did."""
 
     # ----------------------------------------------------------------------- lifecycle
 
@@ -98,13 +103,12 @@ class EgressProxy:
             raise
         self._thread = threading.Thread(target=self._serve, args=(listener,), name="agentbox-egress", daemon=True)
         self._thread.start()
-        self._ready.wait(10)
-        if self._failed is not None:
-            raise self._failed
 
     def stop(self) -> None:
         """Close the listener and every connection; wait for the thread."""
-        loop, stopping = self._loop, self._stopping
+        with self._lock:
+            self._stop_asked = True
+            loop, stopping = self._loop, self._stopping
         if loop is not None and stopping is not None:
             with contextlib.suppress(RuntimeError):  # the loop already ended
                 loop.call_soon_threadsafe(stopping.set)
@@ -115,14 +119,22 @@ class EgressProxy:
 
     def _serve(self, listener: socket.socket) -> None:
         try:
+            import asyncio
+
             asyncio.run(self._main(listener))
-        except BaseException as exc:  # reported to start(), or lost after stop()
-            self._failed = exc
-            self._ready.set()
+        except Exception as exc:  # noqa: BLE001 - the turn goes on; its connections were refused
+            self.failure = f"{type(exc).__name__}: {exc}"
+        finally:
+            listener.close()
 
     async def _main(self, listener: socket.socket) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
+        import asyncio
+
+        with self._lock:
+            if self._stop_asked:
+                return
+            self._loop = asyncio.get_running_loop()
+            self._stopping = asyncio.Event()
         slots = asyncio.Semaphore(MAX_CONNECTIONS)
         tasks: set[asyncio.Task[None]] = set()
 
@@ -143,7 +155,6 @@ class EgressProxy:
                 writer.close()
 
         server = await asyncio.start_unix_server(accepted, sock=listener, limit=MAX_HEAD)
-        self._ready.set()
         try:
             await self._stopping.wait()
         finally:
@@ -155,6 +166,8 @@ class EgressProxy:
     # ----------------------------------------------------------------------- one connection
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import asyncio
+
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
         request_line, *header_lines = head.decode("latin-1").split("\r\n")
         parts = request_line.split(" ")
@@ -184,6 +197,8 @@ class EgressProxy:
 
     async def _open(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to an allowed `host:port`, or _Refused (403 logged, 502 when it fails)."""
+        import asyncio
+
         if not _HOST_TEXT.fullmatch(host):  # never recorded or shown: it may hold terminal escapes
             raise _Refused(400, "the target is not a host name or IP address")
         rule = self.rules.permits(host, port)
@@ -237,7 +252,7 @@ class EgressProxy:
     def snapshot(self) -> dict[str, Any]:
         """The summary so far, JSON-ready."""
         with self._lock:
-            return self.summary.as_dict()
+            return {**self.summary.as_dict(), **({"error": self.failure} if self.failure else {})}
 
 
 def _host_port(authority: str, default: int | None) -> tuple[str, int]:
@@ -276,6 +291,8 @@ async def _reply(writer: asyncio.StreamWriter, status: int, reason: str) -> None
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up_reader: asyncio.StreamReader,
                 up_writer: asyncio.StreamWriter, *, rewrite_response: bool = False) -> None:
     """Copy both ways until both sides are done (a side's end is passed on as a half-close)."""
+    import asyncio
+
     async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):
             while data := await source.read(CHUNK):
