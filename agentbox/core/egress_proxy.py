@@ -135,6 +135,7 @@ class EgressProxy:
                 return
             self._loop = asyncio.get_running_loop()
             self._stopping = asyncio.Event()
+        self._loop.set_exception_handler(lambda _loop, _context: None)  # nothing of the proxy reaches a terminal
         slots = asyncio.Semaphore(MAX_CONNECTIONS)
         tasks: set[asyncio.Task[None]] = set()
 
@@ -149,6 +150,8 @@ class EgressProxy:
                 async with slots:
                     await self._handle(reader, writer)
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+                pass
+            except asyncio.CancelledError:  # stop(): the task ends quietly (a cancelled one is reported)
                 pass
             finally:
                 tasks.discard(task)

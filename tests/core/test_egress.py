@@ -277,3 +277,24 @@ def test_the_profile_schema_documents_the_network_fields() -> None:
     assert {"const": "host", "type": "string"} in policy["network"]["anyOf"]
     assert "egress proxy" in policy["network"]["description"]
     assert "host:port" in policy["allow"]["description"] and policy["allow"]["items"] == {"type": "string"}
+
+
+def test_stopping_with_a_connection_still_open_prints_nothing(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING", logger="asyncio")
+    upstream = Upstream(b"")
+    with proxy_for(tmp_path, f"127.0.0.1:{upstream.port}") as proxy:
+        clients = []
+        for _ in range(3):
+            client = socket.socket(socket.AF_UNIX)
+            client.connect(str(proxy.socket_path))
+            client.sendall(f"CONNECT 127.0.0.1:{upstream.port} HTTP/1.1\r\n\r\n".encode())
+            clients.append(client)
+        for client in clients:
+            client.settimeout(10)
+            assert client.recv(100).startswith(b"HTTP/1.1 200")
+    for client in clients:
+        client.close()
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []  # logged is printed, in a CLI
