@@ -227,3 +227,15 @@ def test_no_proxy_or_socket_dir_outlives_its_turn(net_project) -> None:  # type:
     assert {t.name for t in threading.enumerate()} - before == set()
     assert set(Path(tempfile.gettempdir()).glob("agentbox-egress-*")) - made == set()
     assert bridges() - bridges_before == set()  # the sandbox's end took its bridge along
+
+
+def test_an_attached_session_gets_the_same_network(net_project) -> None:  # type: ignore[no-untyped-def]
+    """`agentbox launch` (a person at the keyboard) runs under the same proxy and allowlist as a turn."""
+    proj, home = net_project
+    with ToyServer(b"toy-banner\n").running() as toy, ToyServer(b"other-banner\n").running() as other:
+        probe(home, {"network": True, "allow": [f"127.0.0.1:{toy.port}"]})
+        typed = f"run {sys.executable} client.py {toy.port}\nrun {sys.executable} client.py {other.port}\n/exit\n"
+        result = cli_run("launch", "probe", cwd=proj.root, stdin=typed)
+    assert result.code == 0, result.err
+    assert "toy-banner" in result.out and toy.accepted >= 1, result.out
+    assert other.accepted == 0 and "other-banner" not in result.out
