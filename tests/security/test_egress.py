@@ -239,3 +239,20 @@ def test_an_attached_session_gets_the_same_network(net_project) -> None:  # type
     assert result.code == 0, result.err
     assert "toy-banner" in result.out and toy.accepted >= 1, result.out
     assert other.accepted == 0 and "other-banner" not in result.out
+
+
+def test_profile_test_names_what_the_allowlist_refused(agent_box_home: Path) -> None:
+    from agentbox.core.profile_check import check_profile
+
+    knock = (f"{sys.executable} -c \"import os,socket;h,p=os.environ['HTTPS_PROXY'].rsplit(':',1);"
+             "s=socket.create_connection((h.split('//')[1],int(p)));"
+             "s.sendall(b'CONNECT models.corp.example:443 HTTP/1.1\\r\\n\\r\\n');s.recv(100)\"")
+    directory = agent_box_home / "profiles" / "lost"
+    directory.mkdir(parents=True)
+    (directory / "scenario.json").write_text(json.dumps(
+        {"rules": [], "fallback": {"run": knock, "fail": "exit", "exit_code": 1, "stderr": "request failed"}}))
+    (directory / "profile.yaml").write_text(json.dumps(
+        {"name": "lost", "runtime": {"tool": "scripted", "scenario": "scenario.json"}, "sandbox": {"network": True}}))
+    report = check_profile("lost", timeout_s=60)
+    assert not report.ok and report.problem == "network_refused", report
+    assert "models.corp.example:443" in report.diagnosis and "sandbox.allow" in report.diagnosis
