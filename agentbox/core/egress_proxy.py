@@ -228,9 +228,11 @@ class EgressProxy:
 
     async def _addresses(self, host: str, port: int, rule: Rule) -> list[str]:
         """Where to connect for `host`; a non-loopback rule's name resolving to loopback gives none."""
-        if rule.loopback:  # the port on either loopback address: a server may listen on one only
-            first = host.strip("[]") if is_ip(host) else "127.0.0.1"
-            return list(dict.fromkeys([first, "::1" if "." in first else "127.0.0.1"]))
+        if rule.loopback:  # the rule's own address; `localhost` (or either of the usual two) is both
+            if rule.host in ("127.0.0.1", "::1") or not is_ip(rule.host):
+                first = "::1" if host.strip("[]") == "::1" else "127.0.0.1"
+                return [first, "127.0.0.1" if first == "::1" else "::1"]
+            return [rule.host]
         if is_ip(host):
             return [] if is_loopback(host) or ipaddress.ip_address(host.strip("[]")).is_unspecified else [host.strip("[]")]
         assert self._loop is not None

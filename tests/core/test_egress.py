@@ -298,3 +298,15 @@ def test_stopping_with_a_connection_still_open_prints_nothing(tmp_path: Path, ca
     captured = capfd.readouterr()
     assert captured.err == "" and captured.out == ""
     assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []  # logged is printed, in a CLI
+
+
+def test_a_loopback_rule_opens_its_own_address_only(tmp_path: Path) -> None:
+    """`127.0.0.1:PORT` never reaches a service another loopback address (127.0.0.2) serves at PORT."""
+    other = socket.create_server(("127.0.0.2", 0))
+    port = other.getsockname()[1]
+    with other, proxy_for(tmp_path, f"127.0.0.1:{port}") as proxy:
+        got = exchange(proxy, f"CONNECT 127.0.0.2:{port} HTTP/1.1\r\n\r\n".encode())
+        other.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            other.accept()
+    assert got.startswith(b"HTTP/1.1 502")  # 127.0.0.1:PORT was tried, and nothing listens there
