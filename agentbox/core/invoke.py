@@ -273,18 +273,18 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         if profile.scenario_path is not None:
             needs.add(profile.scenario_path.parent.resolve())
     needs |= {Path(p).expanduser() for p in policy.ro_binds}
-    tool_argv = command.argv
-    egress_plan = egress_turn.plan(profile, runtime_env) if policy.network is True else None
-    if egress_plan is not None:  # the bridge (run by this Python) starts the tool, the proxy's env points at it
-        needs |= sandbox.python_roots()
-        env.update(egress_plan.env)
-        tool_argv = egress_plan.wrap(command.argv)
     source = agent.worktree or agent.cwd  # what is seen at the project's path
     metadata = scopes.metadata_paths(source) if agent.worktree is None else scopes.worktree_metadata_paths(source)
     scope_plan = scopes.plan(source, list(agent.writes) if agent.writes is not None else None,
                              scratch.with_suffix(".stage"))
+    tool_argv, egress_plan = command.argv, None
     try:
         state_dirs = sandbox.run_state_dirs(agent.cwd)
+        if policy.network is True:  # the bridge (run by this Python) starts the tool; its proxy env points there
+            egress_plan = egress_turn.plan(profile, runtime_env)
+            needs |= sandbox.python_roots()
+            env.update(egress_plan.env)
+            tool_argv = egress_plan.wrap(command.argv)
         spec = sandbox.SandboxSpec(
             project_root=source,
             mount_at=agent.cwd if agent.worktree is not None else None,

@@ -29,9 +29,9 @@ Every capability is dropped (`--cap-drop ALL`, whoever runs agentbox, root inclu
 that could undo the sandbox. pid/ipc/uts are unshared, the sandbox dies with its parent,
 the network is unshared unless the profile asks for the host's (`network: host`), which
 also makes abstract UNIX sockets and the host's loopback unreachable; a sandbox with
-network reaches the outside only through the egress proxy's socket, bound in read-only
-(`agentbox.core.egress_turn`). The argv goes to bwrap through a file descriptor (`launch`), so the
-environment, which may hold keys, is never on a command line. `sandbox: none` bypasses all
+network reaches the outside only through the egress proxy's socket, bound read-only into
+/run (`agentbox.core.egress_turn`). The argv goes to bwrap through a file descriptor
+(`launch`), so the environment, which may hold keys, is never on a command line. `sandbox: none` bypasses all
 of this and must be asked for explicitly by the profile.
 """
 
