@@ -8,6 +8,8 @@ P8  for each real CLI (claude, codex, opencode, hermes) against the project's fa
     Both through the library's `invoke()` in this process, so the proxy's whole cost per
     turn is in the figure: the allowlist derived from the profile, the proxy's socket and
     thread, the bridge started before the tool, every connection carried through both.
+F   the fixed part of that cost: a no-op scripted turn (no connection at all) with
+    `network: true` minus the same with `network: host`, in milliseconds.
 
 Medians over --runs rounds (three times as many for a CLI whose turn takes under 2 s; the
 first round warms up and is dropped); in every round the two variants run back to back,
@@ -46,6 +48,18 @@ def set_network(bench: Bench, name: str, network: object) -> None:
     write_yaml(path, document)
 
 
+def scripted(bench: Bench, name: str, network: object) -> str:
+    """A scripted profile whose agent answers at once and opens no connection."""
+    import json
+
+    directory = bench.home / "profiles" / name
+    directory.mkdir(parents=True)
+    (directory / "scenario.json").write_text(json.dumps({"rules": [], "fallback": {"reply": "echo: ok"}}))
+    (directory / "profile.yaml").write_text(json.dumps({"name": name, "runtime": {"tool": "scripted",
+                                                        "scenario": "scenario.json"}, "sandbox": {"network": network}}))
+    return name
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=6, help="measured rounds per CLI (default 6)")
@@ -77,6 +91,12 @@ def main() -> int:
                 except RuntimeError as exc:
                     failures.append(f"{tool}: {exc}")
                     lines.append(f"  {tool:<9} FAILED")
+            noop_host, noop_proxy = scripted(bench, "noop-host", "host"), scripted(bench, "noop-proxy", True)
+            rounds, found = compare(bench, {"host": lambda p: bench.library(noop_host, p),
+                                            "proxy": lambda p: bench.library(noop_proxy, p)}, args.runs * 3)
+            (host_s, _), (proxy_s, _) = found["host"], found["proxy"]
+            lines.append(f"  fixed     ({rounds:2} rounds) no-op scripted turn: network: host {host_s * 1000:6.1f} ms   "
+                         f"through the proxy {proxy_s * 1000:6.1f} ms   +{(proxy_s - host_s) * 1000:.1f} ms per turn")
             bench.loop.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
