@@ -41,7 +41,8 @@ CONFIG_FILES: dict[str, tuple[str, ...]] = {
     "opencode": ("opencode.json", "opencode.jsonc", "config.json"),
     "hermes": ("config.yaml", ".env"),
 }
-"""Files in a tool's config dir that may name its model endpoint."""
+"""Files in a tool's config dir that may name its model endpoint. Each is read-only to every
+headless turn (the adapter's `loaded_config`), so no turn widens a later turn's allowlist."""
 MAX_CONFIG_BYTES = 1 << 20
 _BASE_URL = re.compile(r"""(?:base_url|baseURL|baseUrl|_BASE_URL)["']?\s*[:=]\s*["']?(https?://[^\s"'`,}\]]+)""")
 

@@ -310,3 +310,10 @@ def test_a_loopback_rule_opens_its_own_address_only(tmp_path: Path) -> None:
         with pytest.raises(TimeoutError):
             other.accept()
     assert got.startswith(b"HTTP/1.1 502")  # 127.0.0.1:PORT was tried, and nothing listens there
+
+
+@pytest.mark.parametrize("tool", sorted(egress_turn.CONFIG_FILES))
+def test_no_turn_can_write_a_file_the_allowlist_is_read_from(tool: str) -> None:
+    from agentbox.core.runtimes import adapter_for
+
+    assert set(egress_turn.CONFIG_FILES[tool]) <= set(adapter_for(tool).loaded_config)
