@@ -131,7 +131,7 @@ class Bench:
 
     def by_hand(self, name: str, prompt: str) -> Callable[[], None]:
         """The turn of a new session of profile `name`, by hand: the argv agentbox would run, run directly."""
-        from agentbox.core import sandbox, services
+        from agentbox.core import egress_turn, sandbox, services
         from agentbox.core.invoke import _prepare_session, finish_turn, prepare, remove_scratch
 
         agent = services.profile_agent(name, self.project, None)
@@ -139,7 +139,7 @@ class Bench:
         def run() -> None:
             prepared = prepare(agent, prompt, _prepare_session(agent, None))
             try:
-                with sandbox.launch(prepared.argv) as launched:
+                with egress_turn.serving(prepared.egress), sandbox.launch(prepared.argv) as launched:
                     proc = subprocess.run(launched.argv, env=prepared.env, cwd=self.project,
                                           input=prepared.stdin or b"", capture_output=True, check=False,
                                           pass_fds=launched.pass_fds, timeout=TURN_TIMEOUT_S,

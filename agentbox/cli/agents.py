@@ -36,6 +36,7 @@ def check_timeout(seconds: float | None) -> float | None:
 def invoke(args: argparse.Namespace) -> int:
     """One headless turn; exit 0 on success, 1 on an agent failure (error on stderr)."""
     from agentbox.core import services
+    from agentbox.core.egress_turn import denied_line
     from agentbox.core.errors import NotFoundError, UsageError
     from agentbox.core.invoke import invoke_sync
 
@@ -63,6 +64,9 @@ def invoke(args: argparse.Namespace) -> int:
         print(f"[{for_line(agent.label)} · session {for_line(result.session_id)} · turn {result.turn} · "
               f"{tokens} tokens{cost} · {result.duration_s:.1f}s"
               f"{'' if result.sandboxed else ' · NOT SANDBOXED'}]", file=sys.stderr)
+    refused = denied_line(result.network)
+    if refused is not None:
+        print(refused, file=sys.stderr)
     if not result.ok:
         print(f"error: {result.error_kind}: {for_terminal(result.error)}", file=sys.stderr)
         print(f"hint: raw output in {result.log_path}", file=sys.stderr)
@@ -101,6 +105,7 @@ def sessions(args: argparse.Namespace) -> int:
 
 def _show_session(args: argparse.Namespace, proj: object) -> int:
     from agentbox.core import paths
+    from agentbox.core.egress_turn import denied_line
     from agentbox.core.errors import NotFoundError
     from agentbox.core.runtimes.base import Usage
     from agentbox.core.sessions import SessionStore
@@ -131,6 +136,9 @@ def _show_session(args: argparse.Namespace, proj: object) -> int:
                                   f"{turn.get('duration_s', 0):.1f}s · {_when(turn.get('started'))}"))
             print(f"> {for_terminal(turn['prompt'])}")
             print(for_terminal(turn.get("text") or turn.get("error") or ""))
+            refused = denied_line(turn.get("network"))
+            if refused is not None:
+                print(for_line(refused))
         return 0
     raise NotFoundError(f"no session {args.session_id}", "`agentbox sessions` lists them")
 

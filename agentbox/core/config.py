@@ -164,6 +164,17 @@ EnvValue = Annotated[str, AfterValidator(_env_value)]
 """A profile env value: text with optional `${VAR}` / `${VAR:-default}` references, `$$` for `$`."""
 
 
+def _allow_entry(value: str) -> str:
+    from agentbox.core.egress import parse_entry
+
+    parse_entry(value)  # a ValueError says what is wrong with it
+    return value
+
+
+AllowEntry = Annotated[str, AfterValidator(_allow_entry)]
+"""One `sandbox.allow` entry, checked by `agentbox.core.egress.parse_entry`."""
+
+
 class Runtime(Strict):
     """How the profile's agent runs."""
 
@@ -199,8 +210,18 @@ class Resources(Strict):
 class SandboxPolicy(Strict):
     """What the agent's bubblewrap sandbox may reach beyond the defaults."""
 
-    network: bool = True
-    """Share the host network (needed to reach a model API, even on loopback)."""
+    network: bool | Literal["host"] = True
+    """The agent's network. `true`: its own network namespace, where only the tool's model
+    endpoint (from the profile's env and the tool's config, else the vendor's hosts) and
+    `allow` are reachable, through agentbox's egress proxy; every other host, the host's
+    loopback services (databases, dev servers, `agentbox mcp --http`) and abstract sockets
+    are not. `false`: no network at all. `host`: this machine's own network, every host and
+    every local service reachable, nothing enforced (`agentbox doctor` flags it)."""
+    allow: list[AllowEntry] = Field(default_factory=list)
+    """More hosts the agent may reach with `network: true`: `host`, `host:port`, `*.domain`
+    or an IP (`[::1]:8080`); without a port, 443 and 80. A loopback entry (`127.0.0.1:8080`,
+    `localhost:11434`) must name its port and opens that one local port, served at the same
+    port on the sandbox's own loopback (a local model server)."""
     ro_binds: list[str] = Field(default_factory=list)
     """Extra host paths made visible read-only inside the sandbox."""
     rw_binds: list[str] = Field(default_factory=list)

@@ -146,6 +146,22 @@ def check_profiles() -> Check:
     return Check("profiles", "ok", f"{len(infos)} usable: {', '.join(i.name for i in infos)}", required=False)
 
 
+def check_network() -> Check:
+    """No user profile shares the host's network (`network: host`) without being told what that opens."""
+    from agentbox.core import profiles
+
+    shared = [info.name for info in profiles.user_profiles(errors=[])
+              if info.profile.sandbox != "none" and info.profile.sandbox.network == "host"]
+    if shared:
+        return Check("network", "warn", "sharing the host's network (`network: host`): " + ", ".join(shared)
+                     + " — their agents reach every service on this machine's loopback (databases, dev servers, "
+                     "`agentbox mcp --http`) and any host", required=False,
+                     hint="use `network: true` (the tool's model endpoint only, through agentbox's egress proxy) "
+                     "and list what else the agent needs under `sandbox.allow`")
+    return Check("network", "ok", "no profile shares the host's network; sandboxes reach only their allowlist",
+                 required=False)
+
+
 #: Tool config files (relative to the profile's config dir) that may hold a key.
 _KEY_FILES = ("config.toml", "opencode.json", ".env", "auth.json", ".credentials.json")
 
@@ -269,8 +285,9 @@ def run_checks(project_dir: Path | None = None) -> list[Check]:
         profiles_check = check_profiles()
         project_check = check_project(project_dir)
         secret_files = check_secret_files()
+        network = check_network()
         worktrees = check_worktrees(project_dir) if project_check.status == "ok" else None
-        return [bwrap.result(), enforced.result(), home, profiles_check, secret_files, project_check,
+        return [bwrap.result(), enforced.result(), home, profiles_check, secret_files, network, project_check,
                 *([worktrees] if worktrees is not None else []), *(t.result() for t in tools)]
 
 

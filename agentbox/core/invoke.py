@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentbox.core import safe_io, sandbox, scopes, secrets
+from agentbox.core import egress_turn, safe_io, sandbox, scopes, secrets
 from agentbox.core.errors import AgentboxError, SandboxError, UsageError
 from agentbox.core.live import LiveWriter, live_dir_for
 from agentbox.core.process import (
@@ -115,6 +115,8 @@ class InvokeResult:
     truncated: bool = False
     model: str | None = None
     """The model the tool reported it used for this turn (None when its output does not say)."""
+    network: dict[str, Any] | None = None
+    """What the turn's network did through the egress proxy (connections, refused targets); None without one."""
 
     @property
     def ok(self) -> bool:
@@ -146,6 +148,7 @@ class InvokeResult:
             "tool": self.tool,
             "sandboxed": self.sandboxed,
             "truncated": self.truncated,
+            "network": self.network,
         }
 
 
@@ -200,6 +203,8 @@ class Prepared:
     """The write scopes' mounts (`finish_turn` carries staged changes back after the turn)."""
     secrets: tuple[str, ...] = ()
     """Values the profile took from the environment: masked in everything the turn records."""
+    egress: egress_turn.EgressPlan | None = None
+    """The turn's network allowlist and proxy socket (a sandbox with `network: true`)."""
 
 
 def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bool = False,
@@ -285,8 +290,14 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     metadata = scopes.metadata_paths(source) if agent.worktree is None else scopes.worktree_metadata_paths(source)
     scope_plan = scopes.plan(source, list(agent.writes) if agent.writes is not None else None,
                              scratch.with_suffix(".stage"), agent.protected_paths)
+    tool_argv, egress_plan = command.argv, None
     try:
         state_dirs = sandbox.run_state_dirs(agent.cwd)
+        if policy.network is True:  # the bridge (run by this Python) starts the tool; its proxy env points there
+            egress_plan = egress_turn.plan(profile, runtime_env)
+            needs |= sandbox.python_roots()
+            env.update(egress_plan.env)
+            tool_argv = egress_plan.wrap(command.argv)
         spec = sandbox.SandboxSpec(
             project_root=source,
             mount_at=agent.cwd if agent.worktree is not None else None,
@@ -304,18 +315,21 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
             hidden=(*hidden, *state_dirs),
             ro_binds=sandbox.binds_needed(needs, hidden) + tuple(Path(p).expanduser() for p in policy.ro_binds if Path(p).expanduser().exists()),
             rw_binds=tuple(Path(p).expanduser() for p in policy.rw_binds),
-            network=policy.network,
+            network=policy.network == "host",
+            egress_socket=(egress_plan.socket, egress_turn.SANDBOX_SOCKET) if egress_plan is not None else None,
             cwd=agent.cwd,
             env=env,
             interactive=interactive,
             **sandbox.host_layout(),  # type: ignore[arg-type]
         )
-        argv = sandbox.bwrap_argv(spec, command.argv, sandbox.require_bwrap())
+        argv = sandbox.bwrap_argv(spec, tool_argv, sandbox.require_bwrap())
     except BaseException:
         scopes.finish(scope_plan, logs / f"turn-{turn}.discarded")  # no turn: nothing made for it stays
+        if egress_plan is not None:
+            egress_plan.remove()
         raise
     return Prepared(record, request, argv, {"PATH": env.get("PATH", "/usr/bin:/bin")}, command.stdin, logs, scratch,
-                    scope_plan, secrets=hidden_values)
+                    scope_plan, secrets=hidden_values, egress=egress_plan)
 
 
 def _check_bind_source(source: Path, state_dir: Path) -> None:
@@ -366,8 +380,10 @@ def _mask_file(path: Path, values: tuple[str, ...]) -> None:
 
 
 def remove_scratch(prepared: Prepared) -> None:
-    """Remove the turn's scratch dir (never reused: the next turn gets a fresh one)."""
+    """Remove the turn's scratch dir (never reused: the next turn gets a fresh one) and its proxy socket's dir."""
     shutil.rmtree(prepared.scratch, ignore_errors=True)
+    if prepared.egress is not None:
+        prepared.egress.remove()
 
 
 def _agent_box_home() -> Path:
@@ -426,7 +442,8 @@ def _prepared_turn(agent: Agent, prompt: str, session_id: str | None, new_id: st
             record = store.find(record.id)  # read again under the lock (`session_id` may be a prefix)
         prepared = prepare(agent, prompt, record)
         try:
-            yield record, prepared
+            with egress_turn.serving(prepared.egress):  # the proxy lives exactly as long as the turn
+                yield record, prepared
         finally:
             remove_scratch(prepared)  # after the adapter has read what the tool left there
 
@@ -637,7 +654,8 @@ def _conclude(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepar
         out_text, err_text = secrets.mask(out_text, prepared.secrets), secrets.mask(err_text, prepared.secrets)
         for log in (turn.out_log, turn.err_log):
             _mask_file(log, prepared.secrets)
-    base.update(duration_s=duration, exit_code=exit_code, truncated=stdout.truncated)
+    base.update(duration_s=duration, exit_code=exit_code, truncated=stdout.truncated,
+                network=prepared.egress.summary() if prepared.egress is not None else None)
     if timed_out_after is not None:
         result = InvokeResult(status="error", error_kind="timeout",
                               error=f"no answer within {timed_out_after:g} s; the process group was killed",
@@ -746,6 +764,7 @@ def _finish(store: SessionStore, record: SessionRecord, prompt: str, result: Inv
         "text": result.text, "status": result.status, "error_kind": result.error_kind,
         "error": result.error, "usage": result.usage.as_dict(), "duration_s": round(result.duration_s, 3),
         "exit_code": result.exit_code, "native_id": result.native_id, "log_path": result.log_path,
+        **({"network": result.network} if result.network is not None else {}),
     })
     store.save(record)
     if result.native_id is None and record.native_id:

@@ -35,7 +35,7 @@ CONNECT_TIMEOUT_S = 3.0
 DEFAULT_TURN_TIMEOUT_S = 90.0
 
 Problem = Literal["no_network", "key_missing", "cli_missing", "endpoint_unreachable", "not_logged_in", "auth_failed",
-                  "unknown_model", "vendor_host", "timeout", "sandbox", "error"]
+                  "unknown_model", "vendor_host", "network_refused", "timeout", "sandbox", "error"]
 
 GUIDE = "docs/real-agents.md"
 
@@ -63,6 +63,8 @@ _ADVICE: dict[Problem, str] = {
     "unknown_model": "pick a model the endpoint serves (runtime.model or the tool's config)",
     "vendor_host": "the CLI wants its vendor's servers (login, onboarding, model list): log in with "
                    "`agentbox launch {name}` or point it at your endpoint",
+    "network_refused": "add the host the tool needs to `sandbox.allow` in the profile (or name the endpoint "
+                       "in its env or config, which allows it)",
     "timeout": "no answer in time: is the endpoint slow or waiting on a login?",
     "sandbox": "run `agentbox doctor`",
     "error": "see the turn log",
@@ -302,6 +304,9 @@ def _turn(info: ProfileInfo, report: ProfileTestReport, timeout_s: float, hide: 
     if result.error_kind == "spawn_failed":
         return _failed(report, "sandbox", failure[:200])
     problem = classify(failure) or "error"
+    refused = [d.get("target") for d in (result.network or {}).get("denied") or [] if isinstance(d, dict)]
+    if refused and problem in ("error", "vendor_host"):  # no cause of its own, and the sandbox refused a host
+        return _failed(report, "network_refused", "the sandbox's allowlist refused " + ", ".join(map(str, refused[:5])))
     if problem in ("not_logged_in", "auth_failed", "key_missing"):
         report.authenticated = False
     first_line = next((line.strip() for line in failure.splitlines() if line.strip()), f"{result.error_kind}")

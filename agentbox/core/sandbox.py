@@ -28,9 +28,11 @@ Layout inside the sandbox, mounted in this order (later mounts cover earlier one
 Every capability is dropped (`--cap-drop ALL`, whoever runs agentbox, root included),
 `no_new_privs` is set, and a seccomp filter (`agentbox.core.seccomp`) refuses the syscalls
 that could undo the sandbox. pid/ipc/uts are unshared, the sandbox dies with its parent,
-the network is unshared unless the profile allows it (which also makes abstract UNIX
-sockets unreachable). The argv goes to bwrap through a file descriptor (`launch`), so the
-environment, which may hold keys, is never on a command line. `sandbox: none` bypasses all
+the network is unshared unless the profile asks for the host's (`network: host`), which
+also makes abstract UNIX sockets and the host's loopback unreachable; a sandbox with
+network reaches the outside only through the egress proxy's socket, bound read-only into
+/run (`agentbox.core.egress_turn`). The argv goes to bwrap through a file descriptor
+(`launch`), so the environment, which may hold keys, is never on a command line. `sandbox: none` bypasses all
 of this and must be asked for explicitly by the profile.
 """
 
@@ -108,7 +110,10 @@ class SandboxSpec:
     var_run_dir: bool = False
     """/var/run is a real directory (not the usual symlink to /run): hide it too."""
     network: bool = True
-    """Share the host network namespace."""
+    """Share the host network namespace (False: a namespace of its own, loopback only)."""
+    egress_socket: tuple[Path, Path] | None = None
+    """(host path, sandbox path) of the egress proxy's UNIX socket, the only way out of a
+    namespace of its own (`agentbox.core.egress_turn`); bound before /run is made read-only."""
     cwd: Path | None = None
     """Working directory inside the sandbox (default: the project root)."""
     env: Mapping[str, str] = field(default_factory=dict)
@@ -154,6 +159,8 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
         argv += _sized_tmpfs("/var/run", TMPFS_SIZES["/run"])
     if spec.resolv_conf is not None:
         argv += ["--ro-bind", str(spec.resolv_conf), str(spec.resolv_conf)]
+    if spec.egress_socket is not None and not spec.network:
+        argv += ["--ro-bind", str(spec.egress_socket[0]), str(spec.egress_socket[1])]
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
              "--cap-drop", "ALL", "--clearenv"]
     if not spec.network:

@@ -130,6 +130,7 @@ def interactive_session(agent: Agent, session_id: str | None) -> Iterator[Intera
     shows in the history; staged write scopes are carried back and directories made for
     the scopes and left empty are taken back when the block ends.
     """
+    from agentbox.core import egress_turn
     from agentbox.core.invoke import _prepare_session, finish_turn, prepare, remove_scratch
     from agentbox.core.runtimes import adapter_for
     from agentbox.core.runtimes.transcripts import typed_turns
@@ -144,7 +145,7 @@ def interactive_session(agent: Agent, session_id: str | None) -> Iterator[Intera
         agent.sessions.save(record)
         known = len(typed_turns(record.tool, config_dir, record.native_id))
         started = time.time()
-        with launch(prepared.argv) as launched:
+        with egress_turn.serving(prepared.egress), launch(prepared.argv) as launched:
             yield InteractiveCommand(launched.argv, prepared.env, launched.pass_fds, record.id)
     finally:
         finish_turn(prepared, record.turns + 1)

@@ -25,15 +25,22 @@ class ToolInfo:
     """The executable's usual name on PATH; None for the scripted runtime (agentbox's Python)."""
     version_args: tuple[str, ...] = ("--version",)
     """Arguments that make the executable print its version (`agentbox doctor`)."""
+    model_hosts: tuple[str, ...] = ()
+    """The vendor's hosts the tool talks to when its profile names no endpoint of its own
+    (the sandbox's network allowlist then holds these, on port 443)."""
 
 
 TOOL_TABLE: dict[str, ToolInfo] = {
     info.name: info
     for info in (
-        ToolInfo("claude", "agentbox.core.runtimes.claude:ClaudeAdapter", "claude"),
-        ToolInfo("codex", "agentbox.core.runtimes.codex:CodexAdapter", "codex"),
-        ToolInfo("opencode", "agentbox.core.runtimes.opencode:OpencodeAdapter", "opencode"),
-        ToolInfo("hermes", "agentbox.core.runtimes.hermes:HermesAdapter", "hermes"),
+        ToolInfo("claude", "agentbox.core.runtimes.claude:ClaudeAdapter", "claude",
+                 model_hosts=("api.anthropic.com", "console.anthropic.com", "claude.ai")),
+        ToolInfo("codex", "agentbox.core.runtimes.codex:CodexAdapter", "codex",
+                 model_hosts=("api.openai.com", "chatgpt.com", "auth.openai.com")),
+        ToolInfo("opencode", "agentbox.core.runtimes.opencode:OpencodeAdapter", "opencode",
+                 model_hosts=("opencode.ai", "api.anthropic.com", "api.openai.com", "openrouter.ai")),
+        ToolInfo("hermes", "agentbox.core.runtimes.hermes:HermesAdapter", "hermes",
+                 model_hosts=("openrouter.ai", "inference-api.nousresearch.com", "portal.nousresearch.com")),
         ToolInfo("scripted", "agentbox.core.runtimes.scripted:ScriptedAdapter", None),
     )
 }

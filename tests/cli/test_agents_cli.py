@@ -26,7 +26,7 @@ FOOTER = re.compile(
 )
 RESULT_KEYS = {"status", "error_kind", "error", "text", "session_id", "native_id", "usage", "cost_usd",
                "duration_s", "exit_code", "log_path", "turn", "role", "profile", "tool", "sandboxed",
-               "truncated"}
+               "truncated", "network"}
 ROLES = ("lead", "builder", "tester", "reviewer")
 
 FLAKY = {

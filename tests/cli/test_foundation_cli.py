@@ -147,7 +147,7 @@ def test_profile_add_list_show_rm(agent_box_home: Path, tmp_path: Path) -> None:
     shown = run_cli("profile", "show", "alice", cwd=tmp_path)
     assert shown.code == 0 and "claude" in shown.out and str(directory) in shown.out
     shown_json = json.loads(run_cli("profile", "show", "alice", "--json", cwd=tmp_path).out)
-    assert shown_json["name"] == "alice" and shown_json["sandbox"] == {"network": True, "ro_binds": [], "rw_binds": []}
+    assert shown_json["name"] == "alice" and shown_json["sandbox"] == {"network": True, "allow": [], "ro_binds": [], "rw_binds": []}
 
     again = run_cli("profile", "add", "alice", "--from", "codex", cwd=tmp_path)
     assert_usage_error(again, "'alice' already exists")

@@ -141,9 +141,11 @@ def test_the_faces_go_through_the_same_services() -> None:
 def test_the_sandbox_and_safe_io_stand_alone() -> None:
     """The security layer imports nothing of sessions, runs or faces (it is easy to audit)."""
     for module in ("agentbox.core.sandbox", "agentbox.core.seccomp", "agentbox.core.scopes", "agentbox.core.safe_io",
-                   "agentbox.core.protected"):
+                   "agentbox.core.protected",
+                   "agentbox.core.egress", "agentbox.core.egress_proxy", "agentbox.core.egress_bridge"):
         allowed = {"agentbox.core.errors", "agentbox.core.runtimes.base", "agentbox.core.seccomp",
-                   "agentbox.core.safe_io", "agentbox.core.protected"}  # each other and the error types, nothing more
+                   "agentbox.core.safe_io", "agentbox.core.protected",
+                   "agentbox.core.egress"}  # each other and the error types, nothing more
         assert GRAPH[module] <= allowed, (module, GRAPH[module] - allowed)
 
 

@@ -28,14 +28,14 @@ def test_a_value_that_fits_no_union_member_lists_what_each_accepts() -> None:
     data = {"name": "p", "runtime": {"tool": "scripted"}, "sandbox": "sometimes"}
     (problem,) = _problems(Profile, data)
     assert problem.loc == ("sandbox",)
-    assert problem.message == "invalid value 'sometimes'; allowed: a mapping with keys network, ro_binds, rw_binds or 'none'"
+    assert problem.message == "invalid value 'sometimes'; allowed: a mapping with keys network, allow, ro_binds, rw_binds or 'none'"
 
 
 def test_inside_a_union_member_only_its_errors_count() -> None:
     data = {"name": "p", "runtime": {"tool": "scripted"}, "sandbox": {"netwrk": True}}
     (problem,) = _problems(Profile, data)
     assert problem.loc == ("sandbox", "netwrk")
-    assert problem.message == "unknown key; valid keys: network, ro_binds, rw_binds"
+    assert problem.message == "unknown key; valid keys: network, allow, ro_binds, rw_binds"
 
 
 def test_valid_keys_are_written_as_in_the_document() -> None:

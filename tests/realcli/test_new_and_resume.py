@@ -30,6 +30,9 @@ def _check_ok(turn, prompt: str) -> dict:
     assert result["error_kind"] is None
     assert result["sandboxed"] is True
     assert f"echo: {prompt}" in result["text"], str(turn)
+    # the sandbox has its own network: the model calls went through agentbox's egress proxy
+    network = result["network"]
+    assert network["mode"] == "proxy" and network["connections"] >= 1, network
     return result
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from agentbox.core import project as project_mod
 from agentbox.core.config import Limits
+from agentbox.core.egress_turn import denied_line
 from agentbox.core.engine import budgets, commands, recovery, scheduler
 from agentbox.core.engine.budgets import BUDGET_PAUSE_RATIO as BUDGET_PAUSE_RATIO
 from agentbox.core.engine.failures import backoff_delays, classify_invoke_error
@@ -175,6 +176,9 @@ class Engine:
                      result.error if not result.ok else None, task=job.task, role=job.role,
                      session=result.session_id, tokens=result.usage.total_tokens, job=job.id,
                      duration_s=round(result.duration_s, 2), turn=result.turn)
+        refused = denied_line(result.network)
+        if refused is not None:
+            ledger.event("network", refused, task=job.task, role=job.role, session=result.session_id, turn=result.turn)
         if task is not None and task.is_terminal:
             return  # decided meanwhile (cancelled, approved by a human): the late answer is ignored
         if job.kind == "review" and task is not None and task.state != TaskState.REVIEWING:

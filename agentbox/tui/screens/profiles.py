@@ -76,7 +76,8 @@ class ProfilesScreen(Screen[None]):
         for info in message.profiles:
             profile = info.profile
             sandbox = profile.sandbox if isinstance(profile.sandbox, str) else \
-                ("bwrap + network" if profile.sandbox.network else "bwrap, no network")
+                ("bwrap + host network" if profile.sandbox.network == "host"
+                 else "bwrap + network" if profile.sandbox.network else "bwrap, no network")
             table.add_row(Text(for_line(info.name), style="bold"), Text(info.source), Text(for_line(info.tool)),
                           Text(for_line(profile.runtime.model or "—")), Text(sandbox), key=info.name)
         for error in message.errors:

@@ -1,0 +1,111 @@
+"""P8: what the egress proxy adds to a real agent CLI's turn.
+
+P8  for each real CLI (claude, codex, opencode, hermes) against the project's fake model
+    server, one new-session turn of a profile with `network: true` (its own network
+    namespace; the model calls leave through the bridge in the sandbox and agentbox's
+    egress proxy on the host) divided by the same turn of the same profile with
+    `network: host` (the host's network shared, nothing in between) -- goal <= 1.05 each.
+    Both through the library's `invoke()` in this process, so the proxy's whole cost per
+    turn is in the figure: the allowlist derived from the profile, the proxy's socket and
+    thread, the bridge started before the tool, every connection carried through both.
+F   the fixed part of that cost: a no-op scripted turn (no connection at all) with
+    `network: true` minus the same with `network: host`, in milliseconds.
+
+Medians over --runs rounds (three times as many for a CLI whose turn takes under 2 s; the
+first round warms up and is dropped); in every round the two variants run back to back,
+their order alternating, so drift hits them alike. Everything happens in a temporary
+AGENT_BOX_HOME, HOME and project (see bench_realcli.py, whose set-up this reuses). A CLI
+missing from .tools/bin is skipped; a failed turn is a failure (non-zero exit).
+
+    .venv/bin/python bench/bench_proxy.py [--runs N] [--tools claude,codex,opencode,hermes]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_realcli import TOOLS, TOOLS_BIN, Bench, compare  # noqa: E402
+from tests.fakes.model_server import FakeModelServer  # noqa: E402
+
+P8_GOAL = 1.05
+
+
+def set_network(bench: Bench, name: str, network: object) -> None:
+    """Set profile `name`'s `sandbox.network`."""
+    from agentbox.core.yaml_io import load_yaml, new_map, write_yaml
+
+    path = bench.home / "profiles" / name / "profile.yaml"
+    document = load_yaml(path)
+    if "sandbox" not in document:
+        document["sandbox"] = new_map({})
+    document["sandbox"]["network"] = network
+    write_yaml(path, document)
+
+
+def scripted(bench: Bench, name: str, network: object) -> str:
+    """A scripted profile whose agent answers at once and opens no connection."""
+    import json
+
+    directory = bench.home / "profiles" / name
+    directory.mkdir(parents=True)
+    (directory / "scenario.json").write_text(json.dumps({"rules": [], "fallback": {"reply": "echo: ok"}}))
+    (directory / "profile.yaml").write_text(json.dumps({"name": name, "runtime": {"tool": "scripted",
+                                                        "scenario": "scenario.json"}, "sandbox": {"network": network}}))
+    return name
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=6, help="measured rounds per CLI (default 6)")
+    parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated CLIs (default: all four)")
+    args = parser.parse_args()
+    tools = [t for t in args.tools.split(",") if t]
+    workdir = Path(tempfile.mkdtemp(prefix="agentbox-bench-proxy-"))
+    failures: list[str] = []
+    lines: list[str] = []
+    try:
+        with FakeModelServer(workdir / "requests.jsonl") as server:
+            bench = Bench(workdir, server)
+            for tool in tools:
+                if not (TOOLS_BIN / tool).exists():
+                    lines.append(f"  {tool:<9} skipped: not installed in {TOOLS_BIN} (scripts/install-clis.sh)")
+                    continue
+                try:
+                    proxied = bench.profile(tool, f"proxy-{tool}")
+                    shared = bench.profile(tool, f"host-{tool}")
+                    set_network(bench, proxied, True)
+                    set_network(bench, shared, "host")
+                    rounds, found = compare(bench, {"host": lambda p, n=shared: bench.library(n, p),
+                                                    "proxy": lambda p, n=proxied: bench.library(n, p)}, args.runs)
+                    (host_s, _host_n), (proxy_s, proxy_n) = found["host"], found["proxy"]
+                    ratio = proxy_s / host_s
+                    lines.append(f"  {tool:<9} ({rounds:2} rounds) network: host {host_s:6.3f} s   "
+                                 f"through the proxy {proxy_s:6.3f} s   ratio {ratio:5.3f}  (goal <= {P8_GOAL})  "
+                                 f"{'ok' if ratio <= P8_GOAL else 'MISSED'}   {proxy_n:g} model-server requests per turn")
+                except RuntimeError as exc:
+                    failures.append(f"{tool}: {exc}")
+                    lines.append(f"  {tool:<9} FAILED")
+            noop_host, noop_proxy = scripted(bench, "noop-host", "host"), scripted(bench, "noop-proxy", True)
+            rounds, found = compare(bench, {"host": lambda p: bench.library(noop_host, p),
+                                            "proxy": lambda p: bench.library(noop_proxy, p)}, args.runs * 3)
+            (host_s, _), (proxy_s, _) = found["host"], found["proxy"]
+            lines.append(f"  fixed     ({rounds:2} rounds) no-op scripted turn: network: host {host_s * 1000:6.1f} ms   "
+                         f"through the proxy {proxy_s * 1000:6.1f} ms   +{(proxy_s - host_s) * 1000:.1f} ms per turn")
+            bench.loop.close()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print("bench_proxy: medians, new sessions, against the fake model server")
+    print("\n".join(lines))
+    for failure in failures:
+        print(f"FAIL: {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
