@@ -3,7 +3,8 @@
 The person serves the project's MCP face on loopback; a scripted agent under real bwrap
 (network on, as every real agent has it) tries it: without a token, with a guessed one,
 and by reading the token file from AGENT_BOX_HOME. None of it gets a tool call through:
-the server answers 401 (or is not reachable at all), and the token file is not there to
+the port is not reachable at all (the sandbox's network goes only through the egress proxy
+to its allowlist; the server would answer 401 besides), and the token file is not there to
 read from inside the sandbox.
 """
 
@@ -89,5 +90,6 @@ def test_a_sandboxed_agent_cannot_call_the_mcp_http_face(project: Path, agent_bo
         turn = run_cli("invoke", "profile:t-attacker", "try the MCP port", "--json", cwd=project)
         assert turn.code == 0, turn.err
         seen = json.loads(json.loads(turn.out)["text"])
-    assert seen["none"] in (401, "unreachable") and seen["guess"] in (401, "unreachable"), seen
+    # the sandbox's network reaches only its allowlist (the egress proxy): the port is not even there
+    assert seen["none"] == "unreachable" and seen["guess"] == "unreachable", seen
     assert seen["token_file"].startswith("refused"), seen
