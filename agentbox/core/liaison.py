@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentbox.core import services
-from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, CheckResult, Run
 from agentbox.core.errors import NotFoundError
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.sessions import SessionStore
@@ -140,19 +140,28 @@ def run_digest(project: ProjectPaths, run: Run, *, engine_running: bool, now: fl
         lines.append(f"  {stamp(event.get('at'))} {event.get('type')}" + (f": {what}" if what else ""))
     counts = Counter(str(t.state) for t in run.tasks.values())
     summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no tasks"
-    lines.append(f"Summary: {summary}; {len(open_cps)} waiting for the human; engine "
+    red = sum(1 for t in run.tasks.values() for c in _checks_of(t) if "FAILED" in c or "could not run" in c)
+    lines.append(f"Summary: {summary}; {len(open_cps)} waiting for the human; {red} red check(s); engine "
                  f"{'not needed' if run.status in TERMINAL_RUN_STATES else ('running' if engine_running else 'NOT running')}.")
     return Digest("\n".join(lines), now, run.id)
 
 
 def _checks_of(task: Any) -> list[str]:
-    """The task's recorded checks, newest per name (empty when the run records none)."""
-    checks = getattr(task, "checks", None) or []
-    latest: dict[str, Any] = {}
-    for check in checks:
-        latest[str(getattr(check, "name", "?"))] = check
-    return [f"check {name} {'passed' if getattr(c, 'passed', False) else 'FAILED'}"
-            f" at {stamp(getattr(c, 'at', None) or getattr(c, 'finished', None))}" for name, c in latest.items()]
+    """The task's checks, the latest of each name and stage: passed, or FAILED with its exit and time."""
+    latest: dict[tuple[str, str], CheckResult] = {}
+    for check in task.checks:
+        latest[(check.name, check.stage)] = check
+    shown = []
+    for (name, stage), check in latest.items():
+        if check.passed:
+            outcome = "passed" + (" (flaky)" if check.flaky else "")
+        elif check.status == "error":
+            outcome = f"could not run ({check.cannot_run or 'error'})"
+        else:
+            outcome = f"FAILED (exit {check.exit_status})"
+        commit = f" on {check.commit[:10]}" if check.commit else ""
+        shown.append(f"{stage} check {name} {outcome}{commit} at {stamp(check.at)}")
+    return shown
 
 
 def runs_digest(project: ProjectPaths, now: float | None = None) -> Digest:

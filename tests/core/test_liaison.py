@@ -33,7 +33,21 @@ def _state_hashes(project: ProjectPaths) -> dict[str, str]:
             if p.is_file() and p.name != "engine.lock"}  # asking whether an engine holds the lock makes the file
 
 
+def _with_a_red_check(project: ProjectPaths) -> None:
+    """The fixture run with a red submission check on greet (as the gates record one), saved by the store."""
+    from agentbox.core.engine.models import CheckResult
+
+    store = RunStore(project)
+    run = store.load(RUN_ID)
+    run.tasks["greet"].checks.append(CheckResult(
+        name="smoke", stage="submission", commit="0123456789abcdef", passed=False, status="failed", exit_status=1,
+        duration_s=1.5, log="runs/x/checks/smoke.log", command="pytest -q", tail="1 failed", at=1767268820.0,
+        task="greet"))
+    store.save(run)
+
+
 def test_the_digest_gives_every_fact_with_its_time(waiting: ProjectPaths) -> None:
+    _with_a_red_check(waiting)
     now = time.time()
     digest = liaison.digest_for(waiting, None)
     text = digest.text
@@ -46,7 +60,9 @@ def test_the_digest_gives_every_fact_with_its_time(waiting: ProjectPaths) -> Non
     assert "greet (builder) in approved" in text and "attempt 2" in text
     assert "Last decisions (oldest first, 12):" in text and "checkpoint: cp-1 (question) waits" in text
     assert "cost where reported: $" in text
-    assert text.splitlines()[-1] == "Summary: 2 approved, 1 blocked; 1 waiting for the human; engine NOT running."
+    assert "submission check smoke FAILED (exit 1) on 0123456789 at 2026-01-01 12:00:20 UTC" in text
+    assert text.splitlines()[-1] == ("Summary: 2 approved, 1 blocked; 1 waiting for the human; 1 red check(s); "
+                                     "engine NOT running.")
 
 
 def test_without_a_run_the_digest_is_the_runs_list(tmp_path: Path) -> None:
@@ -62,7 +78,7 @@ def test_the_liaison_answers_with_the_data_time_continues_and_changes_nothing(wa
     first = asyncio.run(liaison.ask(waiting, "where are we?"))
     assert first.ok, first.error
     assert first.text.startswith(f"As of {liaison.stamp(first.as_of)}:")
-    assert "1 blocked" in first.text and "engine NOT running" in first.text
+    assert "1 blocked" in first.text and "engine NOT running" in first.text and "0 red check(s)" in first.text
     assert first.tokens == 960 and first.cost_usd == pytest.approx(0.0009)
     second = asyncio.run(liaison.ask(waiting, "and now?", RUN_ID))
     assert second.ok and second.session_id == first.session_id, "a follow-up continues the liaison's session"
