@@ -429,7 +429,8 @@ class TestOpencodeArgv:
         assert env["XDG_CONFIG_HOME"] == str(HOME / ".config")
         for key in ("XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
             assert Path(env[key]).is_relative_to(target)  # sessions persist in the profile
-        assert OpencodeAdapter.env_defaults == {"OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1"}
+        assert OpencodeAdapter.env_defaults == {"OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
+                                                "OPENCODE_DISABLE_LSP_DOWNLOAD": "1"}
 
     def test_interactive(self) -> None:
         argv = self.a.interactive(req("opencode", native_id="ses_a", first_turn=False)).argv

@@ -12,6 +12,7 @@ from agentbox.core.runtimes.base import (
     ParsedTurn,
     ParseError,
     ToolCommand,
+    TurnHome,
     TurnRequest,
     Usage,
     optional_int,
@@ -55,10 +56,14 @@ class OpencodeAdapter:
     env_defaults: ClassVar[dict[str, str]] = {
         "OPENCODE_DISABLE_MODELS_FETCH": "1",
         "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",  # its bin/ is read-only: nothing to download into
     }
-    loaded_config: ClassVar[tuple[str, ...]] = ("opencode.json", "opencode.jsonc", "config.json", "AGENTS.md", "agent/", "agents/",
-                                                  "command/", "commands/", "plugin/", "plugins/", "mode/", "modes/",
-                                                  "tool/", "tools/")
+    loaded_config: ClassVar[tuple[str, ...]] = (
+        "opencode.json", "opencode.jsonc", "config.json", "tui.json", "AGENTS.md", "package.json",
+        "agent/", "agents/", "command/", "commands/", "plugin/", "plugins/", "mode/", "modes/", "tool/", "tools/",
+        "skill/", "skills/", "themes/", "node_modules/",
+        f"{PRIVATE_DIR}/data/opencode/bin/")  # language servers it downloads there and starts
+    turn_home: ClassVar[TurnHome | None] = None
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """dot-opencode/ → ~/.config/opencode; XDG data/state/cache under it so sessions persist."""
