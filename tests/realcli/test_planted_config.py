@@ -93,11 +93,11 @@ def test_what_a_reviewer_plants_in_the_tool_home_a_writer_never_loads(
     assert build.code == 0, str(build)
     requests = fake.since(mark)
     assert requests, "the builder's turn made no model request"
+    assert not marker.exists(), "a planted command ran in the builder's turn"
     for request in requests:
         assert text not in body_text(request), f"a planted text reached the builder's model request: {request}"
         declared = json.dumps((request.get("body") or {}).get("tools") or [])
         assert "planted" not in declared, declared  # no planted MCP server, skill or agent offered
-    assert not marker.exists(), "a planted command ran in the builder's turn"
     if tool == "claude":  # the profile's own global config keeps nothing of the plant
         global_config = profile_config(profile, "claude") / ".claude.json"
         kept = json.loads(global_config.read_text()) if global_config.exists() else {}
