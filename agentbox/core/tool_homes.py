@@ -54,7 +54,8 @@ class HomePlan:
     """(host path, sandbox path) bound read-only after `binds`."""
     copies: list[TurnCopy] = field(default_factory=list)
     turn_dirs: list[Path] = field(default_factory=list)
-    """Per-turn homes, removed after the turn."""
+    """Per-turn homes, removed after the turn (with `turn_root`, the dir that holds them)."""
+    turn_root: Path | None = None
 
 
 def check_bind_source(source: Path, state_dir: Path) -> None:
@@ -70,7 +71,7 @@ def check_bind_source(source: Path, state_dir: Path) -> None:
 def plan(adapter: Adapter, homes: list[HomeBind], state_dir: Path, turn_dir: Path, *,
          interactive: bool) -> HomePlan:
     """The binds of `homes` for one turn; a per-turn home is made under `turn_dir`."""
-    result = HomePlan()
+    result = HomePlan(turn_root=turn_dir)
     for index, bind in enumerate(homes):
         check_bind_source(bind.source, state_dir)
         if bind.is_file:
@@ -158,6 +159,8 @@ def remove(home_plan: HomePlan) -> None:
     """Drop the per-turn homes (with whatever the turn made in them)."""
     for directory in home_plan.turn_dirs:
         shutil.rmtree(directory, ignore_errors=True)
+    if home_plan.turn_root is not None and home_plan.turn_dirs:
+        shutil.rmtree(home_plan.turn_root, ignore_errors=True)
 
 
 def _read_regular(path: Path, *, quiet: bool = False) -> bytes | None:
