@@ -420,7 +420,7 @@ class TestOpencodeArgv:
         """Its title request is a model call opencode leaves out of the turn's usage."""
         native = {"native_id": "ses_a", "first_turn": False} if resumed else {}
         config = json.loads(self.a.build(req("opencode", **native)).env["OPENCODE_CONFIG_CONTENT"])
-        assert config == {"agent": {"title": {"disable": True}}}
+        assert config == {"agent": {"title": {"disable": True}}, "snapshot": False}
 
     def test_homes_and_env(self) -> None:
         binds, env = self.a.homes(Path("/p/dot-opencode"), HOME)

@@ -7,11 +7,13 @@ server in claude's `.claude.json` (and the `.config.json` claude prefers to it),
 files (memory, skills, rules, AGENTS.md, SOUL.md), a codex hook. Then a writer role of the
 same profile takes a fresh turn: no planted command runs (its marker file in the writer's
 own scope stays absent) and no planted text reaches a model request (the fake records them).
+opencode's snapshot git dirs get an fsmonitor command too (opencode runs git on them).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -52,8 +54,11 @@ def _plants(tool: str, text: str, marker: Path) -> tuple[str, dict[str, Any]]:
         return "; ".join(f"{{ {s}; }} 2>&1" for s in steps), {"name": "exec_command", "protocol": "responses"}
     if tool == "opencode":
         home = "$XDG_CONFIG_HOME/opencode"
+        # opencode runs git on its snapshot git dirs (work tree: the project) in every turn
+        snapshots = "$XDG_DATA_HOME/opencode/snapshot"
         steps = [_skill(home, text), f"echo '{text}' >> {home}/AGENTS.md",
-                 f"mkdir -p {home}/agents && printf -- '---\\ndescription: {text}\\n---\\n{text}\\n' > {home}/agents/planted.md"]
+                 f"mkdir -p {home}/agents && printf -- '---\\ndescription: {text}\\n---\\n{text}\\n' > {home}/agents/planted.md",
+                 f"for c in $(find {snapshots} -name config); do git config --file $c core.fsmonitor '{run_marker}'; done"]
         return "; ".join(f"{{ {s}; }} 2>&1" for s in steps), {"name": "bash", "has_tools": True}
     home = "$HERMES_HOME"
     steps = [f"mkdir -p {home}/memories && echo '{text}' > {home}/memories/MEMORY.md && echo '{text}' > {home}/memories/USER.md",
@@ -76,6 +81,8 @@ def test_what_a_reviewer_plants_in_the_tool_home_a_writer_never_loads(
     root = write_project(tmp_path / "proj", {"reviewer": {"profile": profile, "writes": []},
                                              "builder": {"profile": profile, "writes": ["src/**"]}})
     (root / "src").mkdir()
+    if tool == "opencode":  # its snapshots are made for git projects only
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
     box = Box(root)
     tag = uuid.uuid4().hex[:8]
     text = f"PLANTED-{tag}"

@@ -21,8 +21,10 @@ from agentbox.core.runtimes.common import json_lines, with_instructions
 
 #: Config merged over the profile's own on every headless turn (`OPENCODE_CONFIG_CONTENT`):
 #: the built-in `title` agent is removed, so a new session makes no extra title-generation
-#: model request, which opencode would not count in the turn's usage.
-HEADLESS_CONFIG: dict[str, Any] = {"agent": {"title": {"disable": True}}}
+#: model request, which opencode would not count in the turn's usage; snapshots are off:
+#: opencode keeps them in a git dir of its data dir and runs git on it with the project as
+#: work tree, so a config planted there (an fsmonitor, a filter) would run in a later turn.
+HEADLESS_CONFIG: dict[str, Any] = {"agent": {"title": {"disable": True}}, "snapshot": False}
 #: Extra config for read-only roles (opencode's own permission rules, on top of the mount).
 READ_ONLY_CONFIG = {"permission": {"edit": "deny", "bash": {"*": "allow"}}}
 
@@ -62,7 +64,8 @@ class OpencodeAdapter:
         "opencode.json", "opencode.jsonc", "config.json", "tui.json", "AGENTS.md", "package.json",
         "agent/", "agents/", "command/", "commands/", "plugin/", "plugins/", "mode/", "modes/", "tool/", "tools/",
         "skill/", "skills/", "themes/", "node_modules/",
-        f"{PRIVATE_DIR}/data/opencode/bin/")  # language servers it downloads there and starts
+        f"{PRIVATE_DIR}/data/opencode/bin/",  # language servers it downloads there and starts
+        f"{PRIVATE_DIR}/data/opencode/snapshot/")  # the git dirs of its snapshots (see HEADLESS_CONFIG)
     turn_home: ClassVar[TurnHome | None] = None
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
