@@ -390,7 +390,8 @@ class TestOpencodeArgv:
         cmd = self.a.build(req("opencode"))
         assert cmd.argv == ["/opt/bin/opencode", "run", "--format", "json", "--auto"]
         assert cmd.stdin == b"do the thing"
-        assert set(cmd.env) == {"OPENCODE_CONFIG_CONTENT"}
+        assert set(cmd.env) == {"OPENCODE_CONFIG_CONTENT", "XDG_CACHE_HOME"}
+        assert Path(cmd.env["XDG_CACHE_HOME"]).parent == req("opencode").scratch  # a new cache every turn
 
     def test_resume_session_and_dir(self) -> None:
         cmd = self.a.build(req("opencode", native_id="ses_abc", first_turn=False, model="fake/fake-model",

@@ -33,6 +33,10 @@ PRIVATE_DIR = ".agentbox"
 """Under opencode's config dir: its XDG data, state and cache (so sessions persist in the profile)."""
 DATABASE = Path(PRIVATE_DIR) / "data" / "opencode" / "opencode.db"
 """opencode's session database, relative to its config dir."""
+CACHE_DIR = "opencode-cache"
+"""opencode's cache, in the turn's scratch dir (new every turn): it runs binaries from there
+(ripgrep, language servers) and loads skills it downloaded there, so a cache kept in the
+profile would be code one turn leaves for the next."""
 
 
 def step_tokens(tokens: Any) -> dict[str, int]:
@@ -64,8 +68,8 @@ class OpencodeAdapter:
         "opencode.json", "opencode.jsonc", "config.json", "tui.json", "AGENTS.md", "package.json",
         "agent/", "agents/", "command/", "commands/", "plugin/", "plugins/", "mode/", "modes/", "tool/", "tools/",
         "skill/", "skills/", "themes/", "node_modules/",
-        f"{PRIVATE_DIR}/data/opencode/bin/",  # language servers it downloads there and starts
         f"{PRIVATE_DIR}/data/opencode/snapshot/")  # the git dirs of its snapshots (see HEADLESS_CONFIG)
+
     turn_home: ClassVar[TurnHome | None] = None
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
@@ -88,7 +92,7 @@ class OpencodeAdapter:
             config.update(READ_ONLY_CONFIG)
         else:
             argv.append("--auto")
-        env = {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}
+        env = {"OPENCODE_CONFIG_CONTENT": json.dumps(config), "XDG_CACHE_HOME": str(request.scratch / CACHE_DIR)}
         if request.native_id is not None:
             argv += ["-s", request.native_id, "--dir", str(request.cwd)]
         if request.model:
@@ -104,7 +108,7 @@ class OpencodeAdapter:
             argv += ["-s", request.native_id]
         if request.model:
             argv += ["-m", request.model]
-        return ToolCommand([*argv, *request.extra_args])
+        return ToolCommand([*argv, *request.extra_args], env={"XDG_CACHE_HOME": str(request.scratch / CACHE_DIR)})
 
     def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
         """Text of the last step that did not end in tool calls; tokens summed over steps."""
