@@ -79,7 +79,8 @@ class HermesAdapter:
     loaded_config: ClassVar[tuple[str, ...]] = (
         "config.yaml", ".env", "SOUL.md", "honcho.json", "mem0.json",
         "skills/", "optional-skills/", "skill-bundles/", "plugins/", "hooks/", "memories/", "hindsight/",
-        "scripts/", "cron/", "skins/", "mcp-installs/", "optional-mcps/", "node/", "node_modules/", "profiles/")
+        "scripts/", "cron/", "skins/", "mcp-installs/", "optional-mcps/", "node/", "node_modules/", "profiles/",
+        "checkpoints/")  # git dirs it runs git on with the project as work tree, when checkpoints are on
     turn_home: ClassVar[TurnHome | None] = None
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
