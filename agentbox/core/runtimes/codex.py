@@ -34,7 +34,8 @@ class CodexAdapter:
     env_defaults: ClassVar[dict[str, str]] = {}
     loaded_config: ClassVar[tuple[str, ...]] = (
         "config.toml", "requirements.toml", "hooks.json", "AGENTS.md", "AGENTS.override.md", "instructions.md",
-        "prompts/", "rules/", "skills/", "agents/", "hooks/", "plugins/", "memories/", "themes/")
+        "prompts/", "rules/", "skills/", "agents/", "hooks/", "plugins/", "memories/", "themes/",
+        "shell_snapshots/")  # shell state it sources before the commands it runs
     turn_home: ClassVar[TurnHome | None] = None
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:

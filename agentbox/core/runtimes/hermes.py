@@ -80,7 +80,9 @@ class HermesAdapter:
         "config.yaml", ".env", "SOUL.md", "honcho.json", "mem0.json",
         "skills/", "optional-skills/", "skill-bundles/", "plugins/", "hooks/", "memories/", "hindsight/",
         "scripts/", "cron/", "skins/", "mcp-installs/", "optional-mcps/", "node/", "node_modules/", "profiles/",
-        "checkpoints/")  # git dirs it runs git on with the project as work tree, when checkpoints are on
+        "checkpoints/",  # git dirs it runs git on with the project as work tree, when checkpoints are on
+        "bin/", "lsp/", "lsp/bin/",  # binaries it installs there and runs (tirith, uv, language servers)
+        ".skills_prompt_snapshot.json")  # its skills prompt, reused while the skill files look unchanged
     turn_home: ClassVar[TurnHome | None] = None
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
