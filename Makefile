@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup clis bwrap testuser lint bench clean
+.PHONY: demo test setup clis bwrap chromium testuser lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,13 @@ bwrap:
 clis:
 	bash scripts/install-clis.sh
 
+# Debian's chromium, for the browser tests of `agentbox serve` (Playwright drives it; no browser download)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && apt-get install -y -qq chromium; \
+	  else echo "chromium is missing: install it (e.g. sudo apt-get install chromium)"; exit 1; fi; }
+
 # as root: a throwaway user and a Python it can run, for the unprivileged pass of tests/security
 testuser:
 	@bash scripts/setup-test-user.sh
@@ -33,8 +40,8 @@ testuser:
 demo: setup bwrap
 	$(BIN)/agentbox demo
 
-test: setup bwrap clis testuser
-	PATH="$(CURDIR)/.tools/bin:$$PATH" AGENTBOX_REQUIRE_BWRAP=1 AGENTBOX_REQUIRE_REAL_CLIS=1 \
+test: setup bwrap clis chromium testuser
+	PATH="$(CURDIR)/.tools/bin:$$PATH" AGENTBOX_REQUIRE_BWRAP=1 AGENTBOX_REQUIRE_REAL_CLIS=1 AGENTBOX_REQUIRE_BROWSER=1 \
 	  $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: setup

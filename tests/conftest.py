@@ -74,6 +74,11 @@ def bwrap_works() -> bool:
     return proc.returncode == 0
 
 
+def chromium_path() -> str | None:
+    """Debian's chromium, which the browser tests drive (Playwright with its executable_path)."""
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """bwrap/realcli tests skip locally when the tool is missing, and FAIL when required (CI)."""
     need_bwrap = any("bwrap" in item.keywords for item in items)
@@ -83,6 +88,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "bwrap" in item.keywords:
                 item.add_marker(pytest.mark.skip(reason="bubblewrap unavailable (set AGENTBOX_REQUIRE_BWRAP=1 to fail instead)"))
+    if any("browser" in item.keywords for item in items) and chromium_path() is None:
+        if os.environ.get("AGENTBOX_REQUIRE_BROWSER") == "1":
+            raise pytest.UsageError("AGENTBOX_REQUIRE_BROWSER=1 but chromium is missing (apt-get install chromium)")
+        for item in items:
+            if "browser" in item.keywords:
+                item.add_marker(pytest.mark.skip(reason="chromium missing (set AGENTBOX_REQUIRE_BROWSER=1 to fail)"))
     if any("realcli" in item.keywords for item in items):
         missing = [tool for tool in ("claude", "codex", "opencode", "hermes") if not (TOOLS_BIN / tool).exists() and shutil.which(tool) is None]
         if missing:

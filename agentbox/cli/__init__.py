@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from agentbox.cli.parser import build_parser
 
 QUICK_COMMANDS = frozenset({"invoke", "sessions", "status", "runs", "profile", "role", "schema", "graph", "doctor",
-                            "approve", "rework", "answer", "cancel", "pause", "resume", "init", "diff", "merge", "clean"})
+                            "approve", "rework", "answer", "cancel", "pause", "resume", "init", "diff", "merge", "clean",
+                            "checks", "zones", "debt"})
 """Commands that do one thing and end: they run with the cyclic garbage collector paused.
 
 Their start-up makes a few hundred thousand objects (modules, the config models, the
@@ -58,9 +59,11 @@ def _run(target: str, args: argparse.Namespace) -> int:
         handler = getattr(importlib.import_module(module_name), function_name)
         return int(handler(args) or 0)
     except AgentboxError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        from agentbox.core.termtext import for_terminal  # a message may quote what an agent wrote
+
+        print(f"error: {for_terminal(exc.message)}", file=sys.stderr)
         if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
+            print(f"hint: {for_terminal(exc.hint)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

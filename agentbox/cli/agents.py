@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from agentbox.cli.common import maybe_project, print_json, print_table
+from agentbox.core.termtext import for_line, for_terminal
 
 
 def _when(timestamp: float | None) -> str:
@@ -20,12 +21,25 @@ def _tokens(value: int | None) -> str:
     return "unknown" if value is None else f"{value:,}"
 
 
+def check_timeout(seconds: float | None) -> float | None:
+    """`--timeout` as given, when it is a finite number of seconds above 0 (else a UsageError)."""
+    import math
+
+    from agentbox.core.errors import UsageError
+
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"--timeout must be a number of seconds above 0, not {seconds:g}",
+                         "give the seconds the turn may take, e.g. --timeout 300")
+    return seconds
+
+
 def invoke(args: argparse.Namespace) -> int:
     """One headless turn; exit 0 on success, 1 on an agent failure (error on stderr)."""
     from agentbox.core import services
     from agentbox.core.errors import NotFoundError, UsageError
     from agentbox.core.invoke import invoke_sync
 
+    check_timeout(args.timeout)
     proj = maybe_project(args)
     agent = services.resolve_agent(args.target, proj)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
@@ -42,15 +56,15 @@ def invoke(args: argparse.Namespace) -> int:
         print_json(result.as_dict())
     else:
         if result.text:
-            print(result.text)
+            print(for_terminal(result.text))
         usage = result.usage
         cost = f", ${usage.cost_usd:.4f}" if usage.cost_usd is not None else ""
         tokens = _tokens(usage.total_tokens)
-        print(f"[{agent.label} · session {result.session_id} · turn {result.turn} · "
+        print(f"[{for_line(agent.label)} · session {for_line(result.session_id)} · turn {result.turn} · "
               f"{tokens} tokens{cost} · {result.duration_s:.1f}s"
               f"{'' if result.sandboxed else ' · NOT SANDBOXED'}]", file=sys.stderr)
     if not result.ok:
-        print(f"error: {result.error_kind}: {result.error}", file=sys.stderr)
+        print(f"error: {result.error_kind}: {for_terminal(result.error)}", file=sys.stderr)
         print(f"hint: raw output in {result.log_path}", file=sys.stderr)
         return 1
     return 0
@@ -71,14 +85,17 @@ def sessions(args: argparse.Namespace) -> int:
     store = services.session_store_for(args.role, proj)
     damaged: list[StateError] = []
     records = store.list(args.role, damaged)
+    if args.role and not records and not damaged:
+        services.check_session_owner(args.role, proj)  # a name that is no role: say so, not an empty table
     for problem in damaged:
-        print(f"warning: {problem}", file=sys.stderr)
+        print(f"warning: {for_terminal(problem)}", file=sys.stderr)
     if args.json:
         print_json([r.as_dict() for r in records])
         return 0
-    rows = [[r.owner, r.id, r.tool, str(r.turns), f"{r.totals.tokens:,}" + (f" (+{r.totals.unknown_usage_turns} unknown)" if r.totals.unknown_usage_turns else ""),
+    rows = [[r.owner, r.id, r.tool, r.run_id or "-", r.task_id or "-", str(r.turns),
+             f"{r.totals.tokens:,}" + (f" (+{r.totals.unknown_usage_turns} unknown)" if r.totals.unknown_usage_turns else ""),
              r.last_status or "-", _when(r.updated)] for r in records]
-    print_table(["role", "session", "tool", "turns", "tokens", "last", "updated"], rows)
+    print_table(["role", "session", "tool", "run", "task", "turns", "tokens", "last", "updated"], rows)
     return 0
 
 
@@ -98,18 +115,22 @@ def _show_session(args: argparse.Namespace, proj: object) -> int:
         if args.json:
             print_json({"session": record.as_dict(), "turns": turns})
             return 0
-        print(f"session {record.id} · {record.owner} · profile {record.profile} ({record.tool}) · native {record.native_id or '-'}")
-        print(f"cwd {record.cwd} · {record.turns} turns · {record.totals.tokens:,} tokens · last {record.last_status}")
+        print(for_line(f"session {record.id} · {record.owner} · profile {record.profile} ({record.tool}) · "
+                       f"native {record.native_id or '-'}"))
+        print(for_line(f"cwd {record.cwd} · {record.turns} turns · {record.totals.tokens:,} tokens · "
+                       f"last {record.last_status}"))
         for turn in turns:
             if not (isinstance(turn.get("turn"), int) and isinstance(turn.get("status"), str)
                     and isinstance(turn.get("prompt"), str) and isinstance(turn.get("usage") or {}, dict)
                     and isinstance(turn.get("duration_s", 0), int | float)):
-                print(f"\n--- a damaged turn line in {store.turns_path(record)} (skipped)")
+                print(f"\n--- a damaged turn line in {for_line(store.turns_path(record))} (skipped)")
                 continue
             tokens = _tokens(Usage.from_dict(turn.get("usage")).total_tokens)
-            print(f"\n--- turn {turn['turn']} · {turn['status']}{' (' + str(turn['error_kind']) + ')' if turn.get('error_kind') else ''} · {tokens} tokens · {turn.get('duration_s', 0):.1f}s · {_when(turn.get('started'))}")
-            print(f"> {turn['prompt']}")
-            print(turn.get("text") or turn.get("error") or "")
+            kind = f" ({turn['error_kind']})" if turn.get("error_kind") else ""
+            print("\n" + for_line(f"--- turn {turn['turn']} · {turn['status']}{kind} · {tokens} tokens · "
+                                  f"{turn.get('duration_s', 0):.1f}s · {_when(turn.get('started'))}"))
+            print(f"> {for_terminal(turn['prompt'])}")
+            print(for_terminal(turn.get("text") or turn.get("error") or ""))
         return 0
     raise NotFoundError(f"no session {args.session_id}", "`agentbox sessions` lists them")
 
@@ -122,7 +143,7 @@ def _interactive(agent: object, session_id: str | None) -> int:
     with interactive_session(agent, session_id) as command:  # type: ignore[arg-type]
         if agent.profile.profile.sandbox == "none":  # type: ignore[attr-defined]
             print("warning: this profile runs WITHOUT a sandbox (sandbox: none)", file=sys.stderr)
-        print(f"[attaching to {agent.label} · session {command.session_id}]", file=sys.stderr)  # type: ignore[attr-defined]
+        print(f"[attaching to {for_line(agent.label)} · session {command.session_id}]", file=sys.stderr)  # type: ignore[attr-defined]
         return subprocess.call(command.argv, env=command.env, cwd=str(agent.cwd),  # type: ignore[attr-defined]
                                pass_fds=command.pass_fds)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbox.core.paths import ProjectPaths, find_project, project_at
+from agentbox.core.termtext import for_line, json_for_terminal
 
 
 def project_from(args: argparse.Namespace) -> ProjectPaths:
@@ -30,13 +31,14 @@ def maybe_project(args: argparse.Namespace) -> ProjectPaths | None:
 
 
 def print_json(data: Any) -> None:
-    """Print JSON for scripts (stable key order, UTF-8)."""
-    json.dump(data, sys.stdout, indent=2, ensure_ascii=False, default=str)
+    """Print JSON for scripts (stable key order, UTF-8): every string exact, and none a terminal obeys."""
+    sys.stdout.write(json_for_terminal(json.dumps(data, indent=2, ensure_ascii=False, default=str)))
     sys.stdout.write("\n")
 
 
 def print_table(headers: list[str], rows: list[list[str]]) -> None:
-    """A plain aligned table (no rich import: this is on the fast path)."""
+    """A plain aligned table (no rich import: this is on the fast path); each cell shown as one line."""
+    rows = [[for_line(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         for index, cell in enumerate(row):

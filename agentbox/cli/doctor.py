@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from agentbox.cli.common import print_json
+from agentbox.core.termtext import for_terminal
 
 _MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
 
@@ -23,8 +24,8 @@ def doctor(args: argparse.Namespace) -> int:
         print_json({"healthy": ok, "environment": environment_summary(), "checks": [c.as_dict() for c in checks]})
     else:
         for check in checks:
-            print(f"[{_MARK[check.status]}] {check.name:9} {check.detail}")
+            print(f"[{_MARK[check.status]}] {check.name:9} {for_terminal(check.detail)}")
             if check.hint and check.status != "ok":
-                print(f"       {'':9} hint: {check.hint}")
+                print(f"       {'':9} hint: {for_terminal(check.hint)}")
         print("healthy" if ok else "something required is broken")
     return 0 if ok else 1

@@ -9,6 +9,7 @@ from pathlib import Path
 from agentbox.cli.common import maybe_project, print_json
 from agentbox.core.errors import AgentboxError, ProjectNotFoundError
 from agentbox.core.paths import ProjectPaths, find_project
+from agentbox.core.termtext import for_line, for_terminal
 
 
 def graph_check(args: argparse.Namespace) -> int:
@@ -36,14 +37,12 @@ def graph_check(args: argparse.Namespace) -> int:
         print_json(report)
         return 0 if graph is not None else 2
     if graph is not None:
-        print(
-            f"ok: {shown} ({len(graph.nodes)} nodes, {len(graph.edges)} edges; entry {entry(graph)})"
-        )
+        print(for_line(f"ok: {shown} ({len(graph.nodes)} nodes, {len(graph.edges)} edges; entry {entry(graph)})"))
         return 0
     for violation in violations:
         where = f"{shown}:{violation.line}" if violation.line is not None else shown
-        print(f"{where}: [{violation.rule}] {violation.detail}")
-    print(f"{shown}: {len(violations)} violation(s)", file=sys.stderr)
+        print(for_line(f"{where}: [{violation.rule}] {violation.detail}"))
+    print(f"{for_line(shown)}: {len(violations)} violation(s)", file=sys.stderr)
     return 2
 
 
@@ -68,5 +67,5 @@ def _crew_roles(project: ProjectPaths | None) -> list[str] | None:
     try:
         return list(load_crew(project).crew.roles)
     except AgentboxError as exc:
-        print(f"warning: {exc.message}; role names are not checked", file=sys.stderr)
+        print(f"warning: {for_terminal(exc.message)}; role names are not checked", file=sys.stderr)
         return None

@@ -95,6 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = _cmd(sub, "attach", "agentbox.cli.agents:attach", "open a role's tool interactively, resuming its session, in its sandbox")
     p.add_argument("role")
     p.add_argument("session_id", nargs="?", metavar="UUID")
+    p = _cmd(sub, "tail", "agentbox.cli.tail:tail",
+             "show what a member's turn prints (its text, tool calls and results), as it happens")
+    p.add_argument("target", metavar="ROLE|TASK", help="a role of the crew (its running or last turn), or a task")
+    p.add_argument("--run", help="the run of the task (default: the latest run that has it)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the turn ends")
+    p = _cmd(sub, "shell", "agentbox.cli.shell:shell",
+             "open a shell in a task's worktree (or the run's view), in its role's sandbox")
+    p.add_argument("task", metavar="TASK")
+    p.add_argument("--run", help="the run of the task (default: the latest run that has it)")
+    p.add_argument("--host", action="store_true", help="your own $SHELL on the host, in that directory (no sandbox)")
+    p.add_argument("-c", dest="shell_command", metavar="COMMAND", help="run COMMAND in the shell and exit with its status")
     p = _cmd(sub, "launch", "agentbox.cli.agents:launch", "open a profile's tool interactively in its sandbox (agent-box v1's launch)")
     p.add_argument("profile")
     p.add_argument("--session", metavar="UUID", help="resume this agentbox session")
@@ -102,15 +113,35 @@ def build_parser() -> argparse.ArgumentParser:
     # --- runs
     p = _cmd(sub, "run", "agentbox.cli.runs:run", "start a run of the crew on a goal (or --resume one)")
     p.add_argument("goal", nargs="?", help="what the crew should achieve")
-    p.add_argument("--mode", choices=["sequential", "hierarchical", "group_chat", "handoff", "graph"])
+    p.add_argument("--mode", choices=["sequential", "hierarchical", "group_chat", "handoff", "graph"],
+                   help="how the crew works together (default: crew.yaml's mode): sequential pipeline, "
+                   "hierarchical lead + workers + review, group_chat, handoff, or graph (with --graph)")
     p.add_argument("--graph", metavar="NAME|FILE", help="work graph for graph mode")
+    p.add_argument("--base", metavar="BRANCH|COMMIT",
+                   help="start the run's branch from this branch or commit instead of your HEAD (worktree runs)")
     p.add_argument("--detach", action="store_true", help="run in the background; print the run id")
     p.add_argument("--resume", metavar="RUN", help="continue a run from disk")
     p.add_argument("--quiet", action="store_true", help="no live progress")
-    p = _cmd(sub, "runs", "agentbox.cli.runs:runs", "list the project's runs")
+    p = _cmd(sub, "runs", "agentbox.cli.runs_list:runs",
+             "list the project's runs: goal, status, age, tasks done, tokens, cost, merged")
     _json(p)
     p = _cmd(sub, "status", "agentbox.cli.runs:status", "show a run (default: the latest)")
     p.add_argument("run", nargs="?")
+    _json(p)
+    p = _cmd(sub, "checks", "agentbox.cli.checks:checks",
+             "the checks crew.yaml's gates ran: name, stage, commit, result, exit status, duration, log")
+    p.add_argument("run", nargs="?", help="the run (default: the latest)")
+    p.add_argument("task", nargs="?", help="only this task's checks")
+    _json(p)
+    p = _cmd(sub, "zones", "agentbox.cli.ladder:zones",
+             "the project's high-rot zones: modules where a task's failure ladder reached L3 (.agent-box/zones.yaml)")
+    _json(p)
+    p = _cmd(sub, "debt", "agentbox.cli.ladder:debt",
+             "the tech debt of compromise patches (.agent-box/debt.yaml); close or waive one (comments kept)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--close", metavar="ID", help="mark this debt closed (it was paid back)")
+    group.add_argument("--waive", metavar="ID", help="mark this debt waived (it no longer blocks a controlled rewrite)")
+    p.add_argument("--note", help="why, kept with the debt")
     _json(p)
     p = _cmd(sub, "approve", "agentbox.cli.runs:approve",
              "approve a task in review (`approve TASK`), or the plan (`approve --plan`, `approve RUN cp-N`)")
@@ -119,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", action="store_true", help="approve the plan waiting for approval (of --run, else the one run waiting)")
     p.add_argument("--run", help="the run of the task (or of the plan)")
     p.add_argument("--note", default="approved by a human")
+    p.add_argument("--at", metavar="COMMIT", help="the commit you looked at (default: the one shown); "
+                                                   "refused when the task's branch is no longer there")
     p = _cmd(sub, "rework", "agentbox.cli.runs:rework", "send a task in review back for rework")
     p.add_argument("task")
     p.add_argument("--run")
@@ -135,6 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _cmd(sub, "resume", "agentbox.cli.runs:resume_run", "resume a paused run")
     p.add_argument("run", nargs="?", help="the run (default: the only active run)")
 
+    p = _cmd(sub, "discard", "agentbox.cli.discard:discard",
+             "throw a run away: stop its engine, remove its worktrees, branches, state and sessions' links to it")
+    p.add_argument("run", help="the run (a unique prefix of its id will do)")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    _json(p)
     p = _cmd(sub, "diff", "agentbox.cli.workspace:diff",
              "what a worktree run changed: the run's branch against its base, or one task's branch")
     p.add_argument("run", nargs="?", help="run id (default: the latest)")
@@ -166,6 +204,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
     p.add_argument("--print-config", choices=["claude", "codex", "opencode"], metavar="CLIENT",
                    help="print the snippet that registers this server with claude, codex or opencode, and exit")
+    p = _cmd(sub, "ask", "agentbox.cli.ask:ask",
+             "ask the crew's liaison where things stand (a read-only turn answering from the run's state, "
+             "with the time of its data)")
+    p.add_argument("words", nargs="+", metavar="[RUN] QUESTION", help="a run id (or prefix; default: the latest "
+                   "run) and the question")
+    p.add_argument("--runs", action="store_true", help="about the project's runs, not one run")
+    _json(p)
+    p = _cmd(sub, "serve", "agentbox.cli.serve:serve",
+             "the dashboard in a browser: 127.0.0.1 by default, a token on every request, TLS beyond loopback")
+    p.add_argument("--host", default="127.0.0.1", metavar="ADDR", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765)")
+    p.add_argument("--new-token", action="store_true", help="make a new token (old addresses and cookies stop working)")
+    p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate: serve over https (needed beyond loopback)")
+    p.add_argument("--tls-key", metavar="FILE", help="PEM key of --tls-cert")
+    p.add_argument("--insecure-http", action="store_true", help="beyond loopback without TLS (says why not)")
+    p.add_argument("--max-sessions", type=int, default=4, metavar="N", help="browser tabs at once (default 4)")
+    p.add_argument("--public-url", metavar="URL", help="the address browsers use, when not http(s)://HOST:PORT")
     p = _cmd(sub, "demo", "agentbox.cli.tui:demo", "run the demo crew in a temp project and watch it")
     p.add_argument("--no-tui", action="store_true", help="print progress instead of opening the dashboard")
     p.add_argument("--keep", action="store_true", help="keep the temp project")

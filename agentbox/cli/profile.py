@@ -8,6 +8,7 @@ import sys
 from agentbox.cli.common import print_json, print_table
 from agentbox.core import profiles, secrets
 from agentbox.core.errors import ConfigError, UsageError
+from agentbox.core.termtext import for_line, for_terminal
 
 
 def _info_dict(info: profiles.ProfileInfo) -> dict[str, object]:
@@ -41,7 +42,7 @@ def list_(args: argparse.Namespace) -> int:
         ]
         print_table(["name", "tool", "source", "display name", "model"], rows)
         for error in errors:
-            print(f"warning: {error}", file=sys.stderr)
+            print(f"warning: {for_terminal(error)}", file=sys.stderr)
     return 0
 
 
@@ -53,7 +54,7 @@ def show(args: argparse.Namespace) -> int:
         print_json(data)
     else:
         for key, value in data.items():
-            print(f"{key + ':':14} {value if value is not None else '-'}")
+            print(f"{key + ':':14} {for_line(value) if value is not None else '-'}")
     return 0
 
 
@@ -89,9 +90,10 @@ def adopt(args: argparse.Namespace) -> int:
 
 def test(args: argparse.Namespace) -> int:
     """Run one turn through a profile and diagnose what is wrong with it."""
+    from agentbox.cli.agents import check_timeout
     from agentbox.core.profile_check import DEFAULT_TURN_TIMEOUT_S, check_profile
 
-    report = check_profile(args.name, timeout_s=args.timeout or DEFAULT_TURN_TIMEOUT_S)
+    report = check_profile(args.name, timeout_s=check_timeout(args.timeout) or DEFAULT_TURN_TIMEOUT_S)
     if args.json:
         print_json(report.as_dict())
         return 0 if report.ok else 1
@@ -104,8 +106,8 @@ def test(args: argparse.Namespace) -> int:
              ("latency", f"{report.latency_s:g} s" if report.latency_s is not None else "-")]
     print(f"profile {report.profile} ({report.tool})")
     for key, value in facts:
-        print(f"  {key + ':':15} {value}")
-    print(report.diagnosis, file=sys.stdout if report.ok else sys.stderr)
+        print(f"  {key + ':':15} {for_line(value)}")
+    print(for_terminal(report.diagnosis), file=sys.stdout if report.ok else sys.stderr)
     return 0 if report.ok else 1
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from agentbox.cli.common import print_json, print_table, project_from
 from agentbox.core.errors import UsageError
+from agentbox.core.termtext import for_terminal
 
 
 def init(args: argparse.Namespace) -> int:
@@ -20,6 +21,9 @@ def init(args: argparse.Namespace) -> int:
     print(f"created {box} with {len(created)} files:")
     for path in created:
         print(f"  {path.relative_to(box)}")
+    if any((parent / ".git").exists() for parent in (root.absolute(), *root.absolute().parents)):
+        print("commit it with your project, so the crew's runs start from it:")
+        print("  git add .agent-box && git commit -m 'Add the agentbox crew'")
     print("next: `agentbox doctor`, then `agentbox run \"a goal\"` or `agentbox` for the dashboard")
     return 0
 
@@ -41,7 +45,7 @@ def role_list(args: argparse.Namespace) -> int:
     print_table(["role", "profile", "writes", "instructions"], rows)
     problems = project.check_references(paths, loaded)
     for problem in problems:
-        print(f"warning: {problem.message}" + (f" ({problem.hint})" if problem.hint else ""), file=sys.stderr)
+        print(for_terminal(f"warning: {problem.message}" + (f" ({problem.hint})" if problem.hint else "")), file=sys.stderr)
     return 0
 
 

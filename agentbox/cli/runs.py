@@ -1,4 +1,4 @@
-"""`agentbox run | runs | status | approve | rework | answer | cancel | pause | resume`."""
+"""`agentbox run | status | approve | rework | answer | cancel | pause | resume`."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import argparse
 import asyncio
 import datetime as dt
 import sys
+import time
 from typing import Any
 
 from agentbox.cli.common import print_json, print_table, project_from
 from agentbox.core.errors import UsageError
+from agentbox.core.termtext import for_block, for_line, for_terminal
 
 APPROVED_BY_DEFAULT = "approved by a human"
 """The note of `agentbox approve` when none is given."""
@@ -37,9 +39,9 @@ def _printer(quiet: bool, bell: bool = True) -> Any:
         stamp = dt.datetime.fromtimestamp(event["at"]).strftime("%H:%M:%S")
         kind = event["type"]
         style = _STYLE.get(kind, "dim" if kind.startswith("task.") else "")
-        line = Text.assemble((stamp + " ", "dim"), (f"{kind:<16} ", style), event["what"])
+        line = Text.assemble((stamp + " ", "dim"), (f"{for_line(kind):<16} ", style), for_line(event["what"]))
         if event.get("why") and kind in ("checkpoint", "failure", "run.finished", "escalation", "run.status"):
-            line.append(f" — {event['why']}", style="dim")
+            line.append(f" — {for_line(event['why'])}", style="dim")
         if event.get("human_required"):
             line.append("  ⚑ human", style="bold yellow")
         console.print(line)
@@ -47,7 +49,7 @@ def _printer(quiet: bool, bell: bool = True) -> Any:
         if banner:
             if bell and console.is_terminal:
                 console.bell()
-            console.print(Text(banner, style="bold yellow"))
+            console.print(Text(for_line(banner), style="bold yellow"))
 
     return show
 
@@ -144,9 +146,9 @@ class Person:
 
     def _announce(self, run: Any, cp: Any) -> None:
         bell = "\a" if self.bell and sys.stdout.isatty() else ""
-        where = f" (task {cp.task})" if cp.task else ""
-        lines = [f"{bell}\n⚑ {cp.id} waits for you{where}: {cp.question.strip()}"]
-        lines += [f"  {what + ':':<11} {command}" for what, command in answer_commands(run, cp)]
+        where = f" (task {for_line(cp.task)})" if cp.task else ""
+        lines = [f"{bell}\n⚑ {cp.id} waits for you{where}: {for_block(cp.question.strip(), '  │ ')}"]
+        lines += [f"  {what + ':':<11} {for_line(command)}" for what, command in answer_commands(run, cp)]
         self._say("\n".join(lines) + "\n")
 
     def _ask(self, run: Any, cp: Any) -> None:
@@ -170,7 +172,7 @@ class Person:
         if not text:
             self._say(f"{cp.id} left open: answer it later with the command above\n")
             return
-        self._say(self._send(run, cp, text) + "\n")
+        self._say(for_terminal(self._send(run, cp, text)) + "\n")
 
     def _send(self, run: Any, cp: Any, text: str) -> str:
         from agentbox.core import runs as runs_mod
@@ -222,13 +224,15 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         from agentbox.core.engine.run_store import RunStore
 
+        if args.base:
+            raise UsageError("--base is for a new run", f"a resumed run keeps its base: agentbox run --resume {args.resume}")
         run_store = RunStore(project)
         run_id = run_store.resolve_id(args.resume)
         run_store.load_checked(run_id)  # a damaged run is refused here, before anything starts
     else:
         if not args.goal:
             raise UsageError("say what the crew should do", 'agentbox run "GOAL" (or --resume RUN)')
-        run_id = runs.create_run(project, args.goal, args.mode, args.graph).id
+        run_id = runs.create_run(project, args.goal, args.mode, args.graph, base=args.base).id
     if args.detach:
         pid = runs.detach(project, run_id)
         print(run_id)
@@ -247,83 +251,72 @@ def run(args: argparse.Namespace) -> int:
     finally:
         person.stop()
     if not args.quiet:
-        print(f"run {final.id}: {final.status}" + (f" — {final.status_reason}" if final.status_reason else ""))
+        print(f"run {final.id}: {final.status}" + (f" — {for_line(final.status_reason)}" if final.status_reason else ""))
         if final.result and final.result.artifact:
-            print(f"result: {final.result.artifact}")
+            print(f"result: {for_line(final.result.artifact)}")
     return 0 if final.status == "done" else 1
-
-
-def runs(args: argparse.Namespace) -> int:
-    """List runs."""
-    from agentbox.core import runs as runs_mod
-    from agentbox.core.engine.run_store import DamagedRun
-
-    project = project_from(args)
-    listed = runs_mod.list_runs(project)
-    damaged = [r for r in listed if isinstance(r, DamagedRun)]
-    if args.json:
-        print_json([{"id": r.id, "status": "damaged", "error": r.error.message} if isinstance(r, DamagedRun) else
-                    {"id": r.id, "status": r.status, "mode": r.contract.mode, "goal": r.contract.goal,
-                     "tasks": len(r.tasks), "tokens": r.totals.tokens} for r in listed])
-    else:
-        print_table(["run", "status", "mode", "tasks", "tokens", "goal"],
-                    [[r.id, "damaged", "-", "-", "-", "see below"] if isinstance(r, DamagedRun) else
-                     [r.id, r.status, r.contract.mode, str(len(r.tasks)), f"{r.totals.tokens:,}", r.contract.goal[:60]]
-                     for r in listed])
-    for bad in damaged:
-        print(f"warning: {bad.error.message}", file=sys.stderr)
-    if damaged:
-        print(f"hint: {damaged[0].error.hint}", file=sys.stderr)
-    return 0
 
 
 def status(args: argparse.Namespace) -> int:
     """Show one run: status, tasks, checkpoints, totals."""
     from agentbox.core import runs as runs_mod
-    from agentbox.core.engine.models import TERMINAL_RUN_STATES
 
     project = project_from(args)
     run = runs_mod.load(project, args.run)
+    alive = runs_mod.engine_alive(project, run.id)
+    engine = runs_mod.engine_state(run, alive, time.time())
     if args.json:
         data = run.model_dump(exclude={"outbox", "applied_commands"})
-        data["engine_running"] = runs_mod.engine_alive(project, run.id)
+        data["engine_running"] = alive
+        data["engine_state"] = engine
         print_json(data)
         return 0
-    alive = runs_mod.engine_alive(project, run.id)
     totals = run.totals
     unknown = f" (+{totals.unknown_usage_turns} turn(s) with unknown usage)" if totals.unknown_usage_turns else ""
     budget = run.token_budget
-    print(f"{run.id}  {run.status}{' — ' + run.status_reason if run.status_reason else ''}")
-    print(f"goal: {run.contract.goal}")
-    print(f"mode: {run.contract.mode} · engine: {'running' if alive else 'not running'} · "
+    if engine == "stopped":
+        print(f"{run.id}  {runs_mod.ENGINE_STOPPED} — it stopped while {for_line(runs_mod.stopped_while(run))}")
+    else:
+        print(f"{run.id}  {run.status}{' — ' + for_line(run.status_reason) if run.status_reason else ''}")
+    print(f"goal: {for_line(run.contract.goal)}")
+    print(f"mode: {run.contract.mode} · engine: {engine.replace('stopped', 'not running')} · "
           f"tokens: {totals.tokens:,}{' / ' + format(budget, ',') if budget else ''}{unknown}"
           + (f" · cost ${totals.cost_usd:.4f}" if totals.cost_usd is not None else ""))
     if run.git is not None:
-        where = run.git.branch or "a detached HEAD"
+        from agentbox.core.run_changes import merge_hint
+
         base = f"{run.git.base[:10]}" + (" (a snapshot of your uncommitted changes)" if run.git.dirty else "")
-        delivered = (f"merged into {where} ({run.git.delivered[:10]})" if run.git.delivered
-                     else f"`agentbox merge {run.id}` brings it into {where}")
-        print(f"workspace: worktree · {run.git.integration_branch} from {base} · {delivered}")
+        if run.git.named_base:
+            base += f" (--base {run.git.named_base})"
+        into = run.git.delivered_into or run.git.branch or "a branch of yours"
+        delivered = f"merged into {into} ({run.git.delivered[:10]})" if run.git.delivered else merge_hint(run)
+        print(for_line(f"workspace: worktree · {run.git.integration_branch} from {base} · {delivered}"))
     if run.tasks:
         print()
         worktree = run.git is not None
+        checking = run.checking()
         print_table(["task", "state", "assignee", "deps", "attempts", "tokens", "verdict", *(["files"] if worktree else [])],
-                    [[t.id, t.state, t.assignee, ",".join(t.depends_on) or "-", str(t.attempts),
+                    [[t.id, t.state_label + (" (checking)" if t.id in checking else ""), t.assignee,
+                      ",".join(t.depends_on) or "-", str(t.attempts),
                       f"{t.tokens:,}" + ("+?" if t.unknown_usage_turns else ""),
                       t.verdicts[-1].verdict + f" ({t.verdicts[-1].by})" if t.verdicts else "-",
-                      *([str(len(t.changed_files)) + (" merged" if t.merged else "")] if worktree else [])]
+                      *([(str(len(t.changed_files)) + (" merged" if t.merged else "")) if t.changed_files
+                         else "none"] if worktree else [])]
                      for t in run.tasks.values()])
     open_cps = run.open_checkpoints()
     if open_cps:
         print("\nwaiting for you:")
         for cp in open_cps:
-            print(f"  {cp.id} [{cp.kind}]{' task ' + cp.task if cp.task else ''}: {cp.question}")
+            print(f"  {cp.id} [{cp.kind}]{' task ' + for_line(cp.task) if cp.task else ''}: "
+                  f"{for_block(cp.question.strip(), '    │ ')}")
             for what, command in answer_commands(run, cp):
-                print(f"      {what + ':':<11} {command}")
+                print(f"      {what + ':':<11} {for_line(command)}")
     if run.result:
-        print(f"\nresult: {run.result.artifact or ''}\n{run.result.summary[:600]}")
-    if not alive and run.status not in TERMINAL_RUN_STATES:
-        print(f"\nthe engine is not running: `agentbox run --resume {run.id}` continues it")
+        print(f"\nresult: {for_line(run.result.artifact or '')}\n{for_terminal(run.result.summary[:600])}")
+    if engine == "stopped":
+        print(f"\nthe engine is not running: `{runs_mod.resume_command(run.id)}` continues it "
+              "(add --detach to run it in the background)"
+              + ("; answers given meanwhile are kept and acted on then" if open_cps else ""))
     return 0
 
 
@@ -331,6 +324,7 @@ def _send(project: Any, run_id: str | None, command: dict[str, Any]) -> int:
     from agentbox.core import runs as runs_mod
 
     ok, message = runs_mod.send_command(project, run_id or "latest", command)
+    message = for_terminal(message)  # it may quote what an agent wrote
     print(message if ok else f"error: {message}", file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 2
 
@@ -353,23 +347,32 @@ def approve(args: argparse.Namespace) -> int:
     if not target:
         raise UsageError("say what to approve", "agentbox approve TASK, agentbox approve --plan, "
                                                 "or agentbox approve RUN cp-N")
-    run_id = runs_mod.find_task_run(project, target, args.run)
-    _show_task_changes(project, run_id, target)
-    return _send(project, run_id, {"action": "approve", "task": target, "note": args.note})
+    run_id, task_id = runs_mod.resolve_task(project, target, args.run)
+    shown = _show_task_changes(project, run_id, task_id, args.at)
+    command = {"action": "approve", "task": task_id, "note": args.note}
+    at = (args.at or "").strip().lower() or shown
+    if at:
+        command["commit"] = at
+    return _send(project, run_id, command)
 
 
-def _show_task_changes(project: Any, run_id: str, task_id: str) -> None:
-    """What the task's branch changes (from git), shown to the person deciding on it."""
+def _show_task_changes(project: Any, run_id: str, task_id: str, at: str | None = None) -> str | None:
+    """What the task's branch changes (from git), shown to the person deciding on it; the commit shown."""
     from agentbox.core import run_changes
     from agentbox.core import runs as runs_mod
 
     run = runs_mod.load(project, run_id)
     task = run.tasks.get(task_id)
     if run.git is None or task is None or task.branch is None:
-        return
+        return None
     diff = run_changes.task_diff(project, run, task_id, stat_only=True)
-    print(f"{task_id} changes (its branch {task.branch}, from git):\n{diff.stat.rstrip() or ' no file'}\n"
+    head = f" at {task.head[:10]}" if task.head else ""
+    print(f"{task_id} changes (its branch {for_line(task.branch)}, from git){head}:\n"
+          f"{for_terminal(diff.stat.rstrip()) or ' no file'}\n"
           f"(the whole diff: agentbox diff {run.id} {task_id})")
+    if at and task.head and not task.head.startswith(at.strip().lower()):
+        print(f"(you approve {at}, not the head shown)")
+    return task.head
 
 
 def rework(args: argparse.Namespace) -> int:
@@ -377,14 +380,18 @@ def rework(args: argparse.Namespace) -> int:
     from agentbox.core import runs as runs_mod
 
     project = project_from(args)
-    run_id = runs_mod.find_task_run(project, args.task, args.run)
-    _show_task_changes(project, run_id, args.task)
-    return _send(project, run_id, {"action": "rework", "task": args.task, "note": args.note})
+    run_id, task_id = runs_mod.resolve_task(project, args.task, args.run)
+    _show_task_changes(project, run_id, task_id)
+    return _send(project, run_id, {"action": "rework", "task": task_id, "note": args.note})
 
 
 def answer(args: argparse.Namespace) -> int:
-    """Answer a checkpoint."""
-    return _send(project_from(args), args.run, {"action": "answer", "checkpoint": args.checkpoint, "text": args.text})
+    """Answer a checkpoint (its id, a unique prefix of it, or its number)."""
+    from agentbox.core import runs as runs_mod
+
+    project = project_from(args)
+    run_id, checkpoint = runs_mod.resolve_checkpoint(project, args.run, args.checkpoint)
+    return _send(project, run_id, {"action": "answer", "checkpoint": checkpoint, "text": args.text})
 
 
 def cancel(args: argparse.Namespace) -> int:
@@ -395,8 +402,8 @@ def cancel(args: argparse.Namespace) -> int:
     target = args.target or runs_mod.the_active_run(project, "cancel")
     if target.startswith("run-") or target == "latest":
         return _send(project, target, {"action": "cancel_run", "note": "cancelled with `agentbox cancel`"})
-    run_id = runs_mod.find_task_run(project, target, args.run)
-    return _send(project, run_id, {"action": "cancel_task", "task": target})
+    run_id, task_id = runs_mod.resolve_task(project, target, args.run)
+    return _send(project, run_id, {"action": "cancel_task", "task": task_id})
 
 
 def pause(args: argparse.Namespace) -> int:

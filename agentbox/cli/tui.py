@@ -60,11 +60,15 @@ def _printed_demo(project: ProjectPaths, *, keep: bool) -> int:
     print(f"\nrun {final.id}: {final.status}")
     delivered = deliver_demo(project, final)
     if delivered:
-        print(f"the stand-in human answered the merge question: {delivered}")
+        from agentbox.core.termtext import for_terminal
+
+        print(f"the stand-in human answered the merge question: {for_terminal(delivered)}")
     if final.result:
         where = (f"synthesis: {final.result.artifact}" if keep else
                  "synthesis (the demo project is removed on exit; `agentbox demo --no-tui --keep` keeps it):")
-        print(f"{where}\n\n{final.result.summary}")
+        from agentbox.core.termtext import for_terminal
+
+        print(f"{for_terminal(where)}\n\n{for_terminal(final.result.summary)}")
     return 0 if final.status == "done" else 1
 
 

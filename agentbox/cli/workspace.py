@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from agentbox.cli.common import print_json, print_table, project_from
+from agentbox.core.termtext import for_terminal
 
 
 def diff(args: argparse.Namespace) -> int:
@@ -36,7 +37,7 @@ def diff(args: argparse.Namespace) -> int:
     if not text.stat.strip():
         print("no changes")
         return 0
-    sys.stdout.write(text.stat if args.stat else text.stat + "\n" + text.patch)
+    sys.stdout.write(for_terminal(text.stat if args.stat else text.stat + "\n" + text.patch))
     if text.truncated:
         print(f"\n(cut here; the whole diff: {text.full_command})")
     return 0

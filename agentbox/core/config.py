@@ -14,10 +14,23 @@ import functools
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from agentbox.core.errors import ConfigError
-from agentbox.core.scopes import has_control_character, scope_problem
+from agentbox.core.scopes import (
+    enforceable_problem,
+    has_control_character,
+    protected_problem,
+    scope_problem,
+)
 from agentbox.core.secrets import reference_problem
 from agentbox.core.tools import Tool
 from agentbox.core.validation import NAME_PATTERN, problems, short
@@ -30,6 +43,9 @@ RoleName = Annotated[str, Field(pattern=NAME_PATTERN)]
 
 MAX_SECONDS = 7 * 24 * 3600.0
 """Longest duration a limit may name (a week): beyond it a number is a mistake."""
+MIN_SECONDS = 1.0
+"""Shortest timeout a limit may name (one second): no agent turn, back-off or setup command is
+done sooner, so a smaller number (`0.000001`) is a mistake that would fail every turn."""
 
 
 def box_path_problem(value: str, what: str) -> str | None:
@@ -49,11 +65,25 @@ def _scope(scope: str) -> str:
     problem = scope_problem(scope)
     if problem:
         raise ValueError(problem)
+    unenforceable = enforceable_problem(scope)
+    if unenforceable:
+        raise ValueError(f"{unenforceable[0]}: {unenforceable[1]}")
     return scope
 
 
 WriteScope = Annotated[str, AfterValidator(_scope)]
 """One write scope of a role, checked by `agentbox.core.scopes.scope_problem`."""
+
+
+def _protected(pattern: str) -> str:
+    problem = protected_problem(pattern)
+    if problem:
+        raise ValueError(problem)
+    return pattern
+
+
+ProtectedPath = Annotated[str, AfterValidator(_protected)]
+"""One protected path of a crew, checked by `agentbox.core.scopes.protected_problem`."""
 
 
 def _box_path(value: str | None, what: str) -> str | None:
@@ -243,12 +273,12 @@ class Limits(Strict):
 
     max_workers: int = Field(default=2, ge=1, le=64)
     """How many tasks may be worked on at the same time (work turns; plans and reviews do not count)."""
-    task_timeout_s: float = Field(default=900, gt=0, le=MAX_SECONDS)
-    """Wall-clock limit of one agent turn, in seconds; the process group is killed after it."""
+    task_timeout_s: float = Field(default=900, ge=MIN_SECONDS, le=MAX_SECONDS)
+    """Wall-clock limit of one agent turn, in seconds (1 to 604800); the process group is killed after it."""
     max_auto_retries: int = Field(default=2, ge=0, le=20)
     """How many times the same failure (same fingerprint) is retried before asking the human."""
-    retry_max_s: float = Field(default=300, gt=0, le=MAX_SECONDS)
-    """Longest total time spent backing off environment failures of one turn."""
+    retry_max_s: float = Field(default=300, ge=MIN_SECONDS, le=MAX_SECONDS)
+    """Longest total time spent backing off environment failures of one turn, in seconds (1 to 604800)."""
     budget: Budget = Field(default_factory=Budget)
     """Token budgets."""
 
@@ -269,6 +299,18 @@ class HierarchicalSettings(Strict):
     """Role that reviews submissions; default: the lead."""
     plan_approval: bool = False
     """Ask the human to approve the plan before dispatching it."""
+    reviewers: list[RoleName] = Field(default_factory=list, max_length=2)
+    """Two roles that review every submission independently (`[reviewer, critic]`), their verdicts
+    compared in code: agreement approves or sends back the union of their issues; a disagreement,
+    a blocker only one of them raised, or an invalid verdict asks you. Empty: one reviewer (and a
+    plan task with `review: double` is reviewed by `reviewer` and the lead)."""
+
+    @field_validator("reviewers")
+    @classmethod
+    def _two_distinct(cls, reviewers: list[str]) -> list[str]:
+        if reviewers and (len(reviewers) != 2 or reviewers[0] == reviewers[1]):
+            raise ValueError("reviewers names two different roles (or none)")
+        return reviewers
 
 
 class GroupChatSettings(Strict):
@@ -320,8 +362,8 @@ class WorkspaceSetup(Strict):
     `node_modules`, `config/*.local`): copied in, as reflinks where the file system has them."""
     run: str | None = Field(default=None, min_length=1, max_length=4000)
     """A shell command run once in each new worktree, inside the sandbox (e.g. `npm ci`)."""
-    timeout_s: float = Field(default=600, gt=0, le=MAX_SECONDS)
-    """Longest the setup command may take."""
+    timeout_s: float = Field(default=600, ge=MIN_SECONDS, le=MAX_SECONDS)
+    """Longest the setup command may take, in seconds (1 to 604800)."""
 
     @field_validator("copy_")
     @classmethod
@@ -331,6 +373,66 @@ class WorkspaceSetup(Strict):
             if pattern.startswith("/") or ".." in parts or parts[0] in (".git", ".agent-box"):
                 raise ValueError(f"{pattern!r} must be a path inside the project, not in .git or .agent-box")
         return patterns
+
+
+CheckName = Annotated[str, Field(pattern=NAME_PATTERN)]
+"""The name of a check (a key of crew.yaml's `checks:`)."""
+GateStage = Literal["submission", "integration", "run_end"]
+"""When a gate's checks run: on each writer submission, after each merge into the run's
+branch, or on the run's final branch before it is delivered."""
+
+
+def _project_glob(pattern: str) -> str:
+    if not pattern.strip() or has_control_character(pattern):
+        raise ValueError(f"{pattern!r} is not a glob")
+    if pattern.startswith("/") or ".." in pattern.split("/"):
+        raise ValueError(f"{pattern!r} must be a glob relative to the project")
+    return pattern
+
+
+ProjectGlob = Annotated[str, Field(max_length=400), AfterValidator(_project_glob)]
+"""A glob relative to the project root (`src/**`, `*.py`)."""
+
+
+class Check(Strict):
+    """One check: a shell command the code layer runs inside a sandbox, read-only over the work it judges."""
+
+    run: str = Field(min_length=1, max_length=4000)
+    """The shell command (`sh -c`), run at the project's path over the commit it judges; exit 0 is green."""
+    timeout_s: float = Field(default=600, gt=0, le=MAX_SECONDS)
+    """Longest the check may take; past it its process group is killed and the check could not run."""
+    paths: list[ProjectGlob] | None = Field(default=None, max_length=100)
+    """Globs relative to the project: the check runs only when the work changed a file matching one
+    (absent: always)."""
+    network: bool = False
+    """Let the check reach the network (off by default: a check judges the work, it fetches nothing)."""
+    flaky: Literal["deny", "allow"] = "deny"
+    """A red check runs once more; red then green is flaky. `allow` lets a flaky check pass (recorded
+    as flaky); `deny` keeps it red."""
+    memory_mb: int = Field(default=4096, ge=64, le=1 << 20)
+    """Address space the check's processes may take, in MiB (an allocation beyond it fails)."""
+    output_mb: int = Field(default=16, ge=1, le=1024)
+    """Most output the check may print, in MiB; past it the check is killed (it could not run)."""
+    scratch: list[ProjectGlob] = Field(default_factory=list, max_length=20)
+    """Directories inside the project the check may write (`.pytest_cache`, `build`): each gets an
+    empty private RAM disk, thrown away afterwards. Everything else of the project is read-only;
+    `/tmp` and `$HOME` are private and writable."""
+
+
+class Gates(Strict):
+    """Which checks run when; each list runs in order and stops at the first red check."""
+
+    submission: list[CheckName] = Field(default_factory=list, max_length=50)
+    """On each writer submission, before any review: red goes back to the worker with the output."""
+    integration: list[CheckName] = Field(default_factory=list, max_length=50)
+    """On the run's branch after each merge of an approved task: red undoes the merge."""
+    run_end: list[CheckName] = Field(default_factory=list, max_length=50)
+    """On the run's final branch, before it is delivered (the delivery question shows the result)."""
+
+    def of(self, stage: GateStage) -> list[str]:
+        """The checks of `stage`, in order."""
+        names: list[str] = getattr(self, stage)
+        return names
 
 
 class Crew(Strict):
@@ -362,6 +464,18 @@ class Crew(Strict):
     (showing what changed), `manual` leaves it for `agentbox merge RUN`, `merge` merges it."""
     workspace_setup: WorkspaceSetup = Field(default_factory=WorkspaceSetup)
     """How a new task worktree is made ready."""
+    liaison: RoleName | None = None
+    """The role whose profile answers `agentbox ask` ("where are we?") from a digest of the run's
+    state, read-only and in sessions of its own. Default: the lead's profile."""
+    protected: list[ProtectedPath] = Field(default_factory=list, max_length=100)
+    """Paths no role may write in any turn, whatever its scope (`contracts/**`, `tests/acceptance/**`):
+    read-only in every sandbox, as `.git` is, so the work is judged by what its workers cannot edit.
+    A directory (`dir/**`), a file, or a one-level pattern (`dir/*.snap`); a plan task whose
+    `writes` reaches into one is refused."""
+    checks: dict[CheckName, Check] = Field(default_factory=dict, max_length=100)
+    """Check name → the command the code layer runs to judge work (tests, build, lint); see `gates`."""
+    gates: Gates = Field(default_factory=Gates)
+    """Which checks run on each submission, after each merge, and at the end of the run."""
 
     host_only_keys: ClassVar[tuple[str, ...]] = ("hooks", "notify")
     """Keys of the user's own $AGENT_BOX_HOME/config.yaml: a crew.yaml comes with a repository, so it
@@ -373,6 +487,14 @@ class Crew(Strict):
         if not roles:
             raise ValueError("a crew needs at least one role")
         return roles
+
+    @field_validator("liaison")
+    @classmethod
+    def _liaison_is_a_role(cls, liaison: str | None, info: ValidationInfo) -> str | None:
+        roles = info.data.get("roles") or {}
+        if liaison is not None and roles and liaison not in roles:
+            raise ValueError(f"{liaison!r} is not a role of the crew (roles: {', '.join(roles)})")
+        return liaison
 
 
 # ----------------------------------------------------------------------------- loading

@@ -17,6 +17,19 @@ from agentbox.core.workspace.gitcmd import git, ident_env
 
 DEMO_GOAL = "Add a greeting function with tests and usage docs"
 DEMO_ANSWER = "English, please"
+DEMO_CHECKS = """
+# The demo's checks (added by `agentbox demo`): the code layer runs them inside the sandbox on
+# each submission before any review; the first greeting has no docstring, so its check is red,
+# the builder gets the output, and only the reworked, green module is reviewed.
+checks:
+  docstring:
+    run: "head -n 1 src/greet.py | grep -q '^\\"\\"\\"' || { echo 'FAILED docstring: src/greet.py has no module docstring on line 1'; exit 1; }"
+    paths: ["src/**"]
+    timeout_s: 30
+gates:
+  submission: [docstring]
+"""
+"""What `make_demo_project` adds to the example crew (whose own checks are commented examples)."""
 
 
 def make_demo_project(parent: Path | None = None) -> ProjectPaths:
@@ -25,6 +38,8 @@ def make_demo_project(parent: Path | None = None) -> ProjectPaths:
     its own branch and worktree, reviewed on its diff, merged when the person says."""
     root = Path(tempfile.mkdtemp(prefix="agentbox-demo-", dir=parent))
     project_mod.init(root)
+    crew = root / ".agent-box" / "crew.yaml"
+    crew.write_text(crew.read_text() + DEMO_CHECKS)
     (root / "README.md").write_text("# demo project\n\nA throw-away repository for `agentbox demo`.\n")
     if shutil.which("git") is not None:
         ident = ident_env("agentbox demo", "demo@agentbox.invalid", committer=("agentbox demo", "demo@agentbox.invalid"))

@@ -8,6 +8,7 @@ before any path is built from it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from agentbox.core.errors import UsageError
 
@@ -21,6 +22,20 @@ _LISTS = {"session": "sessions", "run": "runs"}
 def is_valid_id(value: object) -> bool:
     """True when `value` is a string obeying ID_PATTERN."""
     return isinstance(value, str) and _ID.match(value) is not None and "\n" not in value
+
+
+def by_prefix(kind: str, given: str, known: Iterable[str], *, where: str = "") -> str | None:
+    """The id `given` names among `known`, as git takes a commit: the id itself, else the only
+    one it begins; None when none does. Several are a UsageError listing them (exit 2)."""
+    known = list(dict.fromkeys(known))
+    if given in known:
+        return given
+    matches = sorted(k for k in known if k.startswith(given))
+    if len(matches) > 1:
+        listing = ", ".join(matches[:10]) + (f" and {len(matches) - 10} more" if len(matches) > 10 else "")
+        raise UsageError(f"{given!r} is the start of {len(matches)} {kind} ids{where}: {listing}",
+                         f"give more of the {kind} id")
+    return matches[0] if matches else None
 
 
 def check_id(kind: str, value: str) -> str:

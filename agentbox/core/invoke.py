@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentbox.core import safe_io, sandbox, scopes, secrets, tool_homes
-from agentbox.core.errors import SandboxError, UsageError
+from agentbox.core.errors import AgentboxError, SandboxError, UsageError
+from agentbox.core.live import LiveWriter, live_dir_for
 from agentbox.core.process import (
     KILL_GRACE_S,
     CappedStream,
@@ -73,6 +74,8 @@ class Agent:
     """Write scopes (globs relative to cwd); None = all of cwd; () = read-only."""
     protected: tuple[Path, ...] = ()
     """Paths that stay read-only even inside write scopes (the project's .agent-box/)."""
+    protected_paths: tuple[str, ...] = ()
+    """crew.yaml's `protected:` patterns (relative to cwd): read-only in every turn, whatever the scope."""
     extra_rw: tuple[Path, ...] = ()
     """More writable dirs (the run's artifact dir)."""
     timeout_s: float | None = None
@@ -198,8 +201,13 @@ class Prepared:
     """The tool's config home binds (`finish_turn` merges back what the tool may keep)."""
 
 
-def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bool = False) -> Prepared:
-    """Build the sandboxed command of the next turn of `record` (raises SandboxError, UsageError)."""
+def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bool = False,
+            command: ToolCommand | None = None) -> Prepared:
+    """Build the sandboxed command of the next turn of `record` (raises SandboxError, UsageError).
+
+    `command` runs instead of the tool (a shell in the role's sandbox, `agentbox shell`):
+    the tool's loaded config stays read-only to it, as to a headless turn.
+    """
     profile = agent.profile
     adapter = adapter_for(profile.tool)
     runtime_env = secrets.resolve_env(profile)  # an unset ${VAR} stops the turn before anything is made
@@ -214,7 +222,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     runtime = profile.profile.runtime
     executable = find_executable(profile.tool, runtime.command)
     tool_homes.check_bind_source(profile.config_dir, profile.state_dir)  # before anything is written in it
-    homes, home_env = adapter.homes(profile.config_dir, home)
+    # a shell sees none of the tool's config and credentials: it needs none of them
+    homes, home_env = ([], {}) if command is not None else adapter.homes(profile.config_dir, home)
     created = getattr(adapter, "created_session", None)
     if record.native_id is None and created is not None and (record.turns > 0 or record.running):
         record.native_id = created(TurnRequest(
@@ -231,12 +240,14 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         config_dir=profile.config_dir, scenario=profile.scenario_path,
         adapter_state=dict(record.adapter_state),
     )
-    command: ToolCommand = adapter.interactive(request) if interactive else adapter.build(request)
+    shell = command
+    tool_at_keyboard = interactive and shell is None
+    tool_env = {**adapter.env_defaults, **home_env, **runtime_env, **agent.env} if command is None else {}
+    if command is None:
+        command = adapter.interactive(request) if interactive else adapter.build(request)
     agentbox_env = {"AGENTBOX_SESSION_ID": record.id, "AGENTBOX_PROFILE": profile.name,
                     "AGENTBOX_ROLE": agent.role or ""}
-    env = sandbox.sandbox_env(sandbox.host_env(), home,
-                              {**adapter.env_defaults, **home_env, **runtime_env, **agent.env,
-                               **command.env, **agentbox_env})
+    env = sandbox.sandbox_env(sandbox.host_env(), home, {**tool_env, **command.env, **agentbox_env})
     home_turn_dir = scratch.with_suffix(".home")
     if profile.profile.sandbox == "none":
         home_plan = tool_homes.plan(adapter, homes, profile.state_dir, home_turn_dir, interactive=True)
@@ -253,9 +264,9 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         )
     hidden = sandbox.private_paths(home, _agent_box_home())
     needs = set()
-    if executable is not None:
+    if executable is not None and shell is None:  # a shell runs none of the tool's files
         needs |= sandbox.install_roots(executable)
-    if profile.tool == "scripted":
+    if profile.tool == "scripted" and shell is None:
         needs |= sandbox.python_roots()
         if profile.scenario_path is not None:
             needs.add(profile.scenario_path.parent.resolve())
@@ -263,10 +274,10 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     source = agent.worktree or agent.cwd  # what is seen at the project's path
     metadata = scopes.metadata_paths(source) if agent.worktree is None else scopes.worktree_metadata_paths(source)
     scope_plan = scopes.plan(source, list(agent.writes) if agent.writes is not None else None,
-                             scratch.with_suffix(".stage"))
+                             scratch.with_suffix(".stage"), agent.protected_paths)
     home_plan = tool_homes.HomePlan()
     try:
-        home_plan = tool_homes.plan(adapter, homes, profile.state_dir, home_turn_dir, interactive=interactive)
+        home_plan = tool_homes.plan(adapter, homes, profile.state_dir, home_turn_dir, interactive=tool_at_keyboard)
         state_dirs = sandbox.run_state_dirs(agent.cwd)
         spec = sandbox.SandboxSpec(
             project_root=source,
@@ -277,7 +288,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
             staged=tuple((view.stage, view.real) for view in scope_plan.staged),
             sealed=scope_plan.sealed,
             links=scope_plan.links,
-            protected=tuple(dict.fromkeys((*agent.protected, *metadata))),
+            pinned=scope_plan.pinned,
+            protected=tuple(dict.fromkeys((*agent.protected, *metadata, *scope_plan.protected))),
             extra_rw=(*agent.extra_rw, scratch),
             homes=tuple(home_plan.binds),
             ro_homes=tuple(home_plan.read_only),
@@ -381,7 +393,7 @@ def _prepared_turn(agent: Agent, prompt: str, session_id: str | None, new_id: st
     store = agent.sessions
     with _session_lock(store.root / ".locks" / f"{record.id}.lock"):
         if session_id is not None:
-            record = store.find(session_id)
+            record = store.find(record.id)  # read again under the lock (`session_id` may be a prefix)
         prepared = prepare(agent, prompt, record)
         try:
             yield record, prepared
@@ -401,6 +413,8 @@ class _Turn:
     stderr: CappedStream
     base: dict[str, Any]
     t0: float
+    live: LiveWriter
+    """The turn's live view, written as the output comes (`agentbox tail`, the dashboard)."""
 
 
 def _open_turn(agent: Agent, record: SessionRecord, prepared: Prepared) -> _Turn:
@@ -420,21 +434,23 @@ def _open_turn(agent: Agent, record: SessionRecord, prepared: Prepared) -> _Turn
             "usage": Usage().as_dict(), "duration_s": 0, "exit_code": None, "native_id": record.native_id,
             "log_path": str(kept),
         })
+    live = LiveWriter(live_dir_for(out_log), adapter_for(agent.profile.tool).display, prepared.secrets)
     record.status = "running"
-    record.running = {"turn": turn, "pid": None, "started": started, "log": str(out_log)}
+    record.running = {"turn": turn, "pid": None, "started": started, "log": str(out_log), "live": str(live.directory)}
     store.save(record)  # the session exists on disk before the process starts
 
     base = {"session_id": record.id, "turn": turn, "role": agent.role, "profile": agent.profile.name,
             "tool": agent.profile.tool, "sandboxed": record.sandboxed, "log_path": str(out_log)}
     t0 = time.monotonic()
-    return _Turn(turn, started, out_log, err_log, CappedStream(out_log), CappedStream(err_log, lazy=True), base, t0)
+    return _Turn(turn, started, out_log, err_log, CappedStream(out_log, tee=live.feed_stdout),
+                 CappedStream(err_log, lazy=True, tee=live.feed_stderr), base, t0, live)
 
 
 def _spawn_failed(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepared, turn: _Turn,
                   exc: OSError) -> InvokeResult:
     result = InvokeResult(status="error", error_kind="spawn_failed",
                           error=f"cannot start {prepared.argv[0]}: {exc.strerror or exc}", **turn.base)
-    return _finish(agent.sessions, record, prompt, result, turn.started)
+    return _finish(agent.sessions, record, prompt, result, turn.started, turn.live)
 
 
 def _spawned(record: SessionRecord, pid: int, on_spawn: Callable[[SessionRecord, int], None] | None) -> None:
@@ -460,10 +476,13 @@ def _note_pid(store: SessionStore, record: SessionRecord) -> None:
     """Write the running turn's pid to its record (for the dashboard), once the turn has run a moment.
 
     A short turn is written once at its end instead; after a crash the process is found by
-    its AGENTBOX_SESSION_ID either way.
+    its AGENTBOX_SESSION_ID either way. It runs as an event-loop callback, where an error would
+    only print a traceback: a record that cannot be written now (a full disk) is written at the
+    turn's end, which reports the problem as the error it is.
     """
     _note_start_time(record)
-    store.save(record)
+    with contextlib.suppress(AgentboxError, OSError):
+        store.save(record)
 
 
 def _killed(agent: Agent, prompt: str, record: SessionRecord, turn: _Turn, why: str) -> None:
@@ -472,7 +491,7 @@ def _killed(agent: Agent, prompt: str, record: SessionRecord, turn: _Turn, why: 
     turn.stderr.close()
     killed = InvokeResult(status="error", error_kind="killed", error=f"{why}; the process group was killed",
                           **{**turn.base, "duration_s": time.monotonic() - turn.t0})
-    _finish(agent.sessions, record, prompt, killed, turn.started)
+    _finish(agent.sessions, record, prompt, killed, turn.started, turn.live)
 
 
 def _close_turn(prepared: Prepared, turn: _Turn) -> None:
@@ -511,6 +530,7 @@ async def _run_prepared(agent: Agent, prompt: str, record: SessionRecord, prepar
         # feeding the prompt is part of the turn: under its timeout, killed when cancelled
         drains = asyncio.gather(_feed(proc, prepared.stdin), drain(proc.stdout, stdout), drain(proc.stderr, stderr),
                                 proc.wait())
+        drains.add_done_callback(_retrieved)  # cancelled with the loop (an engine stopping): never logged as lost
         try:
             await asyncio.wait_for(asyncio.shield(drains), timeout=timeout_s)
         except TimeoutError:
@@ -534,6 +554,12 @@ async def _run_prepared(agent: Agent, prompt: str, record: SessionRecord, prepar
             noting.cancel()
         _close_turn(prepared, turn)
     return _conclude(agent, prompt, record, prepared, turn, exit_code, timeout_s if timed_out else None)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a finished future's outcome as seen (its exception, if any, is handled where it is awaited)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _run_prepared_sync(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepared,
@@ -586,10 +612,10 @@ def _conclude(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepar
         result = InvokeResult(status="error", error_kind="timeout",
                               error=f"no answer within {timed_out_after:g} s; the process group was killed",
                               text=_tail(out_text), **base)
-        return _finish(store, record, prompt, result, started)
+        return _finish(store, record, prompt, result, started, turn.live)
     if record.sandboxed and exit_code == 1 and err_text.startswith("bwrap:") and not out_text.strip():
         result = InvokeResult(status="error", error_kind="spawn_failed", error=err_text.strip(), **base)
-        return _finish(store, record, prompt, result, started)
+        return _finish(store, record, prompt, result, started, turn.live)
     exit_kind = classify_exit(exit_code, record.sandboxed)
     captured = CapturedOutput(out_text, err_text, exit_code, stdout.truncated, prepared.scratch)
     try:
@@ -604,7 +630,7 @@ def _conclude(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepar
         else:
             result = InvokeResult(status="error", error_kind="parse_error",
                                   error=f"unreadable {agent.profile.tool} output: {exc}", text=_tail(out_text), **base)
-        return _finish(store, record, prompt, result, started)
+        return _finish(store, record, prompt, result, started, turn.live)
     if parsed.native_id:
         record.native_id = parsed.native_id
     record.adapter_state = parsed.adapter_state or record.adapter_state
@@ -616,7 +642,17 @@ def _conclude(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepar
                               error=_tail(err_text) or f"exit code {exit_code}", **common)
     else:
         result = InvokeResult(status="ok", **common)
-    return _finish(store, record, prompt, result, started)
+    return _finish(store, record, prompt, result, started, turn.live)
+
+
+def _ending(result: InvokeResult) -> str:
+    """How a turn ended, in one line, for its live view."""
+    tokens = result.usage.total_tokens
+    spent = "unknown tokens" if tokens is None else f"{tokens:,} tokens"
+    if result.ok:
+        return f"ok · {spent} · {result.duration_s:.1f}s"
+    error = (result.error or "").strip().splitlines()
+    return f"error ({result.error_kind}){': ' + error[0][:300] if error else ''} · {result.duration_s:.1f}s"
 
 
 def _keep_interrupted_logs(out_log: Path, err_log: Path) -> Path | None:
@@ -665,8 +701,10 @@ async def _feed(proc: asyncio.subprocess.Process, data: bytes | None) -> None:
 
 
 def _finish(store: SessionStore, record: SessionRecord, prompt: str, result: InvokeResult,
-            started: float) -> InvokeResult:
-    """Record the turn and the session's new state; returns the result."""
+            started: float, live: LiveWriter | None = None) -> InvokeResult:
+    """Record the turn and the session's new state (and end its live view); returns the result."""
+    if live is not None:
+        live.end(_ending(result))
     record.turns = result.turn
     record.status = "idle"
     record.running = None

@@ -38,6 +38,7 @@ from agentbox.core.engine.run_store import EVENTS_FILE
 from agentbox.core.errors import AgentboxError
 from agentbox.core.notify_channels import desktop_command, post_webhook, run_hook, show_desktop
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.termtext import for_line, for_terminal
 from agentbox.core.user_config import HookCommand, UserConfig, load_user_config
 
 HookName = Literal["on_checkpoint", "on_run_end", "on_failure"]
@@ -56,7 +57,7 @@ FAILED_EVENT = "notify.failed"
 _STATUS_RE = re.compile(r"run is (\w+)")
 _ENDED = {"done": "ended: done", "failed": "failed", "cancelled": "was cancelled"}
 _STOPPED = {"circuit_broken": "stopped: its token budget is spent", "blocked": "is blocked: nothing can run",
-            "paused": "is paused"}
+            "paused": "is paused", "gate_blocked": "has a red check: a gate blocked"}
 
 LogFn = Callable[..., Any]
 """Records one run event: `log(type, what, why, **fields)` (the engine's `RunLedger.event`)."""
@@ -74,6 +75,8 @@ def notice_kind(event: Mapping[str, Any]) -> tuple[str, tuple[HookName, ...]] | 
     if type_ == "run.finished":
         status = what.removeprefix("run ")
         return f"run_{status}", ("on_run_end", "on_failure") if status == "failed" else ("on_run_end",)
+    if type_ == "gate.blocked":
+        return "gate_blocked", ("on_failure",)
     if type_ == "run.status" and event.get("human_required"):
         match = _STATUS_RE.match(what)
         if match and match.group(1) in _STOPPED:
@@ -135,7 +138,9 @@ def notice_for(event: Mapping[str, Any], run: Run, offset: int, project: Project
     payload = {
         "id": f"{run.id}:{seq}", "kind": kind, "run": run.id, "seq": seq, "at": event.get("at"),
         "project": str(project.root), "goal": run.contract.goal, "run_status": run.status,
-        "title": title, "text": text, "command": command, "task": event.get("task"), "role": event.get("role"),
+        # title and text are ready to show: what an agent wrote in them is made visible, never obeyed
+        # (the exact strings stay in "goal", "checkpoint" and "event")
+        "title": for_line(title), "text": for_terminal(text), "command": command, "task": event.get("task"), "role": event.get("role"),
         "checkpoint": None if cp is None else {"id": cp.id, "kind": cp.kind, "question": cp.question,
                                                "options": cp.options, "task": cp.task, "status": cp.status},
         "event": dict(event),

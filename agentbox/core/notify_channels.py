@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from agentbox import __version__
 from agentbox.core.process import kill_tree
 from agentbox.core.secrets import MissingVariable, expand
+from agentbox.core.termtext import for_line, for_markup
 from agentbox.core.user_config import HookCommand, Webhook
 
 DESKTOP_TIMEOUT_S = 5.0
@@ -52,8 +53,12 @@ def desktop_command(environ: Mapping[str, str]) -> str | None:
 
 
 def show_desktop(command: str, title: str, text: str, *, urgent: bool, environ: Mapping[str, str]) -> None:
-    """Show a freedesktop notification; whatever goes wrong is ignored (the desktop is best effort)."""
-    argv = [command, "--app-name=agentbox", f"--urgency={'critical' if urgent else 'normal'}", "--", title, text]
+    """Show a freedesktop notification; whatever goes wrong is ignored (the desktop is best effort).
+
+    The body is markup to most notification servers: `text` is shown as it is, never as tags.
+    """
+    argv = [command, "--app-name=agentbox", f"--urgency={'critical' if urgent else 'normal'}", "--",
+            for_line(title), for_markup(text)]
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, env=dict(environ), start_new_session=True)

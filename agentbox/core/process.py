@@ -40,8 +40,9 @@ def _private_log(path: Path) -> BinaryIO:
 class CappedStream:
     """Drains one pipe: head and tail kept in memory, everything (capped) in a log file."""
 
-    def __init__(self, log_path: Path, *, lazy: bool = False) -> None:
-        """`lazy`: create the log file only when the stream writes something (stderr mostly doesn't)."""
+    def __init__(self, log_path: Path, *, lazy: bool = False, tee: Callable[[bytes], None] | None = None) -> None:
+        """`lazy`: create the log file only when the stream writes something (stderr mostly doesn't);
+        `tee` gets every chunk as it comes (the turn's live view)."""
         self.head = bytearray()
         self.tail: deque[bytes] = deque()
         self.tail_size = 0
@@ -49,9 +50,12 @@ class CappedStream:
         self.log_path = log_path
         self._log: BinaryIO | None = None if lazy else _private_log(log_path)
         self._truncated: bool | None = None
+        self._tee = tee
 
     def feed(self, chunk: bytes) -> None:
         """Take one chunk: log it (up to the cap), keep it in the head or the rolling tail."""
+        if self._tee is not None:
+            self._tee(chunk)
         if self.total < LOG_CAP_BYTES:
             if self._log is None:
                 self._log = _private_log(self.log_path)

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import time
 import tomllib
@@ -32,7 +34,7 @@ CONNECT_TIMEOUT_S = 3.0
 """How long the endpoint probe waits for a TCP connection."""
 DEFAULT_TURN_TIMEOUT_S = 90.0
 
-Problem = Literal["key_missing", "cli_missing", "endpoint_unreachable", "not_logged_in", "auth_failed",
+Problem = Literal["no_network", "key_missing", "cli_missing", "endpoint_unreachable", "not_logged_in", "auth_failed",
                   "unknown_model", "vendor_host", "timeout", "sandbox", "error"]
 
 GUIDE = "docs/real-agents.md"
@@ -52,6 +54,7 @@ _CAUSES: list[tuple[Problem, re.Pattern[str]]] = [
 ]
 
 _ADVICE: dict[Problem, str] = {
+    "no_network": "set `sandbox.network: true` in the profile (its tool must reach the model), then test again",
     "key_missing": "export the variable in the shell that runs agentbox",
     "cli_missing": "install the CLI (scripts/install-clis.sh) or set runtime.command",
     "endpoint_unreachable": "start the server, or fix the base URL in the profile",
@@ -118,8 +121,23 @@ def _codex(info: ProfileInfo) -> tuple[str | None, str | None]:
     return (str(url) if url else None), (str(config["model"]) if config.get("model") else None)
 
 
+def _read_jsonc(path: Path) -> dict[str, Any]:
+    """A JSON-with-comments file (opencode.jsonc): // and /* */ comments outside strings removed."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    text = re.sub(r'("(?:\\.|[^"\\])*")|//[^\n]*|/\*.*?\*/', lambda m: m.group(1) or "", text, flags=re.S)
+    text = re.sub(r",(\s*[}\]])", r"\1", text)  # trailing commas
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _opencode(info: ProfileInfo, env: dict[str, str]) -> tuple[str | None, str | None]:
-    config = _read_json(info.config_dir / "opencode.json")
+    config = _read_json(info.config_dir / "opencode.json") or _read_jsonc(info.config_dir / "opencode.jsonc")
     if "OPENCODE_CONFIG_CONTENT" in env:
         with contextlib.suppress(ValueError):
             config = {**config, **json.loads(env["OPENCODE_CONFIG_CONTENT"])}
@@ -183,6 +201,16 @@ def probe(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
         return f"{exc.strerror or exc} ({parts.hostname}:{port})"
 
 
+def _one_account(*parts: str | None) -> str:
+    """The failure's texts joined, each said once (tools often repeat their error in the result text)."""
+    said: list[str] = []
+    for part in (p.strip() for p in parts if p and p.strip()):
+        if any(part in earlier for earlier in said):
+            continue
+        said = [earlier for earlier in said if earlier not in part] + [part]
+    return " ".join(said)
+
+
 def classify(text: str) -> Problem | None:
     """The common cause a tool's failure text names, or None."""
     lowered = text.lower()
@@ -211,6 +239,10 @@ def check_profile(name: str, *, timeout_s: float = DEFAULT_TURN_TIMEOUT_S) -> Pr
         return _failed(report, "key_missing", exc.message)
     hide = secrets.secret_values(info)
     report.endpoint, report.model = endpoint_and_model(info, env)
+    if info.tool != "scripted" and info.profile.sandbox.network is False:
+        report.reachable = False
+        return _failed(report, "no_network", "the profile has no network (sandbox.network: false), so its tool "
+                                             "cannot reach any model")
     if find_executable(info.tool, info.profile.runtime.command) is None:
         return _failed(report, "cli_missing", f"{info.profile.runtime.command or info.tool} is not on PATH")
     if report.endpoint:
@@ -219,6 +251,20 @@ def check_profile(name: str, *, timeout_s: float = DEFAULT_TURN_TIMEOUT_S) -> Pr
         if problem:
             return _failed(report, "endpoint_unreachable", f"{report.endpoint}: {problem}")
     return _turn(info, report, timeout_s, hide)
+
+
+def _remove_tool_traces(info: ProfileInfo, workdir: Path) -> None:
+    """Take back what the tool kept about the test's throwaway directory in the profile's config.
+
+    claude keeps one folder per working directory (`projects/<the path, every other
+    character than a letter or digit made a dash>`); the test's would pile up, one per test.
+    """
+    if info.tool != "claude":
+        return
+    folder = info.config_dir / "projects" / re.sub(r"[^A-Za-z0-9]", "-", str(workdir))
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR(os.lstat(folder).st_mode):  # a real folder, never a link the tool left there
+            shutil.rmtree(folder)
 
 
 def _turn(info: ProfileInfo, report: ProfileTestReport, timeout_s: float, hide: list[str]) -> ProfileTestReport:
@@ -235,6 +281,7 @@ def _turn(info: ProfileInfo, report: ProfileTestReport, timeout_s: float, hide: 
         return _failed(report, "sandbox", secrets.mask(exc.message, hide))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        _remove_tool_traces(info, workdir)
     report.latency_s = round(time.monotonic() - started, 2)
     report.session_id, report.native_id = result.session_id, result.native_id
     report.usage, report.log_path = result.usage.as_dict(), result.log_path
@@ -246,7 +293,7 @@ def _turn(info: ProfileInfo, report: ProfileTestReport, timeout_s: float, hide: 
         report.diagnosis = (f"ok: {info.tool} answered {report.text[:60]!r} with {model} in {report.latency_s:g} s "
                             f"(tokens in {result.usage.input_tokens}, out {result.usage.output_tokens})")
         return report
-    failure = secrets.mask(" ".join(filter(None, [result.error, result.text])).strip(), hide)
+    failure = secrets.mask(_one_account(result.error, result.text), hide)
     if result.error_kind == "timeout":
         return _failed(report, "timeout", failure[:200])
     if result.error_kind == "spawn_failed":

@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -25,6 +26,7 @@ from agentbox.core.config import (
     validate_document,
 )
 from agentbox.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
+from agentbox.core.safe_io import describe_mode
 from agentbox.core.tools import AGENT_CLIS
 from agentbox.core.yaml_io import load_yaml, new_map, position, write_yaml
 
@@ -219,6 +221,33 @@ def _bind_error(document: object, file: Path, loc: tuple[str | int, ...], messag
                        field=".".join(str(p) for p in loc), hint=hint)
 
 
+SCENARIO_MAX_BYTES = 1 << 20
+"""Largest scenario file a scripted profile may name (as large as any YAML file agentbox reads)."""
+
+
+def _check_scenario(profile: Profile, document: object, file: Path, directory: Path) -> None:
+    """A scripted profile's `runtime.scenario` is a regular file of at most SCENARIO_MAX_BYTES:
+    never a device (`/dev/zero` would be read until memory runs out), a FIFO, a directory or
+    a missing file. Checked without opening it."""
+    scenario = profile.runtime.scenario
+    if scenario is None:
+        return
+    path = Path(scenario).expanduser()
+    path = path if path.is_absolute() else directory / path
+    hint = "name a JSON or YAML scenario file (docs/scripted-runtime.md), relative to the profile's directory"
+    try:
+        info = os.stat(path)  # a symlink to a regular file is fine: its target is checked
+    except OSError as exc:
+        problem = "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc.strerror or exc})"
+        raise _bind_error(document, file, ("runtime", "scenario"), f"{scenario!r} {problem}", hint) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise _bind_error(document, file, ("runtime", "scenario"),
+                          f"{scenario!r} is {describe_mode(info.st_mode)}, not a regular file", hint)
+    if info.st_size > SCENARIO_MAX_BYTES:
+        raise _bind_error(document, file, ("runtime", "scenario"),
+                          f"{scenario!r} is {info.st_size:,} bytes, more than the {SCENARIO_MAX_BYTES:,} allowed", hint)
+
+
 def _load_user(directory: Path, state_dir: Path | None = None) -> Profile:
     """Load `<directory>/profile.yaml`; its name must be the directory's name, and its
     config_dir and binds must stay clear of other people's files (`_bind_problem`).
@@ -228,6 +257,7 @@ def _load_user(directory: Path, state_dir: Path | None = None) -> Profile:
     document = load_yaml(file)
     profile = validate_document(Profile, document, file, document)
     _check_binds(profile, document, file, state_dir or directory)
+    _check_scenario(profile, document, file, directory)
     if profile.name != directory.name:
         line, column = position(document, ("name",))
         raise ConfigError(

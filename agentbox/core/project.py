@@ -47,8 +47,11 @@ GITIGNORE = """\
 !/roles/
 !/knowledge/
 !/graphs/
+!/zones.yaml
+!/debt.yaml
 """
-"""`.agent-box/.gitignore`: crew.yaml, roles, knowledge and graphs tracked, runtime state ignored."""
+"""`.agent-box/.gitignore`: crew.yaml, roles, knowledge, graphs and the memory of where the code rots
+(zones.yaml, debt.yaml) tracked, runtime state ignored."""
 
 
 def init(root: Path) -> list[Path]:
@@ -149,7 +152,18 @@ def load_crew(project: ProjectPaths) -> LoadedCrew:
     document = parse_yaml(_crew_text(project), project.crew_file)
     crew = validate_document(Crew, document, project.crew_file, document)
     _check_named_files(project, crew, document)
+    _check_gate_names(project, crew, document)
     return LoadedCrew(crew, document)
+
+
+def _check_gate_names(project: ProjectPaths, crew: Crew, document: object) -> None:
+    """Every check a gate names is declared under `checks:` (the first that is not is raised at its line)."""
+    for stage in ("submission", "integration", "run_end"):
+        for index, name in enumerate(crew.gates.of(stage)):  # type: ignore[arg-type]
+            if name not in crew.checks:
+                declared = ", ".join(crew.checks) or "none"
+                raise _located(project, document, ("gates", stage, index), f"gate {stage} names unknown check {name!r}",
+                               f"declare it under checks: (declared: {declared})")
 
 
 def _check_named_files(project: ProjectPaths, crew: Crew, document: object) -> None:
@@ -217,6 +231,8 @@ def check_references(project: ProjectPaths, loaded: LoadedCrew) -> list[ConfigEr
     if crew.mode == "hierarchical":
         need_role(crew.hierarchical.lead, ("hierarchical", "lead"))
     need_role(crew.hierarchical.reviewer, ("hierarchical", "reviewer"))
+    for index, reviewer in enumerate(crew.hierarchical.reviewers):
+        need_role(reviewer, ("hierarchical", "reviewers", index))
     for index, speaker in enumerate(crew.group_chat.speakers):
         need_role(speaker, ("group_chat", "speakers", index))
     need_role(crew.group_chat.lead, ("group_chat", "lead"))
@@ -300,6 +316,7 @@ def add_role(
     if instructions:
         entry["instructions"] = instructions
     if writes is not None:
+        _check_writes(writes)
         entry["writes"] = writes
     edited = text_with_entry_added(text, document, ("roles",), name, entry)
     roles[name] = entry
@@ -309,6 +326,20 @@ def add_role(
         if problem:
             raise UsageError(problem, hint)
     _write_crew(project, document, edited)
+
+
+def _check_writes(writes: list[str]) -> None:
+    """Refuse a write scope given on the command line the way crew.yaml's would be (UsageError)."""
+    from agentbox.core.scopes import enforceable_problem, scope_problem
+
+    for scope in writes:
+        problem = scope_problem(scope)
+        if problem:
+            raise UsageError(f"--writes: {problem}", "name a directory (`src/**`), a file, or a one-level "
+                                                     "pattern (`src/*.py`) inside the project")
+        unenforceable = enforceable_problem(scope)
+        if unenforceable:
+            raise UsageError(f"--writes: {unenforceable[0]}", unenforceable[1])
 
 
 def role_uses(crew: Crew, name: str) -> list[str]:

@@ -8,6 +8,7 @@ A shared run has no branches: asking for its diff is a clear error.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,10 +35,24 @@ class TaskChanges:
     files: list[ChangedPath]
 
 
-def _worktree_run(run: Run) -> None:
+def _worktree_run(run: Run, project: ProjectPaths | None = None) -> None:
     if not run.in_worktrees:
-        raise UsageError(f"run {run.id} worked in the live tree (shared workspace): it has no branches to diff",
-                         "`git diff` shows what it changed")
+        in_git = project is not None and os.path.lexists(project.root / ".git")
+        raise UsageError(
+            f"run {run.id} worked in the live tree (shared workspace): it has no branches to diff",
+            "`git diff` shows what your tree holds now, the run's changes and yours together" if in_git else
+            f"it wrote into your files directly and nothing recorded them apart: `agentbox status {run.id}` "
+            "and `agentbox sessions` show what each turn did")
+
+
+def merge_hint(run: Run) -> str:
+    """How the person brings a worktree run into a branch of theirs, said the same in every face."""
+    assert run.git is not None
+    if run.git.branch:
+        return f"`agentbox merge {run.id}` brings it into {run.git.branch}"
+    started = f"--base {run.git.named_base}" if run.git.named_base else "a detached HEAD"
+    return (f"`agentbox merge {run.id} --into BRANCH` brings it into a branch of yours (it started from "
+            f"{started}, so there is no branch to bring it into by default)")
 
 
 def task_changes(run: Run) -> list[TaskChanges]:
@@ -57,7 +72,7 @@ def _task(run: Run, task_id: str) -> Task:
 def task_diff(project: ProjectPaths, run: Run, task_id: str, *, stat_only: bool = False,
               max_bytes: int = DIFF_BYTES) -> git.Diff:
     """The task's diff against the commit its work started from."""
-    _worktree_run(run)
+    _worktree_run(run, project)
     task = _task(run, task_id)
     if task.base is None or task.head is None:
         return git.Diff("", "", False, f"agentbox diff {run.id} {task_id}")
@@ -67,7 +82,7 @@ def task_diff(project: ProjectPaths, run: Run, task_id: str, *, stat_only: bool 
 
 def run_diff(project: ProjectPaths, run: Run, *, stat_only: bool = False, max_bytes: int = DIFF_BYTES) -> git.Diff:
     """Everything the run's integration branch holds over the run's base (what `agentbox merge` brings)."""
-    _worktree_run(run)
+    _worktree_run(run, project)
     assert run.git is not None
     return _diff(project, run.git.base, run.git.integration_branch,
                  f"git diff {run.git.base[:12]} {run.git.integration_branch}", stat_only=stat_only, max_bytes=max_bytes)
@@ -83,7 +98,7 @@ def _diff(project: ProjectPaths, base: str, head: str, full_command: str, *, sta
 
 def run_files(project: ProjectPaths, run: Run) -> list[ChangedPath]:
     """The files the run's integration branch changes over its base."""
-    _worktree_run(run)
+    _worktree_run(run, project)
     assert run.git is not None
     return changed_paths(project.root, run.git.base, run.git.integration_branch)
 

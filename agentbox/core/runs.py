@@ -5,10 +5,17 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentbox.core import project as project_mod
-from agentbox.core.engine.models import TERMINAL_RUN_STATES, Contract, Run, RunGit, check_id
+from agentbox.core.engine.models import (
+    TERMINAL_RUN_STATES,
+    Contract,
+    Run,
+    RunGit,
+    check_id,
+    no_engine_reason,
+)
 from agentbox.core.engine.run_store import DamagedRun, DamagedRunError, RunStore, new_run_id
 from agentbox.core.errors import NotFoundError, UsageError
 from agentbox.core.paths import ProjectPaths
@@ -21,12 +28,16 @@ COMMAND_ACK_TIMEOUT_S = 15.0
 
 
 def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph: str | None = None,
-               success_criteria: list[str] | None = None) -> Run:
-    """Validate the crew (and graph) and write a new run's directory; the engine starts it."""
+               success_criteria: list[str] | None = None, base: str | None = None) -> Run:
+    """Validate the crew (and graph) and write a new run's directory; the engine starts it.
+    `base`: a branch or commit the run starts from instead of the person's HEAD (worktree runs)."""
     if not goal.strip():
         raise UsageError("the goal is empty", 'say what the crew should do: agentbox run "..."')
+    if graph is not None and mode not in (None, "graph"):
+        raise UsageError(f"a work graph is for graph mode, not {mode} mode",
+                         f"drop --graph, or run it as a graph: --mode graph --graph {graph}")
     crew = project_mod.load_checked_crew(project)
-    mode = mode or crew.mode
+    mode = "graph" if graph is not None else mode or crew.mode  # a graph given is a graph run
     graph_data = graph_file = None
     if mode == "graph":
         from agentbox.core.graph import load_graph, resolve_graph
@@ -41,6 +52,9 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
     store = RunStore(project)
     workspace, info = _workspace_of(project, crew.workspace)
     if workspace == "shared":
+        if base is not None:
+            raise UsageError(f"--base {base}: this run works in the live tree (a shared workspace), which "
+                             "has no other base", "start it without --base, or use `workspace: worktree` in crew.yaml")
         _refuse_a_second_shared_writer(store)
     run = Run(
         id=new_run_id(now),
@@ -48,17 +62,17 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
                           limits=crew.limits, settings=getattr(crew, mode),
                           roles={name: role.profile for name, role in crew.roles.items()}, graph=graph_data,
                           graph_file=graph_file, workspace=workspace, deliver=crew.deliver,
-                          workspace_setup=crew.workspace_setup),
+                          workspace_setup=crew.workspace_setup, checks=crew.checks, gates=crew.gates),
         status="planning",
         created=now,
     )
     if workspace == "worktree":
         from agentbox.core import workspace as git
 
-        base = git.snapshot_base(project.root, info)
-        branch = git.ensure_integration_branch(project.root, run.id, base)
-        run.git = RunGit(base=base.commit, head=base.head, branch=base.branch, dirty=base.dirty,
-                         integration_branch=branch)
+        start = git.named_base(project.root, base, info) if base is not None else git.snapshot_base(project.root, info)
+        branch = git.ensure_integration_branch(project.root, run.id, start)
+        run.git = RunGit(base=start.commit, head=start.head, branch=start.branch, dirty=start.dirty,
+                         integration_branch=branch, named_base=base)
     store.create(run)
     return run
 
@@ -129,6 +143,7 @@ def send_command(project: ProjectPaths, run_id: str, command: dict[str, Any]) ->
         if mine:
             engine = Engine.open(project, run_id)
             ok, message = engine.apply_command(command)
+            engine.settle_without_engine()
             engine.save()
             return ok, message
     log = store.events_path(run_id)
@@ -159,17 +174,40 @@ def list_runs(project: ProjectPaths) -> list[Run | DamagedRun]:
 
 def find_task_run(project: ProjectPaths, task_id: str, run_id: str | None) -> str:
     """The run holding `task_id` (the given run, else the latest run that has it)."""
+    return resolve_task(project, task_id, run_id)[0]
+
+
+def resolve_task(project: ProjectPaths, task_id: str, run_id: str | None) -> tuple[str, str]:
+    """(run id, task id) of the task `task_id` names: its id or a unique prefix of it, in the given
+    run, else in the latest run that has such a task (a prefix naming several lists them)."""
+    from agentbox.core.ids import by_prefix
+
     check_id("task", task_id)
     store = RunStore(project)
     if run_id:
-        return store.resolve_id(run_id)
+        run = store.load(store.resolve_id(run_id))
+        found = by_prefix("task", task_id, run.tasks, where=f" in run {run.id}")
+        return run.id, found or task_id  # a task the run has not: the command says so
     for candidate in reversed(store.list_ids()):
         try:
-            if task_id in store.load(candidate).tasks:
-                return candidate
+            found = by_prefix("task", task_id, store.load(candidate).tasks, where=f" in run {candidate}")
         except DamagedRunError:
             continue
+        if found is not None:
+            return candidate, found
     raise NotFoundError(f"no run has a task {task_id!r}", "pass --run RUN")
+
+
+def resolve_checkpoint(project: ProjectPaths, run_id: str | None, checkpoint_id: str) -> tuple[str, str]:
+    """(run id, checkpoint id) of the checkpoint `checkpoint_id` (its id, a unique prefix, or its number) names."""
+    from agentbox.core.ids import by_prefix
+
+    check_id("checkpoint", checkpoint_id)
+    store = RunStore(project)
+    run = store.load(store.resolve_id(run_id))
+    known = list(run.checkpoints)
+    given = f"cp-{checkpoint_id}" if checkpoint_id.isdigit() else checkpoint_id
+    return run.id, by_prefix("checkpoint", given, known, where=f" in run {run.id}") or checkpoint_id
 
 
 def active_runs(project: ProjectPaths) -> list[Run]:
@@ -220,7 +258,10 @@ def plan_checkpoint(project: ProjectPaths, run_id: str | None, checkpoint_id: st
                                 f"`agentbox status {run.id}` shows what it waits for")
         return run.id, open_plans[-1]
     check_id("checkpoint", checkpoint_id)
-    cp = run.checkpoints.get(checkpoint_id)
+    from agentbox.core.ids import by_prefix
+
+    given = f"cp-{checkpoint_id}" if checkpoint_id.isdigit() else checkpoint_id
+    cp = run.checkpoints.get(by_prefix("checkpoint", given, run.checkpoints, where=f" in run {run.id}") or "")
     if cp is None:
         open_ids = ", ".join(c.id for c in run.open_checkpoints()) or "(none open)"
         raise NotFoundError(f"no checkpoint {checkpoint_id!r} in run {run.id}", f"open checkpoints: {open_ids}")
@@ -235,3 +276,53 @@ def plan_checkpoint(project: ProjectPaths, run_id: str | None, checkpoint_id: st
 def engine_alive(project: ProjectPaths, run_id: str) -> bool:
     """True when an engine process holds the run."""
     return RunStore(project).engine_running(run_id)
+
+
+EngineState = Literal["running", "starting", "stopped", "ended"]
+"""Whether a run has an engine: one holds it; one was just started for it; none, though the run
+has not ended (the engine was interrupted, killed or the machine restarted); the run ended."""
+ENGINE_START_GRACE_S = 10.0
+"""How long a new run may go without an engine before it counts as stopped (a detached engine
+takes a moment to start)."""
+ENGINE_STOPPED = "engine not running"
+"""What every face calls a run whose engine is gone."""
+
+
+def engine_state(run: Run, alive: bool, now: float) -> EngineState:
+    """The engine state of `run`, given whether an engine holds its lock (`alive`) at time `now`."""
+    if run.status in TERMINAL_RUN_STATES:
+        return "ended"
+    if alive:
+        return "running"
+    if run.engine is None and not run.mode_started and now - run.created < ENGINE_START_GRACE_S:
+        return "starting"
+    return "stopped"
+
+
+def resume_command(run_id: str) -> str:
+    """The command a person types to start a stopped run's engine again."""
+    return f"agentbox run --resume {run_id}"
+
+
+def stopped_while(run: Run) -> str:
+    """What a run whose engine is gone was at: its status, and the reason when it says more."""
+    reason = run.status_reason if run.status_reason != no_engine_reason(run.id) else None
+    return run.status + (f" ({reason})" if reason else "")
+
+
+def stopped_summary(run: Run) -> str:
+    """One line for a run whose engine is gone: what it was at and how to go on."""
+    return f"{ENGINE_STOPPED}: the run stopped while {stopped_while(run)}; `{resume_command(run.id)}` continues it"
+
+
+def resume_engine(project: ProjectPaths, run_id: str) -> int:
+    """Start the engine of a run that has not ended and has none, in the background; its pid."""
+    store = RunStore(project)
+    run_id = store.resolve_id(run_id)
+    run = store.load_checked(run_id, full=False)
+    if run.status in TERMINAL_RUN_STATES:
+        raise UsageError(f"run {run_id} has ended ({run.status}): it has no engine to resume",
+                         'start a new run: agentbox run "GOAL"')
+    if store.engine_running(run_id):
+        raise UsageError(f"run {run_id} already has an engine running", "watch it with `agentbox status` or the dashboard")
+    return detach(project, run_id)

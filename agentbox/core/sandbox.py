@@ -15,8 +15,9 @@ Layout inside the sandbox, mounted in this order (later mounts cover earlier one
 4. the project at its own path, read-only;
 5. the role's write scopes (see `agentbox.core.scopes`): directories read-write, file and
    one-level pattern scopes as a staged private view with every other entry bound back
-   read-only and symlinks recreated; then version-control and agentbox metadata
-   (`.git`, a worktree's admin dir, `.agent-box/`, `.hg`, …) read-only over everything, the
+   read-only and symlinks recreated, the parents of protected paths bound onto themselves;
+   then version-control and agentbox metadata (`.git`, a worktree's admin dir,
+   `.agent-box/`, `.hg`, …) and crew.yaml's protected paths read-only over everything, the
    run and session state under `.agent-box/` hidden (so no agent can read other sessions or
    hold the engine's locks), hidden roots inside the project hidden again, then the run's
    artifact dir and the turn's scratch dir read-write;
@@ -78,7 +79,7 @@ class SandboxSpec:
     writable: tuple[Path, ...]
     """Host dirs under the project the role may write, bound read-write."""
     protected: tuple[Path, ...]
-    """Paths bound read-only over every write scope: `.agent-box/` and VCS metadata."""
+    """Paths bound read-only over every write scope: `.agent-box/`, VCS metadata, crew.yaml's protected paths."""
     extra_rw: tuple[Path, ...]
     """Other writable dirs: the run's artifact dir, the turn's scratch dir."""
     homes: tuple[HomeBind, ...]
@@ -95,6 +96,9 @@ class SandboxSpec:
     """(private copy, real dir): a file or pattern scope's view, bound at the real dir's path."""
     links: tuple[tuple[str, Path], ...] = ()
     """(target, path): symlinks recreated inside staged views."""
+    pinned: tuple[Path, ...] = ()
+    """Dirs on the way to a protected path, bound onto themselves with the access they have anyway:
+    a mount point cannot be renamed, so no turn can move a protected path's parent away."""
     ro_homes: tuple[tuple[Path, Path], ...] = ()
     """(source, target): what the tool loads from its config dir, bound read-only over the config bind."""
     masked: tuple[Path, ...] = ()
@@ -175,6 +179,11 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
     mounts += [(real, 0, ["--bind", str(stage), seen(real)]) for stage, real in set(spec.staged)]
     mounts += [(p, 1, ["--ro-bind", str(p), seen(p)]) for p in set(spec.sealed)]
     mounts += [(p, 1, ["--symlink", target, seen(p)]) for target, p in set(spec.links)]
+    mounted = set(spec.writable) | {real for _, real in spec.staged} | set(spec.sealed)
+    for pin in set(spec.pinned) - mounted:
+        over = max((m for m in set(spec.writable) | set(spec.sealed) if pin.is_relative_to(m)), key=_depth, default=None)
+        flag = "--bind" if over is not None and over in spec.writable else "--ro-bind"
+        mounts.append((pin, 2, [flag, str(pin), seen(pin)]))
     for _path, _rank, flags in sorted(mounts, key=lambda m: (_depth(m[0]), m[1], str(m[0]))):
         argv += flags
     for path in sorted(set(spec.protected), key=lambda p: (_depth(Path(seen(p))), str(p))):

@@ -30,6 +30,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from agentbox.core import protected
 from agentbox.core.errors import SandboxError, UsageError
 
 MAX_SEALED_ENTRIES = 500
@@ -54,10 +55,28 @@ class Staged:
     links: tuple[tuple[str, Path], ...] = ()
     mountpoints: frozenset[str] = frozenset()
     """Names in the view that are other mounts (sealed entries, deeper write scopes, links)."""
+    guarded: tuple[str, ...] = ()
+    """Names or one-level patterns of protected entries of this directory: never copied in nor carried back."""
 
     def matches(self, name: str) -> bool:
-        """True when `name` in this directory is one the role may write."""
+        """True when `name` in this directory is one the role may write (never a protected one)."""
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in self.guarded):
+            return False
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.patterns)
+
+
+@dataclass
+class Guard:
+    """One directory holding protected files or one-level matches, checked again after the turn.
+
+    The existing matches are bound read-only; a match that appears during the turn (the
+    kernel cannot refuse a new name in a writable directory) is moved aside after it.
+    """
+
+    directory: Path
+    pattern: str
+    before: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Name → (device, inode) of each match present when the turn started."""
 
 
 @dataclass
@@ -69,6 +88,11 @@ class ScopePlan:
     staged: tuple[Staged, ...] = ()
     made: list[Path] = field(default_factory=list)
     """Directories created for directory scopes (removed after the turn when left empty)."""
+    protected: tuple[Path, ...] = ()
+    """Protected directories and files, bound read-only over every scope."""
+    pinned: tuple[Path, ...] = ()
+    """Directories on the way to a protected path, bound onto themselves so no turn can rename them away."""
+    guards: tuple[Guard, ...] = ()
 
     @property
     def sealed(self) -> tuple[Path, ...]:
@@ -86,27 +110,58 @@ def has_control_character(text: str) -> bool:
     return any(ord(ch) < 32 or ord(ch) == 127 for ch in text)
 
 
-def scope_problem(scope: str) -> str | None:
-    """Why a write scope is refused, or None when it is a path inside the project (text only).
+def scope_problem(scope: str, what: str = "write scope") -> str | None:
+    """Why a write scope (or a protected path: `what`) is refused, or None when it is a path inside the project.
 
     A scope is relative to the project root, never leaves it (no `..`), never names
     version-control or agentbox metadata in its literal part, and is never empty (which
     would silently mean the whole project). crew.yaml is checked with this at load, and
-    every scope again when a turn's mounts are planned.
+    every scope again when a turn's mounts are planned. Text only.
     """
     if not isinstance(scope, str) or not scope.strip():
+        if what != "write scope":
+            return f"an empty {what} is not allowed (`**` is the whole project)"
         return "an empty write scope is not allowed (`**` is the whole project; `writes: []` is read-only)"
     if has_control_character(scope):
-        return f"write scope {scope!r} contains a control character"
+        return f"{what} {scope!r} contains a control character"
     if scope.startswith(("/", "~")):
-        return f"write scope {scope!r} is absolute, not relative to the project root"
+        return f"{what} {scope!r} is absolute, not relative to the project root"
     parts = PurePosixPath(scope).parts
     if ".." in parts:
-        return f"write scope {scope!r} uses '..': scopes stay inside the project"
+        return f"{what} {scope!r} uses '..': it must stay inside the project"
     named = next((part for part in parts if part.casefold() in METADATA_NAMES), None)
     if named is not None:
-        return f"write scope {scope!r} names {named}/: metadata is never writable by a role"
+        return f"{what} {scope!r} names {named}/: metadata is never writable by a role"
     return None
+
+
+def protected_problem(pattern: str) -> str | None:
+    """Why a protected path of crew.yaml is refused, or None (text only; see `agentbox.core.protected`)."""
+    problem = scope_problem(pattern, "protected path")
+    if problem is None and protected.region(pattern) is None:
+        shape = "/".join(protected.region_prefix(pattern)) or "."
+        return (f"protected path {pattern!r} is finer than the sandbox can enforce; name a directory "
+                f"(`{shape}/**`), a file, or a one-level pattern (`{shape}/*.py`)")
+    return problem
+
+
+def enforceable_problem(scope: str) -> tuple[str, str] | None:
+    """Why the sandbox cannot enforce a (well-formed) write scope, with the shapes it can; None when it can.
+
+    The sandbox binds directories and seals one directory level around files: a directory
+    (`src/**`), a file, or a one-level pattern (`src/*.py`). A deeper pattern
+    (`src/**/*.py`) would have to be refused by every turn, so it is refused where it is
+    written.
+    """
+    parts = tuple(p for p in PurePosixPath(scope).parts if p not in (".", ""))
+    static = glob_static_prefix("/".join(parts))[0] if parts else ()
+    rest = parts[len(static):]
+    if not rest or rest in (("**",), ("**", "*")) or (len(rest) == 1 and "**" not in rest[0]):
+        return None
+    shape = "/".join(static) + "/**" if static else "**"
+    return (f"write scope {scope!r} is finer than the sandbox can enforce",
+            f"use a directory (`{shape}`), a file, or a one-level pattern such as "
+            f"`{'/'.join(static) + '/' if static else ''}*.py`")
 
 
 def normalise(scope: str) -> tuple[str, ...]:
@@ -129,7 +184,7 @@ def glob_static_prefix(pattern: str) -> tuple[tuple[str, ...], bool]:
     return tuple(static), True
 
 
-def _check_no_symlink(root: Path, parts: tuple[str, ...], scope: str) -> None:
+def _check_no_symlink(root: Path, parts: tuple[str, ...], scope: str, what: str = "write scope") -> None:
     """Refuse a scope whose existing path crosses a symlink (a link could point anywhere)."""
     current = root
     for part in parts:
@@ -139,9 +194,9 @@ def _check_no_symlink(root: Path, parts: tuple[str, ...], scope: str) -> None:
         except FileNotFoundError:
             return
         except OSError as exc:
-            raise SandboxError(f"write scope {scope!r}: cannot inspect {current}: {exc.strerror}") from None
+            raise SandboxError(f"{what} {scope!r}: cannot inspect {current}: {exc.strerror}") from None
         if stat.S_ISLNK(mode):
-            raise SandboxError(f"write scope {scope!r} crosses the symlink {current}; a scope never widens "
+            raise SandboxError(f"{what} {scope!r} crosses the symlink {current}; a scope never widens "
                                "through a link", "remove the link, or name the real path in the scope")
 
 
@@ -157,15 +212,69 @@ def _make_dirs(directory: Path, made: list[Path]) -> None:
         directory.mkdir(parents=True, exist_ok=True)
 
 
-def plan(project_root: Path, scopes: list[str] | None, stage_root: Path | None = None) -> ScopePlan:
+def _guard_protected(root: Path, patterns: tuple[str, ...]) -> ScopePlan:
+    """The read-only binds, pinned parents and guards of the protected `patterns`.
+
+    A missing protected directory (and its parents) is made and kept: a turn running at
+    the same time may have it as its read-only mount point, and taking it away would undo
+    that mount there.
+    """
+    kept: list[Path] = []
+    binds: list[Path] = []
+    pins: set[Path] = set()
+    guards: list[Guard] = []
+    for pattern in patterns:
+        problem = protected_problem(pattern)
+        if problem is not None:
+            raise UsageError(problem, "fix `protected:` in crew.yaml")
+        guarded = protected.region(pattern)
+        assert guarded is not None
+        full = (*guarded.parts, guarded.name) if guarded.name is not None and not _wild(guarded.name) else guarded.parts
+        _check_no_symlink(root, tuple(full), pattern, "protected path")
+        target = root.joinpath(*full)
+        tree = guarded.name is None or (guarded.literal and target.is_dir() and not target.is_symlink())
+        directory = target if tree else root.joinpath(*guarded.parts)
+        _make_dirs(directory, kept)
+        pins.update(d for d in (directory if not tree else directory.parent, *directory.parents)
+                    if d != root and d.is_relative_to(root))
+        if tree:
+            binds.append(directory)
+            continue
+        guard = Guard(directory, str(guarded.name))
+        for entry in os.scandir(directory):
+            if fnmatch.fnmatchcase(entry.name, guard.pattern):
+                info = entry.stat(follow_symlinks=False)
+                guard.before[entry.name] = (info.st_dev, info.st_ino)
+                if not entry.is_symlink():
+                    binds.append(directory / entry.name)
+        if len(guard.before) > MAX_SEALED_ENTRIES:
+            raise SandboxError(f"protected path {pattern!r} matches {len(guard.before)} entries: too many to bind "
+                               "read-only one by one", f"protect the directory instead (`{'/'.join(guarded.parts)}/**`)")
+        guards.append(guard)
+    return ScopePlan(protected=tuple(binds), pinned=tuple(sorted(pins)), guards=tuple(guards))
+
+
+def _wild(name: str) -> bool:
+    return any(ch in name for ch in WILDCARDS)
+
+
+def plan(project_root: Path, scopes: list[str] | None, stage_root: Path | None = None,
+         protected_paths: tuple[str, ...] = ()) -> ScopePlan:
     """The mounts for `scopes` (None = the whole project, [] = read-only); stages files under `stage_root`.
 
-    Raises UsageError for a scope that is malformed or reaches outside the project or
-    into metadata, SandboxError for one that crosses a symlink or cannot be enforced.
+    `protected_paths` (crew.yaml's `protected:`) stay read-only over every scope: their
+    directories are made when missing (and kept) and bound read-only, every parent on the way is bound
+    onto itself (so it cannot be renamed away), existing matching files are bound read-only,
+    staged views never copy or carry one back, and a match created in a writable directory
+    is moved aside after the turn. Raises UsageError for a scope that is malformed or
+    reaches outside the project or into metadata, SandboxError for one that crosses a
+    symlink or cannot be enforced.
     """
-    if scopes is None:
-        return ScopePlan(writable=(project_root,))
     made: list[Path] = []
+    guard_plan = _guard_protected(project_root, protected_paths)
+    if scopes is None:
+        guard_plan.writable = (project_root,)
+        return guard_plan
     dirs: list[Path] = []
     patterns: dict[Path, list[str]] = {}
     for scope in scopes:
@@ -186,21 +295,40 @@ def plan(project_root: Path, scopes: list[str] | None, stage_root: Path | None =
         elif len(rest) == 1 and "**" not in rest[0]:
             patterns.setdefault(base, []).append(rest[0])
         else:
-            shape = "/".join(static) + "/**" if static else "**"
-            raise SandboxError(f"write scope {scope!r} is finer than the sandbox can enforce",
-                               f"use a directory (`{shape}`), a file, or a one-level pattern such as "
-                               f"`{'/'.join(static) + '/' if static else ''}*.py`")
+            problem, hint = enforceable_problem(scope) or (f"write scope {scope!r} cannot be enforced", "")
+            raise SandboxError(problem, hint)
     for directory in dirs:
         _make_dirs(directory, made)
     dirs = _outermost(dirs)
     staged = [(d, tuple(p)) for d, p in patterns.items() if not any(d == w or d.is_relative_to(w) for w in dirs)]
-    result = ScopePlan(writable=tuple(dirs), made=made)
+    result = ScopePlan(writable=tuple(dirs), made=made, protected=guard_plan.protected, pinned=guard_plan.pinned,
+                       guards=guard_plan.guards)
     if staged:
         if stage_root is None:
             raise SandboxError("a file or pattern write scope needs a staging dir for the turn")
-        result.staged = tuple(_stage(project_root, directory, pats, stage_root / f"stage-{i}", dirs, made)
+        mounted = [*dirs, *(d for d, _ in staged)]  # a deeper staged view is bound there too
+        result.staged = tuple(_stage(project_root, directory, pats, stage_root / f"stage-{i}", mounted, made,
+                                     _guarded_names(project_root, directory, protected_paths))
                               for i, (directory, pats) in enumerate(sorted(staged)))
     return result
+
+
+def _guarded_names(root: Path, directory: Path, patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """Names or one-level patterns of the protected entries directly in `directory`."""
+    names: list[str] = []
+    relative = directory.relative_to(root).parts
+    for pattern in patterns:
+        guarded = protected.region(pattern)
+        if guarded is None:
+            continue
+        full = guarded.parts if guarded.name is None else (*guarded.parts, guarded.name)
+        if guarded.name is not None and guarded.parts == relative:
+            names.append(guarded.name)
+        elif guarded.name is None and full[: len(relative)] == relative and len(full) > len(relative):
+            names.append(full[len(relative)])
+        elif full[: len(relative)] == relative[: len(full)] and len(full) <= len(relative):
+            names.append("*")  # the whole directory is protected
+    return tuple(names)
 
 
 def _outermost(paths: list[Path]) -> list[Path]:
@@ -220,7 +348,7 @@ def _sha(path: Path) -> str:
 
 
 def _stage(root: Path, real: Path, patterns: tuple[str, ...], stage: Path, writable: list[Path],
-           made: list[Path]) -> Staged:
+           made: list[Path], guarded: tuple[str, ...] = ()) -> Staged:
     """Build the private view of `real`: matching files copied, everything else bound back read-only."""
     _make_dirs(real, made)
     stage.mkdir(parents=True)
@@ -232,7 +360,7 @@ def _stage(root: Path, real: Path, patterns: tuple[str, ...], stage: Path, writa
         names = ", ".join(patterns)
         raise SandboxError(f"{real} holds {len(entries)} entries: too many to seal around the write scope {names}",
                            f"give the role the directory instead (`{real.relative_to(root)}/**`), or move the file")
-    view = Staged(real=real, stage=stage, patterns=patterns)
+    view = Staged(real=real, stage=stage, patterns=patterns, guarded=guarded)
     sealed: list[Path] = []
     links: list[tuple[str, Path]] = []
     inner = {w.relative_to(real).parts[0] for w in writable if w != real and w.is_relative_to(real)}
@@ -262,6 +390,8 @@ def finish(scope_plan: ScopePlan, discard_dir: Path) -> list[str]:
     for view in scope_plan.staged:
         notes += _carry_back(view, discard_dir)
         shutil.rmtree(view.stage, ignore_errors=True)
+    for guard in scope_plan.guards:
+        notes += _sweep(guard, discard_dir)
     for path in reversed(scope_plan.made):
         with contextlib.suppress(OSError):
             path.rmdir()  # only when empty
@@ -309,6 +439,28 @@ def _carry_back(view: Staged, discard_dir: Path) -> list[str]:
                     os.unlink(name, dir_fd=real_fd)
     finally:
         os.close(real_fd)
+    return notes
+
+
+def _sweep(guard: Guard, discard_dir: Path) -> list[str]:
+    """Move aside every protected match that appeared (or was replaced) in `guard.directory` during the turn."""
+    notes: list[str] = []
+    try:
+        entries = list(os.scandir(guard.directory))
+    except OSError:
+        return notes
+    for entry in entries:
+        if not fnmatch.fnmatchcase(entry.name, guard.pattern):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if guard.before.get(entry.name) == (info.st_dev, info.st_ino):
+            continue
+        _keep_aside(guard.directory / entry.name, discard_dir, f"protected/{entry.name}")
+        notes.append(f"{guard.directory / entry.name}: a protected path, which no role may write; "
+                     f"kept aside in {discard_dir}")
     return notes
 
 

@@ -59,7 +59,8 @@ def role_agent(proj: ProjectPaths, role_name: str, *, extra_rw: tuple[Path, ...]
         sessions=SessionStore(proj.sessions_dir), instructions=instructions_for(proj, role_name, crew),
         model=role.model, extra_args=tuple(role.extra_args), env=dict(role.env),
         writes=tuple(role.writes) if role.writes is not None else None,
-        protected=(proj.box,), extra_rw=extra_rw, timeout_s=crew.limits.task_timeout_s,
+        protected=(proj.box,), protected_paths=tuple(crew.protected), extra_rw=extra_rw,
+        timeout_s=crew.limits.task_timeout_s,
     )
 
 
@@ -92,6 +93,22 @@ def session_store_for(target: str | None, proj: ProjectPaths | None) -> SessionS
     if (target and target.startswith(PROFILE_PREFIX)) or proj is None:
         return SessionStore(paths.global_sessions_dir())
     return SessionStore(proj.sessions_dir)
+
+
+def check_session_owner(target: str, proj: ProjectPaths | None) -> None:
+    """A NotFoundError naming the known roles when `target` is neither a role of the crew nor profile:NAME."""
+    from agentbox.core import profiles, project
+
+    if target.startswith(PROFILE_PREFIX):
+        profiles.resolve(target[len(PROFILE_PREFIX):])  # unknown: lists the profiles there are
+        return
+    if proj is None:
+        raise NotFoundError(f"{target!r} is not a profile:NAME, and there is no project here for it to be a role of",
+                            "run it in a project, or name a profile: `agentbox sessions profile:NAME`")
+    roles = list(project.load_crew(proj).crew.roles)
+    if target not in roles:
+        raise NotFoundError(f"no role {target!r} in the crew", f"roles: {', '.join(roles) or '(none)'}; "
+                            "a profile's sessions: `agentbox sessions profile:NAME`")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from agentbox.core import store
 from agentbox.core.errors import NotFoundError, StateError
-from agentbox.core.ids import check_id, is_valid_id
+from agentbox.core.ids import by_prefix, check_id, is_valid_id
 from agentbox.core.runtimes.base import TOKEN_FIELDS, Usage, add_usage
 
 MAX_RECORD_BYTES = 4 << 20
@@ -133,13 +133,19 @@ class SessionStore:
         store.atomic_write_json(self._record_path(record.owner, record.id), record.as_dict(), durable=False)
 
     def find(self, session_id: str) -> SessionRecord:
-        """The record of `session_id`, whichever role it belongs to (a StateError when it is damaged)."""
+        """The record of `session_id` (or of the only session whose id it begins), whichever role it
+        belongs to; a StateError when it is damaged, a UsageError listing them when several match."""
         name = f"{check_session_id(session_id)}.json"
-        if self.root.is_dir():
-            for owner_dir in sorted(self.root.iterdir()):
-                path = owner_dir / name
-                if owner_dir.is_dir() and not owner_dir.is_symlink() and os.path.lexists(path):
-                    return self.read(path)
+        owner_dirs = [d for d in sorted(self.root.iterdir()) if d.is_dir() and not d.is_symlink()] \
+            if self.root.is_dir() else []
+        for owner_dir in owner_dirs:
+            path = owner_dir / name
+            if os.path.lexists(path):
+                return self.read(path)
+        found = {p.name.removesuffix(".json"): p for d in owner_dirs for p in d.glob(f"{session_id}*.json")}
+        chosen = by_prefix("session", session_id, found)  # the id's characters hold no glob pattern
+        if chosen is not None:
+            return self.read(found[chosen])
         raise NotFoundError(f"no session {session_id} under {self.root}",
                             "`agentbox sessions` lists the known sessions")
 

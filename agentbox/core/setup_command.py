@@ -31,8 +31,11 @@ class SetupOutcome:
 
 
 def run_setup(root: Path, worktree: Path, views: tuple[tuple[Path, Path], ...], view_hidden: tuple[Path, ...],
-              command: str, timeout_s: float, log_path: Path) -> SetupOutcome:
+              command: str, timeout_s: float, log_path: Path, protected_paths: tuple[str, ...] = ()) -> SetupOutcome:
     """Run `command` with `sh -c` in the sandboxed worktree; never raises for the command's own failure.
+
+    crew.yaml's `protected_paths` stay read-only to it as to every role (what it creates
+    there is moved aside next to the log).
 
     Its output (stdout and stderr together) goes to `log_path`, capped as an agent's is;
     memory holds a bounded head and tail, so a command that floods its output costs a few
@@ -43,22 +46,27 @@ def run_setup(root: Path, worktree: Path, views: tuple[tuple[Path, Path], ...], 
     hidden = sandbox.private_paths(home, agent_box_home())
     state = sandbox.run_state_dirs(root)
     metadata = scopes.worktree_metadata_paths(worktree)
-    spec = sandbox.SandboxSpec(
-        project_root=worktree, mount_at=root, views=views, view_hidden=view_hidden, writable=(worktree,),
-        protected=(box, *metadata), extra_rw=(), homes=(), hidden=(*hidden, *state), ro_binds=(),
-        network=True, cwd=root, env=sandbox.sandbox_env(sandbox.host_env(), home, {"AGENTBOX_SETUP": "1"}),
-        **sandbox.host_layout(),  # type: ignore[arg-type]
-    )
-    argv = sandbox.bwrap_argv(spec, ["/bin/sh", "-c", command], sandbox.require_bwrap())
-    output = CappedStream(log_path)
+    scope_plan = scopes.plan(worktree, None, None, protected_paths)
     try:
-        with sandbox.launch(argv) as launched:
-            proc = subprocess.Popen(launched.argv, pass_fds=launched.pass_fds, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-            with proc:
-                timed_out = wait_captured(proc, None, output, output, timeout_s)
+        spec = sandbox.SandboxSpec(
+            project_root=worktree, mount_at=root, views=views, view_hidden=view_hidden, writable=(worktree,),
+            protected=(box, *metadata, *scope_plan.protected), pinned=scope_plan.pinned, extra_rw=(), homes=(),
+            hidden=(*hidden, *state), ro_binds=(), network=True, cwd=root,
+            env=sandbox.sandbox_env(sandbox.host_env(), home, {"AGENTBOX_SETUP": "1"}),
+            **sandbox.host_layout(),  # type: ignore[arg-type]
+        )
+        argv = sandbox.bwrap_argv(spec, ["/bin/sh", "-c", command], sandbox.require_bwrap())
+        output = CappedStream(log_path)
+        try:
+            with sandbox.launch(argv) as launched:
+                proc = subprocess.Popen(launched.argv, pass_fds=launched.pass_fds, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                with proc:
+                    timed_out = wait_captured(proc, None, output, output, timeout_s)
+        finally:
+            output.close()
     finally:
-        output.close()
+        scopes.finish(scope_plan, log_path.with_suffix(".discarded"))
     if timed_out:
         return SetupOutcome(False, f"`{command[:200]}` did not finish in {timeout_s:g} s (killed); "
                                    f"its output is in {log_path}")

@@ -7,6 +7,7 @@
                                                                                  ▼
                                                                              approved
 
+    reject:       submitted → rework too (a red check of the submission gate, before any review)
     block:        queued, executing, submitted, reviewing, rework, paused_for_budget → blocked
     unblock:      blocked → queued
     pause_budget: queued, executing, submitted, reviewing, rework → paused_for_budget
@@ -98,6 +99,7 @@ def _build_table() -> dict[tuple[TaskState, TaskEvent], TaskState]:
         (_S.SUBMITTED, _E.START_REVIEW): _S.REVIEWING,
         (_S.REVIEWING, _E.APPROVE): _S.APPROVED,
         (_S.REVIEWING, _E.REJECT): _S.REWORK,
+        (_S.SUBMITTED, _E.REJECT): _S.REWORK,
         (_S.EXECUTING, _E.REQUEUE): _S.QUEUED,
         (_S.BLOCKED, _E.UNBLOCK): _S.QUEUED,
         (_S.PAUSED_FOR_BUDGET, _E.RESUME): _S.QUEUED,

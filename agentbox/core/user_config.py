@@ -18,7 +18,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BeforeValidator, Field
 
 from agentbox.core import paths
-from agentbox.core.config import Strict, validate_document
+from agentbox.core.config import MIN_SECONDS, Strict, validate_document
 from agentbox.core.scopes import has_control_character
 from agentbox.core.secrets import reference_problem
 from agentbox.core.yaml_io import load_yaml
@@ -74,8 +74,8 @@ class Webhook(Strict):
     """The http(s) URL to POST to; may name variables (`https://hooks.slack.com/services/${SLACK_HOOK}`)."""
     headers: dict[str, Referencing] = Field(default_factory=dict)
     """Extra request headers (`Authorization: Bearer ${NTFY_TOKEN}`); values may name variables."""
-    timeout_s: float = Field(default=10.0, gt=0, le=300)
-    """How long one attempt may take, in seconds."""
+    timeout_s: float = Field(default=10.0, ge=MIN_SECONDS, le=300)
+    """How long one attempt may take, in seconds (1 to 300)."""
     retries: int = Field(default=3, ge=0, le=10)
     """How many more attempts after a failed one (a network error, a timeout, HTTP 5xx, 408 or 429)."""
 
@@ -105,8 +105,8 @@ class Hooks(Strict):
     """Run when a run ends: done, failed or cancelled."""
     on_failure: HookCommand | None = None
     """Run when a run fails, is circuit-broken (budget spent), blocked, or paused by a full disk."""
-    timeout_s: float = Field(default=30.0, gt=0, le=MAX_HOOK_S)
-    """How long a hook may run, in seconds; then its whole process group is killed (and that is logged)."""
+    timeout_s: float = Field(default=30.0, ge=MIN_SECONDS, le=MAX_HOOK_S)
+    """How long a hook may run, in seconds (1 to 3600); then its whole process group is killed (and that is logged)."""
 
 
 class UserConfig(Strict):

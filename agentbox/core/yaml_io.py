@@ -262,11 +262,17 @@ def position(document: Any, location: Sequence[str | int]) -> tuple[int | None, 
     column: int | None = None
     for key in location:
         if isinstance(node, CommentedMap) and key in node:
-            ln, col = node.lc.key(key)
+            try:
+                ln, col = node.lc.key(key)
+            except KeyError:  # added in memory, not read from the file: it has no line
+                break
             line, column = ln + 1, col + 1
             node = node[key]
         elif isinstance(node, CommentedSeq) and isinstance(key, int) and 0 <= key < len(node):
-            ln, col = node.lc.item(key)
+            try:
+                ln, col = node.lc.item(key)
+            except KeyError:
+                break
             line, column = ln + 1, col + 1
             node = node[key]
         else:
@@ -378,6 +384,29 @@ def text_with_entry_removed(
     if start > 0 and not lines[start - 1].strip() and end < len(lines) and not lines[end].strip():
         end += 1  # do not leave two blank lines where the entry was
     return "".join(lines[:start] + lines[end:])
+
+
+def text_with_entry_replaced(
+    text: str, document: Any, location: Sequence[str | int], key: str, value: Any
+) -> str | None:
+    """`text` with the value of the entry `key` of the block mapping at `location` replaced
+    by `value`: that entry's lines are rewritten, every other line (comments included) stays
+    byte for byte.
+
+    None when the mapping is not a non-empty block mapping or has no `key` (add it, or use
+    the round-trip dumper).
+    """
+    lines = text.splitlines(keepends=True)
+    mapping = _node_at(document, location)
+    entries = _block_entries(lines, mapping)
+    if entries is None or key not in mapping:
+        return None
+    start, end = entries[list(mapping).index(key)]
+    indent = " " * mapping.lc.key(key)[1]
+    rendered = [indent + line if line.strip() else line for line in dump_yaml({key: value}).splitlines(keepends=True)]
+    if end == len(lines) and not lines[-1].endswith("\n"):
+        rendered[-1] = rendered[-1].rstrip("\n")
+    return "".join(lines[:start] + rendered + lines[end:])
 
 
 def plain(data: Any) -> Any:

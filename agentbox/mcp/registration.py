@@ -1,6 +1,7 @@
-"""`agentbox mcp --print-config CLIENT`: the snippet that registers this server with an MCP client.
+"""`agentbox mcp --print-config CLIENT [--http PORT]`: the snippet that registers this server with an MCP client.
 
-Each client starts the server itself, over stdio: the snippet names this Python
+With `--http PORT` the snippet points the client at the running HTTP server and carries its
+bearer token. Otherwise each client starts the server itself, over stdio: the snippet names this Python
 interpreter (`python -m agentbox`, so it works whether or not `agentbox` is on the
 client's PATH), the project, and AGENT_BOX_HOME when it is set (so the client's server
 sees the same profiles and config.yaml).
@@ -35,8 +36,32 @@ def _toml_string(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
-def snippet(client: Client, project: ProjectPaths | None) -> tuple[str, str]:
-    """The registration for `client` (text to paste, valid as it is) and where it goes."""
+def http_snippet(client: Client, port: int) -> tuple[str, str]:
+    """The registration of a running `agentbox mcp --http PORT` for `client`, with its bearer token."""
+    from agentbox.mcp.auth import http_token
+
+    url = f"http://127.0.0.1:{port}/mcp"
+    headers = {"Authorization": f"Bearer {http_token()}"}
+    secret = "it holds the server's token: keep it to yourself (mode 600)"
+    if client == "claude":
+        entry = {"type": "http", "url": url, "headers": headers}
+        return (json.dumps({"mcpServers": {SERVER_NAME: entry}}, indent=2) + "\n",
+                f"put it in a file passed as `claude --mcp-config FILE`; {secret}")
+    if client == "codex":
+        lines = [f"[mcp_servers.{SERVER_NAME}]", f"url = {_toml_string(url)}",
+                 "http_headers = { " + ", ".join(f"{_toml_string(k)} = {_toml_string(v)}" for k, v in headers.items())
+                 + " }"]
+        return "\n".join(lines) + "\n", f"add it to ~/.codex/config.toml (or $CODEX_HOME/config.toml); {secret}"
+    remote = {"type": "remote", "url": url, "enabled": True, "headers": headers}
+    return (json.dumps({"$schema": "https://opencode.ai/config.json", "mcp": {SERVER_NAME: remote}}, indent=2) + "\n",
+            f"merge it into ~/.config/opencode/opencode.json; {secret}")
+
+
+def snippet(client: Client, project: ProjectPaths | None, *, http_port: int | None = None) -> tuple[str, str]:
+    """The registration for `client` (text to paste, valid as it is) and where it goes: a server the
+    client starts over stdio, or (`http_port`) the running HTTP server, with its token."""
+    if http_port is not None:
+        return http_snippet(client, http_port)
     argv, env = server_argv(project), server_env()
     if client == "claude":
         entry: dict[str, object] = {"type": "stdio", "command": argv[0], "args": argv[1:]}

@@ -46,6 +46,7 @@ Name = Annotated[str, Field(min_length=1, max_length=200)]
 WaitS = Annotated[float, Field(ge=0, le=MAX_WAIT_S, description=(
     "Wait up to this many seconds for the run to end or to need a person (an open checkpoint), "
     "reporting each decision as progress; 0 returns at once."))]
+CommitRef = Annotated[str | None, Field(max_length=40, description="A commit id (or a prefix of 7+ hex digits).")]
 RunRef = Annotated[str | None, Field(max_length=200, description="A run id (or a unique prefix); default: the latest or only active run.")]
 
 INSTRUCTIONS = """agentbox runs crews of CLI coding agents in sandboxes. list_roles shows the crew;
@@ -164,6 +165,31 @@ def build_server(project: ProjectPaths) -> MCPServer:
                 loaded = await follow(project, loaded.id, wait_s, ctx, from_start=False)
             return views.run_status(project, loaded)
 
+    @server.tool(description="Start the engine of a run whose engine is not running (run_status says "
+                             "engine: stopped: it was interrupted, killed, or the machine restarted).")
+    async def resume_run(ctx: Context, run: RunRef = None, wait_s: WaitS = 0.0) -> dict[str, Any]:
+        with _as_tool_error():
+            run_id = RunStore(project).resolve_id(run)
+            pid = runs.resume_engine(project, run_id)
+            await ctx.report_progress(0, None, f"the engine of {run_id} runs again (pid {pid})")
+            loaded = await follow(project, run_id, wait_s, ctx, from_start=False) if wait_s else \
+                runs.load(project, run_id)
+            return {"engine_pid": pid, **views.run_status(project, loaded)}
+
+    @server.tool(description="Throw a run away: its engine is stopped if it runs, then its worktrees, branches "
+                             "(merged or not), state and its sessions' links to it are removed for good. Without "
+                             "confirm=true, only says what it would remove.")
+    async def discard_run(run: Name, confirm: bool = False) -> dict[str, Any]:
+        from agentbox.core import discard
+
+        with _as_tool_error():
+            if not confirm:
+                planned = discard.plan(project, run)
+                return {"discarded": False, "run": planned.run_id, "would_remove": planned.lines(),
+                        "how": "call discard_run again with confirm=true to remove it"}
+            removed = await anyio.to_thread.run_sync(discard.discard, project, run)
+            return {"discarded": True, "run": removed.run_id, "removed": removed.lines()}
+
     @server.tool(description="Open checkpoints (questions, plans and tasks waiting for approval, budget "
                              "pauses) of one run, or of every run that has not ended.")
     async def list_checkpoints(run: RunRef = None) -> dict[str, Any]:
@@ -174,30 +200,49 @@ def build_server(project: ProjectPaths) -> MCPServer:
                              "a retry escalation ('retry' or 'cancel'), a budget pause ('continue' or 'cancel').")
     async def answer_checkpoint(checkpoint: Name, text: Text, run: RunRef = None) -> dict[str, Any]:
         with _as_tool_error():
-            run_id = views.checkpoint_run(project, checkpoint, run)
+            run_id, checkpoint = runs.resolve_checkpoint(project, views.checkpoint_run(project, checkpoint, run),
+                                                         checkpoint)
             return await _steer(project, run_id, {"action": "answer", "checkpoint": checkpoint, "text": text})
 
-    @server.tool(description="Approve a task in review; the note is the person's evidence.")
+    @server.tool(description="Approve a task in review; the note is the person's evidence. `commit` names the "
+                             "commit you judged (default: the task's head as the run shows it); the approval is "
+                             "refused as stale when the task's branch is no longer there.")
     async def approve_task(task: Name, note: Text = "approved by a human (through MCP)",
-                           run: RunRef = None) -> dict[str, Any]:
+                           run: RunRef = None, commit: CommitRef = None) -> dict[str, Any]:
         with _as_tool_error():
-            run_id = runs.find_task_run(project, task, run)
-            return await _steer(project, run_id, {"action": "approve", "task": task, "note": note})
+            run_id, task = runs.resolve_task(project, task, run)
+            command: dict[str, Any] = {"action": "approve", "task": task, "note": note}
+            if commit:
+                command["commit"] = commit.strip().lower()
+            return await _steer(project, run_id, command)
 
     @server.tool(description="Send a task in review back for rework, with a note saying what to fix.")
     async def rework_task(task: Name, note: Text, run: RunRef = None) -> dict[str, Any]:
         with _as_tool_error():
-            run_id = runs.find_task_run(project, task, run)
+            run_id, task = runs.resolve_task(project, task, run)
             return await _steer(project, run_id, {"action": "rework", "task": task, "note": note})
 
     @server.tool(description="Cancel one task (task=...), or a whole run (default: the only active run).")
     async def cancel(run: RunRef = None, task: Annotated[str | None, Field(max_length=200)] = None) -> dict[str, Any]:
         with _as_tool_error():
             if task:
-                run_id = runs.find_task_run(project, task, run)
+                run_id, task = runs.resolve_task(project, task, run)
                 return await _steer(project, run_id, {"action": "cancel_task", "task": task})
             run_id = run or runs.the_active_run(project, "cancel")
             return await _steer(project, run_id, {"action": "cancel_run", "note": "cancelled through MCP"})
+
+    @server.tool(description="Ask the crew's liaison where things stand: a read-only turn that answers from a "
+                             "digest of the run's state (tasks, checks, checkpoints, decisions, costs, engine), "
+                             "stating the time of its data; never changes the run. Follow-ups continue its session.")
+    async def ask(question: Text, run: RunRef = None) -> dict[str, Any]:
+        from agentbox.core import liaison
+
+        with _as_tool_error():
+            answer = await liaison.ask(project, question, run)
+        if not answer.ok:
+            raise ToolError(f"the liaison's turn failed: {answer.error}")
+        return {"answer": answer.text, "data_as_of": liaison.stamp(answer.as_of), "run": answer.run_id,
+                "session_id": answer.session_id, "tokens": answer.tokens, "cost_usd": answer.cost_usd}
 
     _add_resources(server, project)
     return server
@@ -246,10 +291,17 @@ def _add_resources(server: MCPServer, project: ProjectPaths) -> None:
             return views.session(project, session_id)
 
 
-def serve(project: ProjectPaths, http_port: int | None = None) -> None:
-    """Serve `project` over stdio, or streamable HTTP on 127.0.0.1:`http_port` (never another address)."""
+def serve(project: ProjectPaths, http_port: int | None = None, token: str | None = None) -> None:
+    """Serve `project` over stdio, or streamable HTTP on 127.0.0.1:`http_port` (never another
+    address), where every request must carry `Authorization: Bearer <token>`."""
     server = build_server(project)
     if http_port is None:
         anyio.run(server.run_stdio_async)
-    else:
-        anyio.run(lambda: server.run_streamable_http_async(host="127.0.0.1", port=http_port))
+        return
+    import uvicorn
+
+    from agentbox.mcp.auth import BearerGate, http_token
+
+    app = BearerGate(server.streamable_http_app(host="127.0.0.1"), token or http_token())
+    config = uvicorn.Config(app, host="127.0.0.1", port=http_port, log_level=server.settings.log_level.lower())
+    anyio.run(uvicorn.Server(config).serve)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +67,22 @@ def checkpoint(run: Run, cp: Checkpoint) -> dict[str, Any]:
 
 
 def run_status(project: ProjectPaths, run: Run) -> dict[str, Any]:
-    """A run: status, goal, tasks, open checkpoints, usage and result."""
+    """A run: status, goal, its engine, tasks (with their checks), the gates, open checkpoints, usage and result."""
+    checking = run.checking()
+    alive = runs.engine_alive(project, run.id)
+    engine = runs.engine_state(run, alive, time.time())
+    view: dict[str, Any] = {"engine": engine}
+    if engine == "stopped":
+        view["engine_note"] = (f"{runs.stopped_summary(run)}; the resume_run tool starts it again (answers given "
+                               "meanwhile are kept and acted on then)")
     return {
         "run": run.id, "status": run.status, "status_reason": run.status_reason, "goal": run.contract.goal,
-        "mode": run.contract.mode, "engine_running": runs.engine_alive(project, run.id),
+        "mode": run.contract.mode, "engine_running": alive, **view,
         "tasks": [{"task": t.id, "state": str(t.state), "assignee": t.assignee, "brief": t.brief[:300],
                    "attempts": t.attempts, "tokens": t.tokens,
-                   "verdict": t.verdicts[-1].verdict if t.verdicts else None} for t in run.tasks.values()],
+                   "verdict": t.verdicts[-1].verdict if t.verdicts else None, "checking": t.id in checking,
+                   "checks": [c.listing() for c in t.checks]} for t in run.tasks.values()],
+        "gates": run.contract.gates.model_dump(), "run_end_checks": [c.listing() for c in run.checks],
         "open_checkpoints": [checkpoint(run, cp) for cp in run.open_checkpoints()],
         "tokens": run.totals.tokens, "token_budget": run.token_budget, "cost_usd": run.totals.cost_usd,
         "result": run.result.model_dump(exclude_none=True) if run.result else None,

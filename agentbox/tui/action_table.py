@@ -32,6 +32,11 @@ RULES: dict[str, Callable[[Run | None], bool]] = {
 }
 """When a run-dependent action is offered; actions not named here always are."""
 
+ENGINE_RULES: dict[str, Callable[[Run | None, str], bool]] = {
+    "resume_engine": lambda run, engine: run is not None and engine == "stopped",
+}
+"""Actions offered by whether an engine drives the run (`agentbox.core.runs.EngineState`)."""
+
 
 @dataclass(frozen=True)
 class ActionSpec:
@@ -54,17 +59,22 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("pause", "p", "pause"),
     ActionSpec("resume", "p", "resume"),
     ActionSpec("cancel_run", "x", "cancel", "cancel the run"),
+    ActionSpec("resume_engine", "R", "resume engine", "start the engine of a run whose engine is not running"),
     ActionSpec("changes", "c", "changes", "the files each task changed, and the run's stat"),
     ActionSpec("merge", "m", "merge", "merge the run's branch into yours (shows the stat first)"),
     ActionSpec("attach", "o", "attach", show=False),
+    ActionSpec("live", "l", "live", "the live output of the highlighted member", show=False),
+    ActionSpec("shell", "h", "shell", "a shell in the selected task's worktree, in its role's sandbox", show=False),
+    ActionSpec("discard", "D", "discard run", show=False),
     ActionSpec("switch_run", "r", "runs", show=False),
     ActionSpec("task_detail", "d", "task detail", show=False),
     ActionSpec("edit_artifact", "e", "edit artifact", show=False),
     ActionSpec("view_artifact", "v", "view artifact", show=False),
     ActionSpec("profiles", "f", "profiles", show=False),
+    ActionSpec("ask", "k", "ask", "ask the liaison where things stand", show=False),
 )
 
-CONTEXT_ACTIONS = frozenset(RULES)
+CONTEXT_ACTIONS = frozenset(RULES) | frozenset(ENGINE_RULES)
 """Actions whose offer depends on the run (the footer redraws when one of them changes)."""
 
 
@@ -73,12 +83,15 @@ def bindings() -> list[Binding]:
     return [Binding(a.key, a.name, a.label, show=a.show, tooltip=a.tooltip) for a in ACTIONS]
 
 
-def enabled(action: str, run: Run | None) -> bool:
-    """Whether `action` makes sense for the run as it is now."""
+def enabled(action: str, run: Run | None, engine: str = "running") -> bool:
+    """Whether `action` makes sense for the run as it is now (`engine`: whether an engine drives it)."""
+    if action in ENGINE_RULES:
+        return ENGINE_RULES[action](run, engine)
     rule = RULES.get(action)
     return True if rule is None else rule(run)
 
 
-def offered(run: Run | None) -> frozenset[str]:
+def offered(run: Run | None, engine: str = "running") -> frozenset[str]:
     """The run-dependent actions that make sense for the run as it is now (each rule asked once)."""
-    return frozenset(action for action, rule in RULES.items() if rule(run))
+    return (frozenset(action for action, rule in RULES.items() if rule(run))
+            | frozenset(action for action, rule in ENGINE_RULES.items() if rule(run, engine)))

@@ -22,12 +22,14 @@ from textual.app import App
 from agentbox.core.engine.models import Run
 from agentbox.core.errors import AgentboxError
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.termtext import for_line, for_terminal, safe_text
 from agentbox.tui import action_table, loaders, model
 from agentbox.tui import messages as msg
 from agentbox.tui.model import CrewInfo
 from agentbox.tui.screens.modals import (
     AnswerDialog,
     ConfirmDialog,
+    MergeDialog,
     NoteDialog,
     PickDialog,
     StartRunDialog,
@@ -48,6 +50,7 @@ class RunActions:
     run: Run | None
     run_id: str | None
     run_ids: tuple[str, ...]
+    engine: str
     crew: CrewInfo | None
     sessions: dict[str, Any]
     manifest: tuple[dict[str, Any], ...]
@@ -62,7 +65,7 @@ class RunActions:
     refresh: Callable[..., Any]
     _request: Callable[..., None]
 
-    _offers_for: Run | None = None
+    _offers_for: tuple[Run | None, str] | None = None
     _offers: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ footer state
@@ -76,8 +79,9 @@ class RunActions:
 
     def offered_actions(self) -> frozenset[str]:
         """The run-dependent actions offered for the shown run (worked out once per run snapshot)."""
-        if self._offers_for is not self.run:
-            self._offers_for, self._offers = self.run, action_table.offered(self.run)
+        key = (self.run, self.engine)
+        if self._offers_for is None or self._offers_for[0] is not key[0] or self._offers_for[1] != key[1]:
+            self._offers_for, self._offers = key, action_table.offered(self.run, self.engine)
         return self._offers
 
     # ------------------------------------------------------------------ commands to the run
@@ -100,8 +104,11 @@ class RunActions:
         self.post_message(msg.CommandApplied(str(command["action"]), ok, message, target))
 
     def on_command_applied(self, message: msg.CommandApplied) -> None:
-        """Say how the command went."""
-        self.notify(message.message, title=COMMAND_TITLES.get(message.action, message.action.replace("_", " ")),
+        """Say how the command went (and, for a run no engine drives, that it must be resumed)."""
+        text = message.message
+        if message.ok and self.engine == "stopped" and message.action != "resume_engine":
+            text += " · the engine is not running: press R (or the palette's resume) to go on"
+        self.notify(text, title=COMMAND_TITLES.get(message.action, message.action.replace("_", " ")),
                     severity="information" if message.ok else "error", timeout=6 if message.ok else 12)
 
     def action_pause(self) -> None:
@@ -111,6 +118,66 @@ class RunActions:
     def action_resume(self) -> None:
         """Resume a paused run."""
         self.send("resume")
+
+    def action_resume_engine(self) -> None:
+        """Start the engine of the shown run again (it was interrupted, killed, or the machine restarted)."""
+        if self.run_id is None:
+            self.notify("no run is open", severity="warning")
+            return
+        self.run_worker(partial(self._resume_engine_now, self.run_id), thread=True, group="commands",
+                        name="resume the engine", exit_on_error=False)
+
+    def _resume_engine_now(self, run_id: str) -> None:
+        from agentbox.core import runs
+
+        try:
+            pid = runs.resume_engine(self.project, run_id)
+            ok, message = True, f"the engine of {run_id} runs again (pid {pid})"
+        except AgentboxError as exc:
+            ok, message = False, exc.message
+        self.post_message(msg.CommandApplied("resume_engine", ok, message, None))
+
+    def action_discard(self) -> None:
+        """Throw the shown run away: what it removes is read first, then shown to confirm."""
+        if self.run_id is None:
+            self.notify("no run is open", severity="warning")
+            return
+        self.run_worker(partial(self._plan_discard, self.run_id), thread=True, group="discard",
+                        name="read what a discard removes", exclusive=True, exit_on_error=False)
+
+    def _plan_discard(self, run_id: str) -> None:
+        from agentbox.core import discard
+
+        try:
+            self.post_message(msg.DiscardPlanned(run_id, discard.plan(self.project, run_id).lines()))
+        except AgentboxError as exc:
+            self.post_message(msg.DiscardPlanned(run_id, [], exc.message))
+
+    def on_discard_planned(self, message: msg.DiscardPlanned) -> None:
+        """Ask, with everything the discard removes, before removing anything."""
+        if message.error:
+            self.notify(message.error, title="discard", severity="error", timeout=12)
+            return
+        question = Text.assemble((f"Discard run {message.run_id}?", "bold"), " This removes, for good:\n\n",
+                                 "\n".join(message.lines))
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(partial(self._discard_now, message.run_id), thread=True, group="discard",
+                                name="discard the run", exit_on_error=False)
+
+        self.app.push_screen(ConfirmDialog(question, yes_label="discard"), confirmed)
+
+    def _discard_now(self, run_id: str) -> None:
+        from agentbox.core import discard
+
+        try:
+            removed = discard.discard(self.project, run_id)
+            ok, text = True, f"discarded run {run_id}: " + "; ".join(" ".join(line.split())
+                                                                    for line in removed.lines())[:600]
+        except AgentboxError as exc:
+            ok, text = False, exc.message
+        self.post_message(msg.CommandApplied("discard", ok, text, None))
 
     def action_cancel_run(self) -> None:
         """Cancel the whole run (asks first)."""
@@ -150,7 +217,8 @@ class RunActions:
         elif not reviewing:
             self.notify("no task is in review", severity="warning")
         else:
-            options = [(t.id, Text.assemble((t.id, "bold"), f"  {t.assignee}  {t.brief[:60]}")) for t in reviewing]
+            options = [(t.id, Text.assemble((t.id, "bold"), for_line(f"  {t.assignee}  {t.brief[:60]}")))
+                       for t in reviewing]
             self.app.push_screen(PickDialog(f"{verb} which task?", options),
                                  lambda chosen: then(chosen) if chosen else None)
 
@@ -194,7 +262,8 @@ class RunActions:
         if len(waiting) == 1:
             ask(waiting[0].id)
             return
-        options = [(c.id, Text.assemble((c.id, "bold"), f"  {c.kind}  {c.question.strip()[:60]}")) for c in waiting]
+        options = [(c.id, Text.assemble((c.id, "bold"), for_line(f"  {c.kind}  {c.question.strip()[:60]}")))
+                   for c in waiting]
         self.app.push_screen(PickDialog("Answer which checkpoint?", options), ask)
 
     # ------------------------------------------------------------------ worktree runs
@@ -230,16 +299,18 @@ class RunActions:
             self.notify(message.error, title="merge", severity="error", timeout=12)
             return
         into = run.git.branch or "your branch"
-        question = Text.assemble(("Merge ", "bold"), (run.git.integration_branch, "bold cyan"), (" into ", "bold"),
-                                 (into, "bold"), ("?\n\n", "bold"), model.short_stat(message.stat) or "(no changes)",
-                                 ("\n\nA merge commit on your branch; your uncommitted changes are never "
-                                  "overwritten (the merge is refused instead).", "dim"))
+        question = Text.assemble(("Merge ", "bold"), (for_line(run.git.integration_branch), "bold cyan"),
+                                 (" into ", "bold"), (for_line(into), "bold"), ("?\n\n", "bold"),
+                                 for_terminal(model.short_stat(message.stat)) or "(no changes)",
+                                 ("\n\nmerge: a merge commit on your branch; squash: one commit with the "
+                                  "run's changes. Your uncommitted changes are never overwritten (the merge "
+                                  "is refused instead).", "dim"))
 
-        def confirmed(yes: bool | None) -> None:
-            if yes:
-                self.send("deliver", into=None, squash=False)
+        def chosen(how: str | None) -> None:
+            if how is not None:
+                self.send("deliver", into=None, squash=how == "squash")
 
-        self.app.push_screen(ConfirmDialog(question, yes_label="merge"), confirmed)
+        self.app.push_screen(MergeDialog(question), chosen)
 
     # ------------------------------------------------------------------ runs
     def action_start_run(self) -> None:
@@ -288,7 +359,7 @@ class RunActions:
     def on_run_summaries_loaded(self, message: msg.RunSummariesLoaded) -> None:
         """Let the person pick a run."""
         options = [(s["id"], Text.assemble((s["id"], "bold"), "  ", (s["status"], model.RUN_STATUS_STYLE.get(s["status"], "")),
-                                           f"  {s['mode']}  {s['tasks']} task(s)  ", (s["goal"][:60], "italic")))
+                                           f"  {s['mode']}  {s['tasks']} task(s)  ", (for_line(s["goal"][:60]), "italic")))
                    for s in message.summaries]
         self.app.push_screen(PickDialog("Switch to run", options, highlighted=self.run_id),
                              lambda chosen: self.action_switch_run(chosen) if chosen else None)
@@ -320,6 +391,43 @@ class RunActions:
             screen.use_session(session_id)
         self.app.push_screen(name)
 
+    def action_ask(self) -> None:
+        """Ask the liaison a question about the run shown (answered from its state, read-only)."""
+
+        def asked(question: str | None) -> None:
+            if question:
+                self.notify("the liaison is reading the run's state…", title="ask", timeout=4)
+                self.run_worker(self._ask(question, self.run.id if self.run else None), group="ask",
+                                name="ask the liaison", exit_on_error=False)
+
+        self.app.push_screen(NoteDialog("Ask the liaison", "Where things stand, answered from the run's files "
+                                        "(with the time of the data). It costs a turn and changes nothing.",
+                                        required=True, placeholder="where are we? what is blocked?", ok_label="ask"),
+                             asked)
+
+    async def _ask(self, question: str, run_id: str | None) -> None:
+        from agentbox.core import liaison
+
+        try:
+            answer = await liaison.ask(self.project, question, run_id)
+        except AgentboxError as exc:
+            self.post_message(msg.ActionFailed("ask the liaison", exc.message))
+            return
+        self.post_message(msg.LiaisonAnswered(question, answer))
+
+    def on_liaison_answered(self, message: msg.LiaisonAnswered) -> None:
+        """Show the answer under the time of its data."""
+        from agentbox.core import liaison
+
+        answer = message.answer
+        head = Text.assemble(("liaison", "bold cyan"), (f" · data as of {liaison.stamp(answer.as_of)}", "dim"),
+                             ("\n\n", ""))
+        body = safe_text(answer.text if answer.ok else f"the liaison's turn failed: {answer.error}",
+                         "" if answer.ok else "red")
+        tokens = "unknown" if answer.tokens is None else str(answer.tokens)
+        foot = Text(f"\n\n{tokens} tokens · session {answer.session_id[:8]}", style="dim")
+        self.app.push_screen(ConfirmDialog(Text.assemble(head, body, foot), yes_label="ok"))
+
     def action_history(self, role: str | None = None) -> None:
         """A member's session history."""
         from agentbox.tui.screens.sessions import SessionHistoryScreen
@@ -327,6 +435,14 @@ class RunActions:
         role = self._role(role)
         if role is not None:
             self.app.push_screen(SessionHistoryScreen(self, role))
+
+    def action_live(self, role: str | None = None) -> None:
+        """Watch a member work: the live output of its running (else last) turn."""
+        from agentbox.tui.screens.live import LiveScreen
+
+        role = self._role(role)
+        if role is not None:
+            self.app.push_screen(LiveScreen(self.project, role))
 
     def action_attach(self, role: str | None = None, session_id: str | None = None) -> None:
         """Suspend the dashboard and run the member's tool interactively, resuming its session."""
@@ -343,6 +459,23 @@ class RunActions:
                                      command.pass_fds)
         except AgentboxError as exc:
             self.notify(exc.message, title=f"attach to {role}", severity="error")
+
+    def action_shell(self, task_id: str | None = None) -> None:
+        """Suspend the dashboard and open a shell in the task's worktree, in its role's sandbox."""
+        from agentbox.core.task_shell import sandboxed_shell, shell_argv, task_place
+
+        task_id = task_id or self.selected_task
+        if task_id is None:
+            self.notify("select a task in the queue first", severity="warning")
+            return
+        try:
+            place = task_place(self.project, task_id, self.run_id)
+            with sandboxed_shell(place.agent, shell_argv(None, host=False)) as command:
+                self._suspended_call(command.argv, command.env,
+                                     f"shell in {place.agent.label}'s sandbox · {place.what} — exit to come back",
+                                     command.pass_fds)
+        except AgentboxError as exc:
+            self.notify(exc.message, title=f"shell in {task_id}", severity="error")
 
     def _suspended_call(self, argv: list[str], env: dict[str, str] | None, banner: str,
                         pass_fds: tuple[int, ...] = ()) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from agentbox.core.tasks import TERMINAL_STATES
+from agentbox.core.termtext import for_line
 from agentbox.tui import model
 from agentbox.tui.action_table import enabled
 from agentbox.tui.widgets.artifacts import display_path
@@ -25,7 +26,12 @@ def dashboard_commands(board: DashboardScreen) -> Iterator[Command]:
     """(title, callback, help) of every action the dashboard can do now."""
     run = board.run
     yield "Start a run…", board.action_start_run, "a goal and a mode; the engine runs in the background"
+    yield ("Ask the liaison where things stand…", board.action_ask,
+           "a read-only turn answering from the run's state, with the time of its data")
     if run is not None:
+        if enabled("resume_engine", run, board.engine):
+            yield ("Resume the engine of the run", board.action_resume_engine,
+                   f"{run.id}: its engine is not running (interrupted, killed or a restart)")
         if enabled("resume", run):
             yield "Resume the run", board.action_resume, f"resume {run.id}"
         if enabled("pause", run):
@@ -51,13 +57,18 @@ def dashboard_commands(board: DashboardScreen) -> Iterator[Command]:
         if enabled("changes", run):
             yield "Changes of the run", board.action_changes, "the files each task changed, by role, and the run's stat"
     if run is not None:
+        yield (f"Discard run {run.id}…", board.action_discard,
+               "stop it if it runs; remove its worktrees, branches and state (shows what first)")
         for task in run.tasks.values():
             yield f"Task detail: {task.id}", partial(board.action_task_detail, task.id), f"{task.state} · {task.brief[:70]}"
+            yield (f"Shell in task {task.id}'s worktree", partial(board.action_shell, task.id),
+                   "in its role's sandbox (`agentbox shell --host` for your own)")
     roles = [r.role for r in board.crew.roles] if board.crew else []
     for role in roles:
         yield f"Talk to {role}", partial(board.action_talk, role), "a prompt box resuming its latest session"
         yield f"Session history of {role}", partial(board.action_history, role), "sessions → turns → prompt and result"
         yield f"Attach to {role}", partial(board.action_attach, role), "run its tool interactively, then come back"
+        yield f"Watch {role} live", partial(board.action_live, role), "its running turn's text, tool calls and results"
     for run_id in reversed(board.run_ids):
         if run is None or run_id != run.id:
             yield f"Switch to run {run_id}", partial(board.action_switch_run, run_id), "show another run"
@@ -78,10 +89,15 @@ class AgentboxCommands(Provider):
     """Commands of the dashboard (targets listed by name) for the palette."""
 
     def _commands(self) -> list[Command]:
+        """The commands, their titles and help as the palette shows them: it reads both as markup, and
+        they quote briefs, questions and file names an agent wrote."""
+        from textual.markup import escape
+
         board = getattr(self.app, "dashboard", None)
         if board is None:
             return []
-        return list(dashboard_commands(board))
+        return [(escape(for_line(title)), callback, escape(for_line(help_text)))
+                for title, callback, help_text in dashboard_commands(board)]
 
     async def discover(self) -> Hits:
         """The first commands when nothing is typed yet (typing searches all of them)."""

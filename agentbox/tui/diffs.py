@@ -17,6 +17,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from agentbox.core.engine.models import ChangedPath
+from agentbox.core.termtext import for_line, for_terminal
 
 THEME = "ansi_dark"
 """The code colours (the terminal's own palette, as in the artifact preview)."""
@@ -162,9 +163,9 @@ def file_heading(file: FilePatch) -> Text:
     """`M src/app.py  +3 −1`, a rename as `old → new`."""
     heading = Text.assemble((f" {file.change} ", CHANGE_STYLE.get(file.change, "bold")), " ")
     if file.old_path:
-        heading.append(file.old_path, "bold")
+        heading.append(for_line(file.old_path), "bold")
         heading.append(" → ", "dim")
-    heading.append(file.path, "bold")
+    heading.append(for_line(file.path), "bold")
     if file.binary:
         heading.append("  binary", "dim")
     else:
@@ -180,8 +181,9 @@ def render_file(file: FilePatch) -> Text:
     if not file.lines:
         what = {"R": "renamed, content unchanged", "A": "an empty file"}.get(file.change, "mode change only")
         return Text(f"  {what}", style="dim italic")
+    lines = [for_terminal(line) for line in file.lines]  # a patch holds what an agent wrote: shown, never obeyed
     old_side, new_side = [], []
-    for line in file.lines:
+    for line in lines:
         if line.startswith("@@"):
             continue
         if line[:1] in (" ", "-"):
@@ -195,7 +197,7 @@ def render_file(file: FilePatch) -> Text:
     old_code, new_code = iter(old_lines), iter(new_lines)  # one highlighted line per " " / "-" and " " / "+" line
     body = Text(no_wrap=True, overflow="ellipsis", end="")
     old_no = new_no = 0
-    for line in file.lines:
+    for line in lines:
         hunk = _HUNK.match(line)
         if hunk:
             old_no, new_no = int(hunk.group(1)), int(hunk.group(2))

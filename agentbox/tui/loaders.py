@@ -18,6 +18,7 @@ from agentbox.core.errors import AgentboxError
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.safe_io import inside
 from agentbox.core.sessions import SessionRecord, SessionStore
+from agentbox.core.termtext import for_terminal
 from agentbox.tui import messages as msg
 from agentbox.tui.model import CrewInfo, RoleInfo
 
@@ -101,6 +102,15 @@ def session_turns(project: ProjectPaths, record: SessionRecord) -> msg.TurnsLoad
     return msg.TurnsLoaded(record.id, SessionStore(project.sessions_dir).turns(record))
 
 
+def session_turns_by_id(project: ProjectPaths, session_id: str) -> msg.TurnsLoaded:
+    """Every turn of the session with this id (none when it is gone or unreadable)."""
+    sessions = SessionStore(project.sessions_dir)
+    try:
+        return msg.TurnsLoaded(session_id, sessions.turns(sessions.find(session_id)))
+    except (AgentboxError, TypeError, ValueError):
+        return msg.TurnsLoaded(session_id, [])
+
+
 def tail_events(project: ProjectPaths, run_id: str, limit: int = EVENTS_SHOWN) -> msg.EventsRead:
     """The end of a run's decision log, and where to follow it from (nothing when the log is damaged)."""
     try:
@@ -161,7 +171,7 @@ def read_text(path: str, root: Path | None = None) -> msg.TextLoaded:
     truncated = len(data) > PREVIEW_BYTES
     if b"\0" in data[:8192]:
         return msg.TextLoaded(path, "", error="binary file")
-    text = data[:PREVIEW_BYTES].decode("utf-8", errors="replace")
+    text = for_terminal(data[:PREVIEW_BYTES].decode("utf-8", errors="replace"))  # shown, never obeyed
     return msg.TextLoaded(path, text, truncated, highlighted=highlight(path, text))
 
 

@@ -153,6 +153,14 @@ class ActionFailed(Message):
 
 
 @dataclass
+class LiaisonAnswered(Message):
+    """The liaison answered a question asked from the dashboard."""
+
+    question: str
+    answer: Any
+
+
+@dataclass
 class MemberReplied(Message):
     """A member answered a prompt from the talk box."""
 
@@ -221,6 +229,15 @@ class TaskDiffLoaded(Message):
 
 
 @dataclass
+class DiscardPlanned(Message):
+    """What discarding a run would remove, read for the person to confirm."""
+
+    run_id: str
+    lines: list[str]
+    error: str | None = None
+
+
+@dataclass
 class RunStatRead(Message):
     """The stat of everything a worktree run's branch holds over its base (what a merge brings)."""
 
@@ -235,3 +252,16 @@ class RunStatusChanged(Message):
 
     run: Run
     previous: str
+
+
+@dataclass
+class LiveOutputRead(Message):
+    """A member's live view was read: the turn it shows and what it added since the last read."""
+
+    turn: str
+    """Which session and turn the events belong to ("" when the member has had no turn)."""
+    heading: str
+    events: list[Any] = field(default_factory=list)
+    """`agentbox.core.live.LiveEvent`s, oldest first."""
+    switched: bool = False
+    """The events start a turn other than the one shown so far."""

@@ -217,6 +217,31 @@ def queue_groups(run: Run | None) -> list[tuple[str, list[Task]]]:
 
 
 # ----------------------------------------------------------------------------- members
+def run_crew(run: Run) -> set[str] | None:
+    """The roles that take part in `run` (None: any role may, as in handoff mode).
+
+    The mode's settings name some (a lead, a reviewer, the steps, the speakers, the graph's
+    nodes); the rest are the roles the run gave work to (task assignees, turns run).
+    """
+    contract = run.contract
+    settings: Any = contract.settings
+    named: set[str] = set()
+    if contract.mode == "handoff":
+        return None
+    if contract.mode == "hierarchical":
+        named |= {settings.lead, *([settings.reviewer] if settings.reviewer else []),
+                  *(getattr(settings, "reviewers", None) or [])}
+    elif contract.mode == "sequential":
+        named |= set(settings.steps)
+    elif contract.mode == "group_chat":
+        named |= {*settings.speakers, *(r for r in (settings.lead, settings.done_role) if r)}
+    elif contract.mode == "graph" and contract.graph is not None:
+        named |= {node.role for node in contract.graph.nodes}
+    named |= {task.assignee for task in run.tasks.values()}
+    named |= {job.role for job in run.jobs.values()}
+    return named
+
+
 def member_rows(crew: CrewInfo | None, run: Run | None, sessions: Mapping[str, Any],
                 samples: Mapping[str, Any]) -> list[MemberRow]:
     """One row per member (busy ones first, then crew order): state, task, session, tokens, process."""
@@ -224,6 +249,9 @@ def member_rows(crew: CrewInfo | None, run: Run | None, sessions: Mapping[str, A
     if run is not None:
         known = {r.role for r in roles}
         roles += [RoleInfo(role, profile, "?") for role, profile in run.contract.roles.items() if role not in known]
+        taking_part = run_crew(run)
+        if taking_part is not None:
+            roles = [info for info in roles if info.role in taking_part]
     records = list(sessions.values())
     rows = []
     for info in roles:

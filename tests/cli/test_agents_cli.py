@@ -179,10 +179,10 @@ def test_sessions_table_json_and_show(project: Path) -> None:
     table = run_cli("sessions", cwd=project)
     assert table.code == 0, table.err
     lines = table.out.splitlines()
-    assert lines[0].split() == ["ROLE", "SESSION", "TOOL", "TURNS", "TOKENS", "LAST", "UPDATED"]
-    rows = {line.split()[1]: line.split() for line in lines[1:]}
-    assert rows[b["session"]][:6] == ["builder", b["session"], "scripted", "2", "7,900", "ok"]
-    assert rows[t["session"]][:6] == ["tester", t["session"], "scripted", "1", "3,950", "ok"]
+    assert lines[0].split() == ["ROLE", "SESSION", "TOOL", "RUN", "TASK", "TURNS", "TOKENS", "LAST", "UPDATED"]
+    rows = {line.split()[1]: line.split() for line in lines[1:]}  # sessions of `invoke`: no run, no task
+    assert rows[b["session"]][:8] == ["builder", b["session"], "scripted", "-", "-", "2", "7,900", "ok"]
+    assert rows[t["session"]][:8] == ["tester", t["session"], "scripted", "-", "-", "1", "3,950", "ok"]
     only_tester = run_cli("sessions", "tester", cwd=project)
     assert b["session"] not in only_tester.out and t["session"] in only_tester.out
 
@@ -222,7 +222,8 @@ def test_sessions_of_failed_and_unknown_usage_turns(project: Path, agent_box_hom
 
 def test_sessions_empty(project: Path) -> None:
     result = run_cli("sessions", cwd=project)
-    assert result.code == 0 and result.out.split() == ["ROLE", "SESSION", "TOOL", "TURNS", "TOKENS", "LAST", "UPDATED"]
+    assert result.code == 0 and result.out.split() == ["ROLE", "SESSION", "TOOL", "RUN", "TASK", "TURNS", "TOKENS",
+                                                       "LAST", "UPDATED"]
     assert json.loads(run_cli("sessions", "--json", cwd=project).out) == []
 
 

@@ -98,6 +98,19 @@ def test_init_into_a_file_is_a_clean_error(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
+def test_init_in_a_git_repository_suggests_committing_the_crew(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "sub").mkdir()
+    result = run_cli("init", "sub", cwd=tmp_path)
+    assert result.code == 0, result.err
+    assert "git add .agent-box && git commit" in result.out
+    outside = tmp_path.parent / f"{tmp_path.name}-nogit"
+    outside.mkdir()
+    result = run_cli("init", cwd=outside)
+    assert result.code == 0, result.err
+    assert "git add" not in result.out
+
+
 def test_init_into_a_named_directory(tmp_path: Path) -> None:
     target = tmp_path / "elsewhere"
     target.mkdir()

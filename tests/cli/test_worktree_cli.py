@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -23,6 +24,8 @@ def finished_run(project: Path, deliver: str = "manual") -> str:
     setup_crew(project, worker=worker, deliver=deliver,
                tasks=[task("t1", "builder", writes=["src/**"]), task("t2", "tester", writes=["tests/**"])])
     git(project, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "commit", "-qam", "crew")
+    time.sleep(1.1)
+    os.utime(project / "README.md")  # an editor saved it unchanged: the index's stat data is stale now
     done = run_cli("run", "build it", "--quiet", cwd=project, timeout=180)
     assert done.code == 0, done.err
     return json.loads(run_cli("status", "--json", cwd=project).out)["id"]
@@ -39,6 +42,7 @@ def test_diff_status_merge_and_clean(project: Path) -> None:
     shown = run_cli("status", run_id, cwd=project).out
     assert f"workspace: worktree · agentbox/{run_id}" in shown and f"agentbox merge {run_id}" in shown
     assert "2 merged" in shown  # t1 changed two files, merged
+    assert f"`agentbox merge {run_id}` brings it into main" in shown
     stat = run_cli("diff", run_id, "--stat", cwd=project)
     assert stat.code == 0 and "src/t1/code.py" in stat.out and "tests/test_x.py" in stat.out and "@@" not in stat.out
     one = json.loads(run_cli("diff", run_id, "t2", "--json", cwd=project).out)
@@ -49,7 +53,10 @@ def test_diff_status_merge_and_clean(project: Path) -> None:
     head = git(project, "rev-parse", "HEAD")
     (project / "src" / "app.py").write_text("print('mine')\n")
     refused = run_cli("merge", run_id, cwd=project)
-    assert refused.code == 2 and "src/app.py" in refused.err and "stash" in refused.err
+    assert refused.code == 2
+    assert refused.err == (f"error: bringing run {run_id} into main would overwrite your uncommitted changes to "
+                           f"src/app.py in {project}\n"
+                           "hint: commit or stash your changes (git stash), then run `agentbox merge` again\n")
     assert git(project, "rev-parse", "HEAD") == head and (project / "src" / "app.py").read_text() == "print('mine')\n"
     git(project, "checkout", "--", "src/app.py")
 
@@ -77,12 +84,16 @@ def test_a_shared_run_has_no_diff_and_doctor_lists_what_runs_left(project: Path)
     assert run_cli("run", "build it", "--quiet", cwd=project, timeout=180).code == 0
     shared = run_cli("diff", cwd=project)
     assert shared.code == 2 and "shared workspace" in shared.err and "Traceback" not in shared.err
+    assert "`git diff` shows what your tree holds now" in shared.err  # a git repository: git diff helps
     # a branch of a run agentbox has no record of is listed by doctor
     git(project, "branch", "agentbox/run-20200101-000000-dead", "HEAD")
     report = json.loads(run_cli("doctor", "--json", cwd=project).out)
     (check,) = [c for c in report["checks"] if c["name"] == "worktrees"]
     assert check["status"] == "warn" and "run-20200101-000000-dead" in check["detail"]
     assert subprocess.run(["git", "-C", str(project), "worktree", "list"], capture_output=True).returncode == 0
+    subprocess.run(["rm", "-rf", str(project / ".git")], check=True)  # no git at all: `git diff` would not help
+    outside = run_cli("diff", cwd=project)
+    assert outside.code == 2 and "git diff" not in outside.err and "agentbox status" in outside.err
 
 
 def test_a_done_run_asks_to_merge_and_the_answer_merges(project: Path) -> None:
@@ -93,6 +104,7 @@ def test_a_done_run_asks_to_merge_and_the_answer_merges(project: Path) -> None:
     squashed = run_cli("answer", run_id, cp["id"], "squash", cwd=project)
     assert squashed.code == 0, squashed.err
     assert len(git(project, "log", "-1", "--format=%P", "HEAD").split()) == 1  # one commit, no merge
+    assert git(project, "log", "-1", "--format=%s", "HEAD").strip() == "build it"  # titled by the goal
     assert (project / "tests" / "test_x.py").exists()
 
 
@@ -163,3 +175,36 @@ def test_two_worktree_runs_at_once_keep_apart_and_a_second_shared_writer_is_refu
         assert "workspace: worktree" in refused.err and "Traceback" not in refused.err
     finally:
         _wait_done(project, run_id)
+
+
+def test_a_run_starts_from_another_base_and_an_unknown_one_is_refused(project: Path) -> None:
+    make_repo(project)
+    setup_crew(project, tasks=[task("t1", "builder", writes=["src/**"])], deliver="checkpoint")
+    git(project, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "commit", "-qam", "crew")
+    git(project, "branch", "release")
+    older = git(project, "rev-parse", "HEAD").strip()
+    (project / "src" / "later.py").write_text("later\n")
+    git(project, "add", "-A")
+    git(project, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "commit", "-qm", "later")
+    unknown = run_cli("run", "build it", "--base", "nosuch", cwd=project)
+    assert unknown.code == 2 and "Traceback" not in unknown.err
+    assert unknown.err.startswith("error: --base nosuch: there is no branch, tag or commit nosuch in this repository")
+    assert run_cli("runs", "--json", cwd=project).out.strip() in ("[]", "")  # no run was made
+    done = run_cli("run", "build it", "--base", "release", "--quiet", cwd=project, timeout=180)
+    assert done.code == 0, done.err
+    status = json.loads(run_cli("status", "--json", cwd=project).out)
+    assert status["git"]["base"] == older and status["git"]["branch"] == "release"
+    branch = status["git"]["integration_branch"]
+    assert "later.py" not in git(project, "ls-tree", "-r", "--name-only", branch)  # the run saw release, not HEAD
+    (cp,) = [c for c in status["checkpoints"].values() if c["status"] == "open"]
+    assert "into release?" in cp["question"]
+    by_commit = run_cli("run", "again", "--base", older[:10], "--quiet", cwd=project, timeout=180)
+    assert by_commit.code == 0, by_commit.err
+    second = json.loads(run_cli("status", "--json", cwd=project).out)
+    assert second["git"]["base"] == older and second["git"]["branch"] is None
+    assert not [c for c in second["checkpoints"].values() if c["status"] == "open"]  # no branch to ask about
+    shown = run_cli("status", second["id"], cwd=project).out
+    assert f"`agentbox merge {second['id']} --into BRANCH` brings it into a branch of yours" in shown
+    refused = run_cli("merge", second["id"], cwd=project)
+    assert refused.code == 2 and "--into BRANCH" in refused.err
+    assert run_cli("merge", second["id"], "--into", "release", cwd=project).code == 0

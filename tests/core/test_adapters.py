@@ -100,7 +100,7 @@ class TestClaudeArgv:
 
     def test_new(self) -> None:
         cmd = self.a.build(req("claude"))
-        assert cmd.argv == ["/opt/bin/claude", "-p", "--output-format", "json", "--session-id", SID,
+        assert cmd.argv == ["/opt/bin/claude", "-p", "--output-format", "stream-json", "--verbose", "--session-id", SID,
                             "--permission-mode", "bypassPermissions"]
         assert cmd.stdin == b"do the thing" and cmd.env == {}
 

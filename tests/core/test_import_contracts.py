@@ -120,7 +120,7 @@ def test_nothing_in_the_engine_imports_its_loop() -> None:
 
 
 def test_core_never_imports_a_face() -> None:
-    assert _violations("agentbox.core", ("agentbox.cli", "agentbox.tui")) == []
+    assert _violations("agentbox.core", ("agentbox.cli", "agentbox.tui", "agentbox.mcp", "agentbox.web")) == []
 
 
 def test_runtimes_know_nothing_of_runs() -> None:
@@ -140,9 +140,10 @@ def test_the_faces_go_through_the_same_services() -> None:
 
 def test_the_sandbox_and_safe_io_stand_alone() -> None:
     """The security layer imports nothing of sessions, runs or faces (it is easy to audit)."""
-    for module in ("agentbox.core.sandbox", "agentbox.core.seccomp", "agentbox.core.scopes", "agentbox.core.safe_io"):
+    for module in ("agentbox.core.sandbox", "agentbox.core.seccomp", "agentbox.core.scopes", "agentbox.core.safe_io",
+                   "agentbox.core.protected"):
         allowed = {"agentbox.core.errors", "agentbox.core.runtimes.base", "agentbox.core.seccomp",
-                   "agentbox.core.safe_io"}  # each other and the error types, nothing more
+                   "agentbox.core.safe_io", "agentbox.core.protected"}  # each other and the error types, nothing more
         assert GRAPH[module] <= allowed, (module, GRAPH[module] - allowed)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 from pathlib import Path
@@ -268,3 +269,29 @@ def test_unreadable_v1_db_is_ignored(v1_home: Path) -> None:
     (v1_home / "agent-box.db").write_bytes(b"not a sqlite file at all")
     names = {info.name for info in profiles.all_profiles()}
     assert "old-claude" in names and "old-codex" not in names
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "directory", "huge", "missing"])
+def test_a_scenario_must_be_a_bounded_regular_file(agent_box_home: Path, project: Path, kind: str) -> None:
+    from tests.conftest import run_cli
+
+    directory = agent_box_home / "profiles" / "scripty"
+    directory.mkdir(parents=True)
+    scenario = {"device": "/dev/zero", "fifo": "fifo.json", "directory": ".", "huge": "huge.json",
+                "missing": "missing.json"}[kind]
+    if kind == "fifo":
+        os.mkfifo(directory / "fifo.json")
+    elif kind == "huge":
+        with open(directory / "huge.json", "wb") as handle:  # sparse: no disk spent
+            handle.truncate(profiles.SCENARIO_MAX_BYTES + 1)
+    (directory / "profile.yaml").write_text(f"name: scripty\nruntime:\n  tool: scripted\n  scenario: {scenario}\n")
+    with pytest.raises(ConfigError) as refused:
+        profiles.resolve("scripty")
+    assert refused.value.file == directory / "profile.yaml" and refused.value.line == 4
+    assert refused.value.field == "runtime.scenario"
+    shown = run_cli("profile", "show", "scripty", cwd=project)
+    assert shown.code == 2 and "profile.yaml:4" in shown.err and "runtime.scenario" in shown.err
+    assert "Traceback" not in shown.err
+    doctor = run_cli("doctor", "--json", cwd=project)
+    checks = {c["name"]: c for c in json.loads(doctor.out)["checks"]}
+    assert checks["profiles"]["status"] != "ok" and "runtime.scenario" in checks["profiles"]["detail"]

@@ -607,3 +607,24 @@ def test_system_prompt_file_errors(agent: Agent, tmp_path: Path) -> None:
     assert missing.returncode == 2 and "--append-system-prompt-file" in missing.stderr
     both = agent.run("-p", "x", "--append-system-prompt", "a", "--append-system-prompt-file", str(tmp_path))
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "directory", "huge", "not-utf8"])
+def test_a_scenario_that_is_no_bounded_file_is_refused_without_reading_it_all(
+    agent: Agent, tmp_path: Path, kind: str
+) -> None:
+    if kind == "device":
+        agent.scenario = Path("/dev/zero")
+    elif kind == "fifo":
+        agent.scenario = tmp_path / "fifo.json"
+        os.mkfifo(agent.scenario)  # nobody writes it: a blocking read would never end
+    elif kind == "directory":
+        agent.scenario = tmp_path
+    elif kind == "huge":
+        agent.script(" " * (2 << 20) + "{}")
+    else:
+        agent.scenario = tmp_path / "latin.json"
+        agent.scenario.write_bytes(b'{"fallback": {"reply": "\xff"}}')
+    done = agent.run("-p", "x", "--session-id", SID)
+    assert done.returncode == 2 and done.stderr.startswith(f"Error: scenario {agent.scenario}: "), done.stderr
+    assert "Traceback" not in done.stderr

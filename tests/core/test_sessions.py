@@ -285,3 +285,24 @@ def test_sessions_show_refuses_a_glob_through_the_cli(project: Path) -> None:
     for bad in ("*", "../../etc/passwd", "?"):
         result = run_cli("sessions", "show", bad, cwd=project, timeout=30)
         assert result.code == 2 and "invalid session id" in result.err and "Traceback" not in result.err
+
+
+def test_a_pid_note_that_cannot_be_written_prints_no_traceback(tmp_path: Path) -> None:
+    """The pid note runs as an event-loop callback mid-turn: a record it cannot write (a full
+    disk, here a directory that cannot be made) must not surface as asyncio's "Exception in
+    callback" traceback; the turn's end writes the record and reports what is wrong."""
+    from agentbox.core.invoke import _note_pid
+
+    (tmp_path / "file").write_text("not a directory")
+    record = _record()
+    record.running = {"turn": 1, "pid": None, "started": 1.0, "log": None}
+    failures: list[dict[str, Any]] = []
+
+    async def note() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, context: failures.append(context))
+        loop.call_soon(_note_pid, SessionStore(tmp_path / "file" / "sessions"), record)
+        await asyncio.sleep(0.05)
+
+    asyncio.run(note())
+    assert failures == []

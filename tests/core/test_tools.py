@@ -49,3 +49,25 @@ def test_doctor_checks_every_agent_cli(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(doctor, "check_sandbox", lambda: doctor.Check("sandbox", "ok", "-"))
     doctor.run_checks()
     assert sorted(checked) == sorted(AGENT_CLIS)
+
+
+def test_a_failure_said_twice_by_a_tool_is_reported_once() -> None:
+    from agentbox.core.profile_check import _one_account
+
+    said = "Not logged in · Please run /login"
+    assert _one_account(said, said) == said
+    assert _one_account(said, f"{said}\n") == said
+    assert _one_account("error 401", f"{said} (error 401)") == f"{said} (error 401)"
+    assert _one_account(None, "", said) == said
+    assert _one_account("spawn failed", said) == f"spawn failed {said}"
+
+
+def test_opencode_jsonc_names_the_endpoint_and_model(tmp_path: Path) -> None:
+    from agentbox.core.profile_check import _read_jsonc
+
+    path = tmp_path / "opencode.jsonc"
+    path.write_text('{\n  // my local server\n  "model": "local/qwen", /* the default */\n'
+                    '  "provider": {"local": {"options": {"baseURL": "http://127.0.0.1:8080/v1",},},},\n}\n')
+    data = _read_jsonc(path)
+    assert data["model"] == "local/qwen"
+    assert data["provider"]["local"]["options"]["baseURL"] == "http://127.0.0.1:8080/v1"  # "//" in a string kept

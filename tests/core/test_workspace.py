@@ -350,9 +350,38 @@ def test_a_merge_in_progress_cannot_be_a_base(repo: Path) -> None:
     write(repo, "a.txt", "main\n")
     sh(repo, "commit", "-qam", "main")
     sh(repo, "merge", "-q", "side", ok=False)
-    with pytest.raises(UsageError, match=r"\(unmerged: a.txt\)") as caught:
+    with pytest.raises(UsageError, match=r"unmerged files a.txt$") as caught:
         snapshot_base(repo)
     assert "merge in progress" in (caught.value.hint or "")
+
+
+@pytest.mark.parametrize("dirty", [False, True], ids=["clean", "dirty"])
+def test_a_touched_file_a_locked_index_or_a_detached_head_still_make_a_base(repo: Path, dirty: bool) -> None:
+    time.sleep(1.1)  # so the touch below really changes the stat data git keeps
+    for name in ("a.txt", "b.txt"):
+        os.utime(repo / name)  # an editor's save, a build: stat data stale, content the same
+    if dirty:
+        write(repo, "b.txt", "bee (mine)\n")
+    (repo / ".git" / "index.lock").write_text("")  # another git (an editor's) holds the index
+    before = user_state(repo)
+    base = snapshot_base(repo)
+    assert base.dirty is dirty and base.head == head(repo)
+    assert sh(repo, "show", f"{base.commit}:b.txt") == ("bee (mine)\n" if dirty else "bee\n")
+    assert user_state(repo) == before and (repo / ".git" / "index.lock").exists()
+    (repo / ".git" / "index.lock").unlink()
+    sh(repo, "checkout", "-q", "--detach")
+    os.utime(repo / "a.txt")
+    detached = snapshot_base(repo)
+    assert detached.branch is None and detached.head == head(repo) and detached.dirty is dirty
+
+
+def test_a_base_git_refuses_names_gits_own_reason(repo: Path) -> None:
+    (repo / ".git" / "index").write_bytes(b"DIRC\0\0\0\2garbage")
+    with pytest.raises(UsageError) as caught:
+        snapshot_base(repo)
+    assert caught.value.message == ("cannot record your uncommitted changes as the run's base: fatal: "
+                                    "a copy of your index: index file smaller than expected")
+    assert "merge" not in (caught.value.hint or "")
 
 
 def test_a_task_branch_that_exists_is_not_moved(repo: Path) -> None:
@@ -363,6 +392,52 @@ def test_a_task_branch_that_exists_is_not_moved(repo: Path) -> None:
     remove_task_worktree(repo, "r1", "t1", keep_spare=False)
     assert ensure_task_worktree(repo, "r1", "t1").path.is_dir()
     assert head(repo, task_branch("r1", "t1")) == first
+
+
+_MAKE_WORKTREES = """
+import sys
+from pathlib import Path
+from agentbox.core.workspace import ensure_task_worktree, remove_task_worktree
+root, run_id = Path(sys.argv[1]), sys.argv[2]
+for task_id in sys.argv[3:]:
+    ensure_task_worktree(root, run_id, task_id)
+    remove_task_worktree(root, run_id, task_id)
+    ensure_task_worktree(root, run_id, task_id + "b")
+"""
+
+
+def test_worktrees_are_made_safely_by_many_tasks_and_runs_at_once(repo: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    for index in range(100):
+        write(repo, f"files/f{index}.txt", f"{index}\n" * 50)
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-qm", "more files")
+    runs = ["r1", "r2", "r3", "r4"]
+    for run_id in runs:
+        start(repo, run_id)
+    jobs = [(run_id, f"t{index}") for run_id in runs[:2] for index in range(10)]
+
+    def make(job: tuple[str, str]) -> None:
+        run_id, task_id = job
+        ensure_task_worktree(repo, run_id, task_id)
+        remove_task_worktree(repo, run_id, task_id)
+        ensure_task_worktree(repo, run_id, f"{task_id}b")
+
+    others = [subprocess.Popen([sys.executable, "-c", _MAKE_WORKTREES, str(repo), run_id,
+                                *(f"p{n}{index}" for index in range(4))], stderr=subprocess.PIPE, text=True)
+              for n, run_id in enumerate(runs[2:] * 2)]  # other engines, in processes of their own
+    with ThreadPoolExecutor(12) as pool:  # tasks of one engine, in its worker threads
+        list(pool.map(make, jobs))
+    failures = [proc.communicate(timeout=120)[1] for proc in others]
+    assert [proc.returncode for proc in others] == [0] * len(others), failures
+    listed = sh(repo, "worktree", "list", "--porcelain")
+    for run_id, task_id in [*((r, t + "b") for r, t in jobs),
+                            *((runs[2:][n % 2], f"p{n}{i}b") for n in range(4) for i in range(4))]:
+        path = task_worktree_path(repo / ".git", run_id, task_id)
+        assert f"worktree {path}\n" in listed and sh(path, "symbolic-ref", "HEAD").strip() == \
+            f"refs/heads/{task_branch(run_id, task_id)}"
+        assert (path / "files" / "f99.txt").read_text() == "99\n" * 50
 
 
 def test_a_finished_worktree_is_reused_by_the_next_task(repo: Path) -> None:
@@ -640,6 +715,75 @@ def test_delivery_from_a_snapshot_brings_only_the_runs_work(repo: Path) -> None:
     assert sh(repo, "rev-parse", f"{done.commit}^1").strip() == user_head
     assert (repo / "a.txt").read_text() == "one\ntwo (mine, uncommitted)\nthree\n", "still theirs, uncommitted"
     assert sh(repo, "status", "--porcelain") == " M a.txt\n"
+
+
+SECRET = "SECRET_TOKEN=abc123 # wip, never commit"
+
+
+@pytest.mark.parametrize("squash", [False, True], ids=["merge", "squash"])
+def test_uncommitted_work_the_run_started_from_never_enters_the_branchs_history(repo: Path, squash: bool) -> None:
+    write(repo, "a.txt", f"one\ntwo\nthree\n{SECRET}\n")  # the person's, uncommitted
+    base = start(repo)
+    assert base.dirty
+    work(repo, "t1", {"x.txt": "x\n"})
+    merge_task(repo, "r1", "t1")
+    work(repo, "t2", {"y.txt": "y\n", "b.txt": "bee by t2\n"})
+    merge_task(repo, "r1", "t2")
+    done = deliver(repo, "r1", into=None, squash=squash, base=base, goal="add x and y\nin detail")
+    history = sh(repo, "log", "-p", "main")
+    assert SECRET not in history and SECRET not in sh(repo, "log", "-p", "--all", "--not", "--glob=refs/agentbox/*",
+                                                      "--glob=refs/heads/agentbox/*")
+    assert (repo / "a.txt").read_text().endswith(f"{SECRET}\n"), "still the person's, in their tree"
+    assert sh(repo, "status", "--porcelain") == " M a.txt\n", "and still uncommitted"
+    assert (repo / "x.txt").read_text() == "x\n" and (repo / "b.txt").read_text() == "bee by t2\n"
+    assert sh(repo, "show", f"{done.commit}:a.txt") == "one\ntwo\nthree\n"
+    if squash:
+        assert sh(repo, "log", "-1", "--format=%s", done.commit).strip() == "add x and y"
+    else:  # the merged work reads as one commit per task, authored by its role, with its commits listed
+        log = sh(repo, "log", "--format=%s|%an", f"{done.commit}^1..{done.commit}^2")
+        assert log.splitlines() == ["agentbox: merge task t2 into run r1|worker (profile coder)",
+                                    "agentbox: merge task t1 into run r1|worker (profile coder)"]
+        body = sh(repo, "log", "-1", "--format=%b", f"{done.commit}^2")
+        assert "- t2: work (worker (profile coder))" in body
+        assert sh(repo, "log", "-1", "--format=%s", done.commit).startswith(f"Merge {integration_branch('r1')} into main")
+    assert deliver(repo, "r1", into=None, squash=squash, base=base).already
+    plan = clean(repo, "r1")  # delivered: the run's branches go, and with them the last ref to the snapshot
+    assert integration_branch("r1") in plan.branches and not plan.refused
+    assert SECRET not in sh(repo, "log", "-p", "--all")
+
+
+def test_a_run_that_changed_the_uncommitted_lines_waits_until_the_person_commits_them(repo: Path) -> None:
+    write(repo, "a.txt", "one\ntwo (mine)\nthree\n")
+    base = start(repo)
+    work(repo, "t1", {"a.txt": "one\ntwo (mine, and the run's)\nthree\n"})
+    merge_task(repo, "r1", "t1")
+    before = user_state(repo)
+    with pytest.raises(MergeConflictError) as caught:
+        deliver(repo, "r1", into=None, squash=False, base=base)
+    assert caught.value.paths == ["a.txt"] and "commit those changes of yours on main" in (caught.value.hint or "")
+    assert user_state(repo) == before
+    sh(repo, "commit", "-qam", "mine")  # the person's own commit: now the run merges as it is
+    done = deliver(repo, "r1", into=None, squash=False, base=base)
+    assert (repo / "a.txt").read_text() == "one\ntwo (mine, and the run's)\nthree\n"
+    assert sh(repo, "status", "--porcelain") == "" and not done.empty
+
+
+@pytest.mark.parametrize("dirty", [False, True], ids=["clean", "dirty"])
+def test_a_run_that_changes_nothing_makes_no_commit(repo: Path, dirty: bool) -> None:
+    if dirty:
+        write(repo, "a.txt", f"{SECRET}\n")
+    base = start(repo)
+    tree = ensure_task_worktree(repo, "r1", "t1")
+    assert commit_turn(tree.path, message="t1: nothing", **ROLE) is None
+    write(tree.path, "x.txt", "x\n")
+    commit_turn(tree.path, message="t1: x", **ROLE)
+    (tree.path / "x.txt").unlink()
+    commit_turn(tree.path, message="t1: x again gone", **ROLE)  # commits, and no net change
+    merge_task(repo, "r1", "t1")
+    user_head = head(repo)
+    done = deliver(repo, "r1", into=None, squash=False, base=base)
+    assert done.empty and not done.already and done.commit == user_head == head(repo)
+    assert SECRET not in sh(repo, "log", "-p", "main")
 
 
 def test_a_squashed_delivery_is_one_commit_and_happens_once(repo: Path) -> None:

@@ -184,6 +184,8 @@ def test_a_forward_fail_edge_routes_to_a_later_node(project: Path) -> None:
     assert list(run.tasks) == ["build", "deploy", "rollback"]
     assert not of_type(events(paths, run.id), "retry")  # a forward route is no retry
     assert "Remediation: roll back" in turn_prompts(paths, "ops")[-1]
+    (row,) = [line for line in run_cli("status", run.id, cwd=project).out.splitlines() if line.startswith("deploy ")]
+    assert "failed (routed)" in row and "approved" not in row, row  # closed on its failure, not approved
 
 
 def test_a_node_question_waits_for_the_human_answer(project: Path) -> None:

@@ -117,7 +117,12 @@ async def test_hierarchical_work_is_delivered_into_the_persons_branch_when_crew_
     # delivered at once: one merge commit on the person's branch, their own changes kept
     assert run.git.delivered == git(project, "rev-parse", "HEAD").strip()
     parents = git(project, "log", "-1", "--format=%P", "HEAD").split()
-    assert parents == [head, git(project, "rev-parse", run.git.integration_branch).strip()]
+    assert parents[0] == head and len(parents) == 2
+    # crew.yaml is the person's uncommitted change, so the run started from a snapshot of it:
+    # the merge brings the run's tasks replayed without it, and the snapshot is in no history of theirs
+    assert run.git.dirty and run.git.base not in git(project, "rev-list", "HEAD").split()
+    assert git(project, "log", "--format=%s", f"{head}..{parents[1]}").splitlines() == \
+        [f"agentbox: merge task {t} into run {run.id}" for t in ("t2", "t1")]
     assert (project / "tests" / "h_seen.py").read_text() == "H = 1\n"
     assert git(project, "status", "--porcelain") == before["status"]  # crew.yaml still the person's change
     assert git(project, "stash", "list") == before["stash"]

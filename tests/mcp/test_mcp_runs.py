@@ -6,15 +6,20 @@ The engine runs detached (as `start_run` starts it), the crew is scripted under 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx2
 import psutil
 import pytest
 from mcp import ClientSession
@@ -23,6 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from agentbox.core import runs
 from agentbox.core.engine.models import Run
 from agentbox.core.paths import ProjectPaths
+from tests.conftest import run_cli
 from tests.engine.support import review_rule, setup_crew, task
 from tests.mcp.support import Progress, connected
 
@@ -116,7 +122,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-async def test_http_transport_listens_on_loopback_only(project: Path) -> None:
+async def test_http_transport_listens_on_loopback_only_and_needs_the_token(project: Path, agent_box_home: Path) -> None:
     setup_crew(project)
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "agentbox", "--project", str(project), "mcp", "--http", str(port)],
@@ -132,7 +138,30 @@ async def test_http_transport_listens_on_loopback_only(project: Path) -> None:
                 listening = [c.laddr.ip for c in psutil.Process(server.pid).net_connections("inet")
                              if c.status == psutil.CONN_LISTEN]
         assert listening == ["127.0.0.1"]
-        async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write), \
+        token_file = agent_box_home / "mcp-token"
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        token = token_file.read_text().strip()
+        registration = json.loads(run_cli("mcp", "--print-config", "claude", "--http", str(port), cwd=project).out)
+        assert registration["mcpServers"]["agentbox"] == {
+            "type": "http", "url": f"http://127.0.0.1:{port}/mcp", "headers": {"Authorization": f"Bearer {token}"}}
+
+        initialize = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode()
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Bearer {token}x"},
+                        {"Authorization": token}, {"Authorization": f"Basic {token}"}):
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=initialize, method="POST", headers={
+                "Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers})
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            assert refused.value.code == 401, headers
+            assert refused.value.headers["WWW-Authenticate"].startswith("Bearer")
+        bare = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", method="GET")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(bare, timeout=10)
+        assert refused.value.code == 401
+
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http, \
+                streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http) as (read, write), \
                 ClientSession(read, write) as session:
             await session.initialize()
             names = {tool.name for tool in (await session.list_tools()).tools}
@@ -149,6 +178,4 @@ async def test_http_transport_listens_on_loopback_only(project: Path) -> None:
 
 
 def test_a_bad_port_is_refused(project: Path) -> None:
-    from tests.conftest import run_cli
-
     assert run_cli("mcp", "--http", "70000", cwd=project).code == 2

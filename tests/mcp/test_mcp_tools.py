@@ -19,7 +19,7 @@ from tests.mcp.support import Progress, connected
 pytestmark = pytest.mark.bwrap
 
 TOOLS = {"list_roles", "invoke_role", "start_run", "run_status", "list_checkpoints", "answer_checkpoint",
-         "approve_task", "rework_task", "cancel"}
+         "approve_task", "rework_task", "cancel", "ask", "resume_run", "discard_run"}
 
 
 def _helper_crew(project: Path) -> ProjectPaths:

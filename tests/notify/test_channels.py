@@ -133,6 +133,15 @@ def test_a_desktop_notification_goes_through_notify_send(tmp_path: Path) -> None
         "--app-name=agentbox", "--urgency=normal", "--", "agentbox: run done", "-goal text"]
 
 
+def test_a_desktop_notification_shows_markup_and_escapes_as_text(tmp_path: Path) -> None:
+    command = desktop_command({"PATH": str(tmp_path), "DISPLAY": ":0"}) if _fake_notify_send(tmp_path) else None
+    assert command is not None
+    show_desktop(command, "cp-1\x1b[2J waits", "<b>yes</b> & <a href='x'>no</a>\x1b]52;c;eA==\x07", urgent=True,
+                 environ={"PATH": str(tmp_path)})
+    assert (tmp_path / "shown.txt").read_text().splitlines()[-2:] == [
+        "cp-1␛[2J waits", "&lt;b&gt;yes&lt;/b&gt; &amp; &lt;a href='x'&gt;no&lt;/a&gt;␛]52;c;eA==␇"]
+
+
 def test_a_broken_desktop_is_silent(tmp_path: Path) -> None:
     broken = tmp_path / "notify-send"
     broken.write_text("#!/bin/sh\necho 'cannot connect to the bus' >&2\nexit 1\n")

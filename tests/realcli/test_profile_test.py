@@ -54,6 +54,8 @@ def test_ok(tool: str, make_profile, fake: FakeView) -> None:
     assert report["native_id"] and report["session_id"]
     assert report["usage"]["output_tokens"] and report["latency_s"] > 0
     assert fake.model_requests(), "the real CLI talked to the fake model"
+    if tool == "claude":  # the test's throwaway directory leaves no folder in claude's projects
+        assert not list((profile_config(name, "claude") / "projects").glob("*agentbox-test*"))
 
 
 def test_key_missing(make_profile, fake: FakeView) -> None:
@@ -96,6 +98,23 @@ def test_not_logged_in(make_profile, fake: FakeView) -> None:
     assert f"agentbox launch {name}" in report["diagnosis"]
     assert report["authenticated"] is False
     assert report["session_id"], "the real claude ran and said so"
+    assert report["diagnosis"].lower().count("please run /login") == 1, report["diagnosis"]  # said once
+
+
+def test_a_profile_without_network_says_so_at_once(make_profile, fake: FakeView) -> None:
+    from agentbox.core.yaml_io import load_yaml, write_yaml
+
+    name = make_profile("claude")
+    path = profile_config(name, "x").parent / "profile.yaml"
+    document = load_yaml(path)
+    document["sandbox"]["network"] = False
+    write_yaml(path, document)
+    cli = run_cli("profile", "test", name, timeout=5)  # no turn, no probe from the host: at once
+    assert cli.code == 1 and "Traceback" not in cli.err
+    [diagnosis] = [line for line in cli.err.splitlines() if line.strip()]
+    assert diagnosis.startswith("no network: the profile has no network (sandbox.network: false)")
+    assert "reachable:      no" in cli.out
+    assert fake.requests() == [], "no turn ran"
 
 
 def test_doctor_profiles_tests_the_crew(make_profile, fake: FakeView, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import run_cli
 from tests.realcli.conftest import Box, FakeView, body_text, canary_secret, write_project
 
 pytestmark = [pytest.mark.realcli, pytest.mark.bwrap]
@@ -94,6 +95,11 @@ def test_claude_role_tool_use_respects_write_scope_and_hidden_home(
     assert marker in body_text(first), "role instructions missing from the first turn (--append-system-prompt)"
     session = t1.result["session_id"]
     assert t1.result["role"] == "builder" and t1.result["native_id"] == session
+    # claude's stream (stream-json) was shown as it came: the tool call, its result, the answer
+    tail = run_cli("tail", "builder", cwd=root)
+    assert tail.code == 0, tail.err
+    assert f"→ Bash: echo inside-{tag} > src/inside.txt" in tail.out, tail.out
+    assert f"  ← inside-{tag}" in tail.out and f"echo: inside-{tag}" in tail.out, tail.out
 
     # -- turn 2 (--continue): writes outside the scope fail; nothing reaches the host
     etc_file = Path(f"/etc/agentbox-realcli-{tag}")
@@ -204,6 +210,11 @@ def test_codex_role_runs_commands_in_scope(tmp_path: Path, make_profile, fake: F
     assert _responses_tool_outputs(fake, mark), "codex sent no function_call_output"
     # one turn of two model requests: usage is the turn's own (2 x 9 uncached input)
     assert t1.result["usage"]["input_tokens"] == 18 and t1.result["usage"]["cached_input_tokens"] == 8
+    tail = run_cli("tail", "builder", cwd=root)  # codex's JSONL events, shown as they came
+    assert tail.code == 0, tail.err
+    assert any(line.startswith("→ shell: ") and f"echo by-codex-{tag} > src/codex.txt" in line
+               for line in tail.out.splitlines()), tail.out
+    assert tail.out.splitlines()[-1].startswith("— turn ended: ok · "), tail.out
 
     mark = fake.mark()
     fake.enqueue({"tool_use": {"name": "exec_command", "input": {"cmd": f"echo x > outside-{tag}.txt; echo rc=$?"}},

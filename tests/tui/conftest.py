@@ -54,8 +54,10 @@ def project_at(tmp_path: Path) -> Callable[[str], ProjectPaths]:
 
 
 def frozen_app(project: ProjectPaths | None) -> AgentboxApp:
-    """The TUI with a frozen clock, no watcher and no process sampling (for snapshots)."""
-    return make_app(project, clock=lambda: FROZEN_NOW, live=False, sample_interval_s=None)
+    """The TUI with a frozen clock, no watcher and no process sampling (for snapshots); its fixture
+    runs are shown as an engine drives them (no engine process runs in a snapshot)."""
+    return make_app(project, clock=lambda: FROZEN_NOW, live=False, sample_interval_s=None,
+                    engine_probe=lambda _project, _run_id: True)
 
 
 async def wait_for(pilot: Pilot[None], condition: Callable[[], object], what: str, timeout: float = 10.0) -> None:

@@ -296,3 +296,42 @@ async def test_members_columns_fit_their_rows_in_the_same_frame(project_at: Call
                 widest = max([len(str(key.value))] + [table.get_cell(row.role, key.value).cell_len
                                                       for row in table.rows_shown])
                 assert column.get_render_width(table) - 2 * table.cell_padding >= widest, key.value
+
+
+async def test_notifications_never_cover_the_events_panel(project_at: Callable[[str], ProjectPaths]) -> None:
+    project = project_at("waiting")
+    app = make_app(project, live=False, sample_interval_s=None)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await dashboard_loaded(pilot)
+        for n in range(5):
+            app.notify(f"a notice that is long enough to wrap over two lines of a toast, number {n}", timeout=30)
+        await wait_for(pilot, lambda: len(list(app.screen.query("Toast"))) == 2, "the newest two notices")
+        assert len(list(app._notifications)) >= 5, "older ones are kept, only not shown"
+        await pilot.pause()
+        events = app.screen.query_one(EventLog).region
+        on_top = {type(app.screen.get_widget_at(x, y)[0]).__name__
+                  for x in range(events.x, events.right) for y in range(events.y, events.bottom)}
+        assert not on_top & {"Toast", "ToastHolder", "ToastRack"}, on_top
+        newest = next(t for t in app.screen.query("Toast") if "number 4" in str(t.render()))
+
+        def newest_on_top() -> bool:
+            try:
+                return app.screen.get_widget_at(newest.region.x + 2, newest.region.y + 1)[0] is newest
+            except Exception:  # NoWidget: not in view yet
+                return False
+
+        await wait_for(pilot, newest_on_top, "the newest notice in view")
+
+
+async def test_members_are_the_runs_crew_not_every_role_of_crew_yaml(
+        project_at: Callable[[str], ProjectPaths]) -> None:
+    project = project_at("executing")
+    app = make_app(project, live=False, sample_interval_s=None)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await dashboard_loaded(pilot)
+        board = app.dashboard
+        assert board is not None and board.run is not None
+        shown = {row.role for row in board.query_one(MembersTable).rows_shown}
+        assignees = {task.assignee for task in board.run.tasks.values()}
+        assert shown == {"lead", "reviewer"} | assignees, shown
+        assert not shown & {"host", "architect", "skeptic", "designer", "checker"}  # other modes' roles

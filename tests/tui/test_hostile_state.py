@@ -57,3 +57,27 @@ def test_the_artifact_preview_never_follows_a_swapped_file(project: ProjectPaths
     assert through_dir.error and "id_rsa" not in through_dir.text
     assert loaders.read_text(str(artifacts / "link")).error  # without a root, still no symlink
     assert loaders.read_text(str(artifacts / "ok.txt"), root).text == "hello"
+
+
+async def test_the_artifact_tree_takes_any_path_a_manifest_names(project: ProjectPaths) -> None:
+    from agentbox.tui.widgets.artifacts import MAX_TREE_DEPTH, ArtifactsPanel
+    from tests.tui.conftest import dashboard_loaded, frozen_app
+
+    paths = setup_crew(project.root)
+    run_id = create(paths)
+    deep = "/".join(["d"] * 5000) + "/deep.txt"  # deeper than Python's recursion limit
+    named = ["/etc/passwd", "/", "../../outside.txt", "a/../../b.txt", deep, "x" * 300 + "/y.txt", "ok.txt"]
+    manifest = RunStore(paths).artifacts_dir(run_id) / "manifest.jsonl"
+    manifest.write_text("".join(json.dumps({"path": p, "role": "builder", "session": None, "task": None}) + "\n"
+                                for p in named))
+    app = frozen_app(paths)
+    async with app.run_test(size=(160, 44)) as pilot:
+        await dashboard_loaded(pilot)
+        panel = app.screen.query_one(ArtifactsPanel)
+        assert len(panel._paths) == len(named)  # every entry has its node: none was lost, nothing raised
+        labels = {str(node.label) for node in panel._dirs.values()}
+        assert {"/", "etc/", "../", "a/"} <= labels
+        assert max(len(parts) for parts in panel._dirs) == MAX_TREE_DEPTH  # the deep one is folded, not drawn 5000 deep
+        await pilot.press("tab", "down", "down", "up")  # the tree still moves and previews
+        await pilot.pause()
+        assert app.is_running

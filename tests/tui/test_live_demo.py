@@ -138,3 +138,16 @@ async def test_talk_to_a_member(project: ProjectPaths, agent_box_home: Path) -> 
         recorded = SessionStore(project.sessions_dir).list("slow")
         assert [r.id for r in recorded] == [result.session_id] and recorded[0].turns == 1
         await wait_for(pilot, lambda: board.sessions.get(result.session_id), "the dashboard to see the new session")
+
+    again = make_app(project, sample_interval_s=None)  # a new dashboard: the talk opens with the session so far
+    async with again.run_test(size=(120, 36)) as pilot:
+        await dashboard_loaded(pilot)
+        assert again.dashboard is not None
+        again.dashboard.action_talk("slow")
+        await wait_for(pilot, lambda: isinstance(again.screen, TalkScreen) and again.screen.is_running, "the talk")
+        reopened = again.screen
+        assert isinstance(reopened, TalkScreen) and reopened.session_id == result.session_id
+        await wait_for(pilot, lambda: len(reopened.query(".talk-past")) == 2, "the session's past turn")
+        past = [plain(entry) for entry in reopened.query(".talk-past")]
+        assert past[0].startswith("you") and "hello" in past[0]
+        assert past[1].startswith("slow") and "I am slow but I answer: hello" in past[1]

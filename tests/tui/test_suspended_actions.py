@@ -102,3 +102,29 @@ async def test_edit_opens_the_file_in_editor_and_comes_back(
         assert calls == [[str(editor), str(notes)]]
         assert notes.read_text() == "first line\nedited in the editor\n"
         assert app.screen is board
+
+
+async def test_shell_opens_in_the_tasks_place_in_its_sandbox_and_comes_back(
+        project_at: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    project = project_at("executing")
+    ran: list[subprocess.CompletedProcess[bytes]] = []
+
+    def typed(argv: list[str], **kwargs: Any) -> int:  # the person types two commands, then leaves
+        done = subprocess.run(argv, input=b"pwd\necho x > README.md; echo rc=$?\n", capture_output=True,
+                              check=False, **kwargs)
+        ran.append(done)
+        return done.returncode
+
+    async with suspending_dashboard(project, monkeypatch) as (app, pilot, calls):
+        board = app.dashboard
+        assert board is not None
+        monkeypatch.setattr(actions.subprocess, "call", typed)
+        board.action_shell("greet")
+        await pilot.pause(0.1)
+        [done] = ran
+        assert Path(done.args[0]).name == "bwrap"
+        lines = done.stdout.decode().splitlines()
+        assert lines[0] == str(project.root) and lines[1] != "rc=0"  # README.md is outside greet's src/**
+        assert "Read-only file system" in done.stderr.decode()
+        assert not (project.root / "README.md").exists() or "x" not in (project.root / "README.md").read_text()
+        assert app.screen is board

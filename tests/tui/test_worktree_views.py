@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Static, Tree
+from textual.widgets import Button, Static, Tree
 
 from agentbox.core import watch
 from agentbox.core.engine.models import Run
@@ -27,7 +27,7 @@ from agentbox.tui.commands import dashboard_commands
 from agentbox.tui.diffs import split_patch
 from agentbox.tui.factory import make_app
 from agentbox.tui.screens.changes import ChangesScreen
-from agentbox.tui.screens.modals import ConfirmDialog
+from agentbox.tui.screens.modals import ConfirmDialog, MergeDialog
 from agentbox.tui.screens.task import TaskDetailScreen
 from agentbox.tui.widgets.diff_view import DiffView
 from tests.tui.builders import RUN_ID as DEMO_RUN_ID
@@ -158,6 +158,7 @@ async def test_the_changes_view_lists_files_by_role_and_task(tmp_path: Path) -> 
         await wait_for(pilot, lambda: "4 files changed" in plain(summary), "the run's stat from git")
         assert "agentbox/run-20260101-130000-c3d4 → main" in plain(summary)
         assert "not merged yet: press m to merge" in plain(summary)
+        assert screen.query_one("#changes-body").border_subtitle.startswith("enter opens the selected task")
         tree: Tree[str] = screen.query_one(Tree)
         shown = {str(role.label).split()[0]: {str(task.label).split()[0]: [str(f.label).strip() for f in task.children]
                                               for task in role.children}
@@ -168,7 +169,7 @@ async def test_the_changes_view_lists_files_by_role_and_task(tmp_path: Path) -> 
         }
         assert "no commits yet" in str(tree.root.children[0].children[1].label)
         await pilot.press("m")  # merge from here too: the dashboard asks, over this view
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the merge confirmation")
+        await wait_for(pilot, lambda: isinstance(app.screen, MergeDialog), "the merge confirmation")
         await pilot.press("n")
         await wait_for(pilot, lambda: app.screen is screen, "back to the changes")
         tree.focus()
@@ -217,7 +218,7 @@ async def test_merge_asks_with_the_stat_then_brings_the_run_into_main(tmp_path: 
         titles = [title for title, _, _ in dashboard_commands(board)]
         assert "Merge the run into main…" in titles and "Changes of the run" in titles
         await pilot.press("m")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the confirmation")
+        await wait_for(pilot, lambda: isinstance(app.screen, MergeDialog), "the confirmation")
         question = plain(app.screen.query_one(".dialog-question Static"))
         assert "Merge agentbox/run-20260101-130000-c3d4 into main?" in question
         assert "4 files changed, 14 insertions(+), 2 deletions(-)" in question and "src/greet.py" in question
@@ -232,6 +233,59 @@ async def test_merge_asks_with_the_stat_then_brings_the_run_into_main(tmp_path: 
         await wait_for(pilot, lambda: not board.check_action("merge", ()), "merge no longer offered")
 
 
+async def test_quit_asks_first_while_a_finished_run_is_not_merged(tmp_path: Path) -> None:
+    project = build_worktree_run(tmp_path / "repo")
+    app = quiet_app(project)
+    exits: list[bool] = []
+    async with app.run_test(size=(140, 44)) as pilot:
+        await dashboard_loaded(pilot)
+        app.exit = lambda *a, **k: exits.append(True)  # type: ignore[method-assign]  # see the ask, keep the app
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
+        question = plain(app.screen.query_one(".dialog-question Static"))
+        assert "not merged" in question and "agentbox/run-20260101-130000-c3d4" in question
+        assert exits == []
+        await pilot.press("n")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmDialog), "back to the dashboard")
+        assert exits == []
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question again")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: exits == [True], "the quit")
+
+
+async def test_quit_is_at_once_without_unmerged_work(tmp_path: Path) -> None:
+    project = build_worktree_run(tmp_path / "repo", status="running")
+    app = quiet_app(project)
+    exits: list[bool] = []
+    async with app.run_test(size=(140, 44)) as pilot:
+        await dashboard_loaded(pilot)
+        app.exit = lambda *a, **k: exits.append(True)  # type: ignore[method-assign]
+        await pilot.press("q")
+        await wait_for(pilot, lambda: exits == [True], "the quit")
+        assert not isinstance(app.screen, ConfirmDialog)
+
+
+async def test_the_merge_dialog_can_squash_the_run_into_one_commit(tmp_path: Path) -> None:
+    project = build_worktree_run(tmp_path / "repo")
+    root = project.root
+    main_before = git(root, "rev-parse", "main").strip()
+    app = quiet_app(project, live=True)
+    async with app.run_test(size=(140, 44)) as pilot:
+        await dashboard_loaded(pilot)
+        board = app.dashboard
+        assert board is not None
+        await pilot.press("m")
+        await wait_for(pilot, lambda: isinstance(app.screen, MergeDialog), "the merge dialog")
+        assert [str(b.label) for b in app.screen.query(Button)] == ["merge", "squash", "no"]
+        await pilot.press("s")
+        await wait_for(pilot, lambda: board.run is not None and board.run.git is not None
+                       and board.run.git.delivered is not None, "the run to be squashed in")
+    parents = git(root, "rev-list", "--parents", "-n", "1", "main").split()
+    assert parents[1:] == [main_before], "a squash is one commit on main, not a merge"
+    assert git(root, "show", "main:src/greet.py").startswith('"""Greetings."""')
+
+
 async def test_merge_is_refused_when_uncommitted_changes_are_in_the_way(tmp_path: Path) -> None:
     project = build_worktree_run(tmp_path / "repo")
     root = project.root
@@ -241,12 +295,12 @@ async def test_merge_is_refused_when_uncommitted_changes_are_in_the_way(tmp_path
     async with app.run_test(size=(140, 44)) as pilot:
         await dashboard_loaded(pilot)
         await pilot.press("m")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the confirmation")
+        await wait_for(pilot, lambda: isinstance(app.screen, MergeDialog), "the confirmation")
         await pilot.press("y")
         await wait_for(pilot, lambda: any(n.startswith("merge:") for n in notices(app)), "the refusal")
         [refusal] = [n for n in app._notifications if n.title == "merge"]
         assert refusal.severity == "error"
-        assert "would overwrite files" in refusal.message and "src/app.py" in refusal.message
+        assert "would overwrite your uncommitted changes to src/app.py" in refusal.message and "src/app.py" in refusal.message
         assert "stash" in refusal.message
     assert git(root, "rev-parse", "main").strip() == main_before
     assert (root / "src" / "app.py").read_text() == "print('my own unsaved work')\n"

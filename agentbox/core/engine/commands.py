@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from agentbox.core.engine import reviews
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Run, Task, Verdict
@@ -43,6 +44,8 @@ class CommandContext:
     """Stop the running turns of a task (its id, why): their answers would be stale."""
     workspaces: Workspaces
     """The git side of a worktree run: merge on approval, worktrees away, delivery."""
+    integration: Callable[..., bool] = lambda task, at, evidence, by: False
+    """Hand an approved task's merge to the integration gate: True when its checks run first."""
 
     @property
     def run(self) -> Run:
@@ -76,10 +79,12 @@ class Answer(_Command):
 
 
 class Approve(_Command):
-    """Approve a task (with the note as evidence)."""
+    """Approve a task (with the note as evidence) at the commit the person judged."""
 
     action: Literal["approve"]
     task: str | None = None
+    commit: Annotated[str, Field(pattern=r"^[0-9a-f]{7,40}$")] | None = None
+    """The commit (or a prefix of it) the person looked at; absent: the task's head as the run recorded it."""
 
 
 class Rework(_Command):
@@ -164,9 +169,19 @@ def _task(ctx: CommandContext, task_id: str | None) -> Any:
 def _approve(ctx: CommandContext, command: Approve) -> str:
     task = _task(ctx, command.task)
     note = (command.note or "").strip()
+    judged = command.commit or (task.head if ctx.run.in_worktrees else None)
+    if command.commit and not ctx.run.in_worktrees:
+        raise UsageError(f"run {ctx.run.id} has no commits to approve: its workspace is shared", "approve it without --at")
     if task.state == TaskState.REVIEWING and has_evidence(note):  # the approval will be taken: merge first
         ctx.abort_turns(task.id, "approved by the human")
-        conflicts = ctx.workspaces.integrate(task)
+        if ctx.integration(task, judged, [note], "human"):
+            ctx.ledger.add_verdict(task, Verdict(verdict="approve", by="human", at=ctx.clock(), evidence=[note],
+                                                 note=note, commit=judged))
+            ctx.ledger.drop_jobs(task.id)
+            _close_task_checkpoints(ctx, task.id, "approved by the human")
+            return (f"task {task.id} approved at {str(judged)[:10]}: it is merged and the integration checks run "
+                    "on the run's branch; it counts as approved once they pass")
+        conflicts = ctx.workspaces.integrate(task, judged)
         if conflicts:
             ctx.ledger.transition(task, TaskEvent.REJECT, "approved by the human, but its branch conflicts with "
                                   "the run's approved work in " + ", ".join(conflicts[:10]), human=True)
@@ -174,7 +189,11 @@ def _approve(ctx: CommandContext, command: Approve) -> str:
             ctx.mode.requeue(task)
             return f"task {task.id} conflicts with approved work in {', '.join(conflicts[:10])}: sent back for rework"
     ctx.ledger.transition(task, TaskEvent.APPROVE, f"approved by the human: {note}", evidence=note, human=True)
-    ctx.ledger.add_verdict(task, Verdict(verdict="approve", by="human", at=ctx.clock(), evidence=[note], note=note))
+    if judged and task.branch is not None and task.head != judged:  # approved at a later commit: record it
+        turn = ctx.workspaces.heads(task.id)
+        ctx.ledger.record_git(task, branch=turn.branch, base=turn.base, head=turn.head, changed=turn.changed)
+    ctx.ledger.add_verdict(task, Verdict(verdict="approve", by="human", at=ctx.clock(), evidence=[note], note=note,
+                                         commit=task.head if judged else None))
     ctx.ledger.drop_jobs(task.id)
     ctx.abort_turns(task.id, "approved by the human")
     _close_task_checkpoints(ctx, task.id, "approved by the human")
@@ -199,7 +218,7 @@ def _rework(ctx: CommandContext, command: Rework) -> str:
 
 def _close_task_checkpoints(ctx: CommandContext, task_id: str, why: str) -> None:
     for cp in ctx.run.open_checkpoints():
-        if cp.task == task_id and cp.kind in ("retry_escalation",):
+        if cp.task == task_id and cp.kind in ("retry_escalation", "review_disagreement"):
             ctx.ledger.close_checkpoint(cp, why)
 
 
@@ -296,24 +315,44 @@ class DeliverLater:
 
 
 @dataclass(frozen=True)
+class SettleReview:
+    """Decision: the human settles two reviews that did not: approve, or rework with every issue either raised."""
+
+    approve: bool
+    note: str
+
+
+@dataclass(frozen=True)
 class ModeAnswer:
     """Decision: the mode's own checkpoint (plan approval, ping-pong): the mode reads the answer."""
 
 
 AnswerDecision = (CancelTaskAt | CancelRunAt | RetryEscalated | RaiseTaskBudget | RaiseRunBudget | PassAnswer
-                  | DeliverNow | DeliverLater | ModeAnswer)
+                  | DeliverNow | DeliverLater | SettleReview | ModeAnswer)
+
+
+DELIVER_NOW = ("merge", "squash", "yes", "y")
+"""Answers to a deliver checkpoint that merge now (`squash`: as one commit)."""
+DELIVER_LATER = ("later", "no", "n")
+"""Answers to a deliver checkpoint that leave the branch for `agentbox merge`."""
 
 
 def decide_answer(run: Run, cp: Checkpoint, text: str) -> AnswerDecision:
     """What the human's non-empty answer `text` to the open checkpoint `cp` decides."""
     word = text.split()[0].lower()
     task = run.tasks.get(cp.task or "")
-    if cp.kind in ("retry_escalation", "budget") and word == "cancel":
+    if cp.kind in ("retry_escalation", "budget", "review_disagreement") and word == "cancel":
         return CancelTaskAt()
     if cp.kind == "run_budget" and word in ("cancel", "stop"):
         return CancelRunAt()
     if cp.kind == "deliver":
-        return DeliverNow(squash=word == "squash") if word in ("merge", "squash", "yes", "y") else DeliverLater()
+        if word in DELIVER_NOW:
+            return DeliverNow(squash=word == "squash")
+        if word in DELIVER_LATER:
+            return DeliverLater()
+        raise UsageError(f"{cp.id} asks whether to merge the run: answer 'merge', 'squash' (one commit) or "
+                         f"'later', not {text.strip()[:60]!r}",
+                         f"to throw the run away instead: agentbox discard {run.id}")
     if cp.kind == "retry_escalation":
         fp = cp.data.fingerprint
         note = None if word == "retry" and len(text.split()) == 1 else text
@@ -331,6 +370,12 @@ def decide_answer(run: Run, cp: Checkpoint, text: str) -> AnswerDecision:
         return RaiseTaskBudget(0)
     if cp.kind == "run_budget":
         return RaiseRunBudget(_number(text) or run.contract.limits.budget.tokens_total or 0)
+    if cp.kind == "review_disagreement":
+        said = word.strip(":,.;!")
+        rest = text.split(None, 1)[1].strip() if len(text.split(None, 1)) > 1 else ""
+        if said in ("approve", "approved", "yes", "y"):
+            return SettleReview(approve=True, note=text)
+        return SettleReview(approve=False, note=rest if said == "rework" else text)
     if cp.kind == "question" and task is not None:
         return PassAnswer(f"You asked: {cp.question}\nThe human answered: {text}", task.state == TaskState.BLOCKED)
     return ModeAnswer()
@@ -372,7 +417,8 @@ def _answer(ctx: CommandContext, command: Answer) -> str:
             else:
                 ledger.transition(task, TaskEvent.REJECT, f"human said retry at {cp.id}: rework with the verdict",
                                   human=True)
-            ledger.leave_note(task, decision.note, by="human")
+            if decision.note or task.note_by != "agentbox":  # a bare retry keeps what agentbox told the worker
+                ledger.leave_note(task, decision.note, by="human")
             ctx.mode.requeue(task)
         elif decision.how == "rerun":
             spec = cp.data.job
@@ -392,6 +438,8 @@ def _answer(ctx: CommandContext, command: Answer) -> str:
     if isinstance(decision, RaiseRunBudget):
         ledger.raise_run_budget(decision.tokens)
         return f"{cp.id}: run budget raised by {decision.tokens}"
+    if isinstance(decision, SettleReview) and task is not None:
+        return f"{cp.id}: " + _settle_review(ctx, task, decision, cp.id)
     if isinstance(decision, PassAnswer) and task is not None:
         if decision.unblock:
             ledger.transition(task, TaskEvent.UNBLOCK, f"the human answered {cp.id}", human=True)
@@ -400,6 +448,21 @@ def _answer(ctx: CommandContext, command: Answer) -> str:
         return f"{cp.id}: answer passed to {task.assignee}"
     ctx.mode.on_answer(cp, text)
     return f"{cp.id}: answered"
+
+
+def _settle_review(ctx: CommandContext, task: Task, decision: SettleReview, cp_id: str) -> str:
+    """Approve the twice-reviewed task, or send it back with the union of both reviews' issues and the note."""
+    if task.state != TaskState.REVIEWING:
+        return f"task {task.id} is {task.state}: nothing to settle"
+    if decision.approve:
+        return _approve(ctx, Approve(action="approve", task=task.id, note=decision.note))
+    issues = list(reviews.compare_panel(task.panel).issues) if task.panel is not None else []
+    ctx.ledger.transition(task, TaskEvent.REJECT, f"sent back by the human at {cp_id}", human=True)
+    ctx.ledger.add_verdict(task, Verdict(verdict="reject", by="human", at=ctx.clock(), blocking_issues=issues,
+                                         note=decision.note or None))
+    ctx.ledger.drop_jobs(task.id)
+    ctx.mode.requeue(task)
+    return f"task {task.id} sent back for rework with both reviews' issues"
 
 
 def _rejected_for(task: Task, fp: str | None) -> bool:

@@ -27,9 +27,10 @@ from agentbox.core.config import Limits
 from agentbox.core.engine import budgets, commands, recovery, scheduler
 from agentbox.core.engine.budgets import BUDGET_PAUSE_RATIO as BUDGET_PAUSE_RATIO
 from agentbox.core.engine.failures import backoff_delays, classify_invoke_error
+from agentbox.core.engine.gates import GateRunner
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.mode_context import ModeContext
-from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, Run
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, Run, no_engine_reason
 from agentbox.core.engine.recovery import _kill_orphan
 from agentbox.core.engine.routing import ENV_RETRIES as ENV_RETRIES
 from agentbox.core.engine.routing import FailureRouter
@@ -65,12 +66,18 @@ class Engine:
         self.router = FailureRouter(self.ledger, backoff, retry=lambda *args: self.mode.retry(*args))
         self.workspaces = Workspaces(project.root, self.ledger)
         """The git side of a worktree run (inert in a shared one)."""
+        self.gates = GateRunner(project.root, self.store, self.ledger, self.workspaces, self.router,
+                                passed=lambda task: self.mode.after_submit(task),
+                                approved=lambda task: self.mode.on_task_approved(task))
+        """The checks of crew.yaml's gates, run off the loop (see `gates`)."""
         self.mode = driver_for(run.contract.mode)(ModeContext(
             ledger=self.ledger, crew=self.crew, store=self.store, project_root=project.root,
             structured=self.router.structured, fail=self.router.fail, escalate=self.router.escalate,
-            save=self.save, integrate=self.workspaces.integrate))
+            save=self.save, integrate=self.workspaces.integrate, gate=self.gates.submission,
+            integration=self.gates.integration))
         self.turns = TurnRunner(project, self.store, self.crew, self.ledger, self.workspaces)
-        self._commands = commands.CommandContext(self.ledger, self.mode, self.abort_turns, self.workspaces)
+        self._commands = commands.CommandContext(self.ledger, self.mode, self.abort_turns, self.workspaces,
+                                                 self.gates.integration)
         self._flights: dict[str, asyncio.Task[tuple[Job, InvokeResult, TurnGit | None]]] = {}
         self._wake: asyncio.Event | None = None
         """Set by anything that should wake the loop at once (made by `execute`)."""
@@ -119,7 +126,8 @@ class Engine:
         return self.run.running_jobs()
 
     def abort_turns(self, task_id: str, why: str) -> None:
-        """Stop the running turns of a task a human has decided: their answers would be stale."""
+        """Stop the running turns (and checks) of a task a human has decided: their answers would be stale."""
+        self.gates.cancel(task_id)
         for job in [j for j in self.in_flight() if j.task == task_id]:
             flight = self._flights.get(job.id)
             if flight is not None:
@@ -207,7 +215,13 @@ class Engine:
             self.apply_command(command)
         self.ledger.read_inbox_to(offset)  # saved with what the loop decides next, before it waits again
 
-    def _update_status(self) -> None:
+    def settle_without_engine(self) -> None:
+        """After a command applied with no engine running: the status as the run now stands
+        (an answered checkpoint no longer waits), saying that the engine must go on."""
+        self._update_status(idle_why=no_engine_reason(self.run.id))
+
+    def _update_status(self, idle_why: str | None = None) -> None:
+        """Set the status the run is in; `idle_why`: the reason for work that waits for an engine."""
         run = self.run
         if run.status in TERMINAL_RUN_STATES:
             return
@@ -215,14 +229,17 @@ class Engine:
             new, why = "paused", "paused by the human"
         elif not self.run.run_budget_left():
             new, why = ("circuit_broken", "run token budget exhausted") if not self.in_flight() else ("running", "budget spent: finishing running turns")
-        elif self.in_flight() or self._dispatchable():
-            new, why = "planning" if run.mode_state.phase == "planning" else "running", None
+        elif self.in_flight() or self._dispatchable() or self.gates.busy():
+            new, why = "planning" if run.mode_state.phase == "planning" else "running", idle_why
         elif self.run.open_checkpoints():
             new, why = "waiting_user", f"{len(self.run.open_checkpoints())} checkpoint(s) wait for the human"
         elif self.pending():
             new, why = "running", "waiting for a back-off timer"
         else:
             new, why = "blocked", "nothing can run: tasks are blocked"
+        if new == run.status and why != run.status_reason and run.status_reason == no_engine_reason(run.id):
+            self.ledger.set_status(new, why)  # type: ignore[arg-type]  # an engine drives it again
+            self.ledger.dirty = True
         if new != run.status:
             self.ledger.set_status(new, why)  # type: ignore[arg-type]
             self.ledger.event("run.status", f"run is {new}", why, human_required=new in ("waiting_user", "blocked", "circuit_broken"))
@@ -252,8 +269,9 @@ class Engine:
             self._wake.set()
 
     def recover(self) -> None:
-        """Take the run over from an engine that died (see `recovery`)."""
+        """Take the run over from an engine that died (see `recovery`); an interrupted check runs again."""
         recovery.recover(self.store, self.ledger)
+        self.gates.recover()
 
     async def execute(self) -> Run:
         """Drive the run until it is done, failed or cancelled (waits on the human meanwhile).
@@ -316,8 +334,9 @@ class Engine:
     async def _cancel_flights(self) -> None:
         for flight in self._flights.values():
             flight.cancel()
+        self.gates.cancel()
         with contextlib.suppress(Exception):
-            await asyncio.gather(*self._flights.values(), return_exceptions=True)
+            await asyncio.gather(*self._flights.values(), *self.gates.flights.values(), return_exceptions=True)
 
     async def _stop_for_full_disk(self, exc: DiskFullError) -> None:
         """Stop the running turns and save the run paused, in the space the run's reserve gave back.
@@ -339,10 +358,13 @@ class Engine:
             if self.run.status in TERMINAL_RUN_STATES:
                 for flight in self._flights.values():
                     flight.cancel()
+                self.gates.cancel()
                 self.ledger.forget_all_jobs()
-                self.workspaces.finish()
+                report = await self.gates.run_end() if self.run.status == "done" else None
+                self.workspaces.finish(report)
                 return
             self._dispatch()
+            self.gates.start_ready(self.clock())
             self.mode.tick()
             self._update_status()
             self.save_if_changed()
@@ -350,7 +372,8 @@ class Engine:
                 continue
             assert self._wake is not None
             self._wake.clear()
-            waiters: list[asyncio.Future[Any]] = [*self._flights.values(), asyncio.ensure_future(self._wake.wait())]
+            waiters: list[asyncio.Future[Any]] = [*self._flights.values(), *self.gates.flights.values(),
+                                                  asyncio.ensure_future(self._wake.wait())]
             done, _ = await asyncio.wait(waiters, timeout=POLL_S, return_when=asyncio.FIRST_COMPLETED)
             waiters[-1].cancel()
             for job_id, flight in list(self._flights.items()):
@@ -361,3 +384,4 @@ class Engine:
                     with disk_full_is_typed(self.store.dir(self.run.id)):
                         job, result, turn_git = flight.result()
                     self._complete(job, result, turn_git)
+            self.gates.collect()

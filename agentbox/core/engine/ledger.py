@@ -22,11 +22,14 @@ from agentbox.core.engine.models import (
     ChangedPath,
     Checkpoint,
     CheckpointData,
+    CheckResult,
     EngineHolder,
     Failure,
     Job,
     JobData,
     NoteAuthor,
+    PendingGate,
+    ReviewPanel,
     Run,
     RunResult,
     RunStatus,
@@ -171,6 +174,8 @@ class RunLedger:
         if job.kind == "work" and task is not None:
             task.session_id = task.session_id or new
             job.session_id = task.session_id
+        elif job.kind == "review" and task is not None and task.panel is not None and job.role in task.panel.reviewers:
+            job.session_id = task.review_sessions.setdefault(job.role, new)  # each reviewer of two in its own
         elif job.kind == "review" and task is not None:
             task.review_session_id = task.review_session_id or new
             job.session_id = task.review_session_id
@@ -204,6 +209,22 @@ class RunLedger:
         """A review outcome of `task` (a reviewer's, the human's, the engine's)."""
         self._task(task).verdicts.append(verdict)
 
+    def open_panel(self, task: Task, reviewers: list[str]) -> None:
+        """A double review of the task's current submission starts (any earlier one is done with)."""
+        self._task(task).panel = ReviewPanel(reviewers=list(reviewers))
+
+    def panel_verdict(self, task: Task, role: str, verdict: Verdict) -> None:
+        """One reviewer's verdict of the double review (also in the task's verdicts)."""
+        assert task.panel is not None
+        self._task(task).panel.verdicts[role] = verdict  # type: ignore[union-attr]
+        task.verdicts.append(verdict)
+
+    def close_panel(self, task: Task, outcome: str, reason: str) -> None:
+        """What the comparison of the two verdicts decided."""
+        assert task.panel is not None
+        self._task(task)
+        task.panel = task.panel.model_copy(update={"outcome": outcome, "reason": reason})
+
     def leave_note(self, task: Task, note: str | None, *, by: NoteAuthor) -> None:
         """A note passed to the task's worker on its next work turn, signed by who wrote it."""
         self._task(task).note = note
@@ -232,10 +253,10 @@ class RunLedger:
         """The task's work was merged into the run's integration branch as `commit`."""
         self._task(task).merged = commit
 
-    def record_delivery(self, commit: str) -> None:
-        """The run's integration branch reached the person's branch at `commit`."""
+    def record_delivery(self, commit: str, into: str | None = None) -> None:
+        """The run's integration branch reached the person's branch `into` at `commit`."""
         if self.run.git is not None:
-            self.run.git = self.run.git.model_copy(update={"delivered": commit})
+            self.run.git = self.run.git.model_copy(update={"delivered": commit, "delivered_into": into})
 
     def command_applied(self, command_id: str) -> None:
         """The inbox command `command_id` was applied (never again)."""
@@ -276,6 +297,68 @@ class RunLedger:
     def raise_run_budget(self, tokens: int) -> None:
         """Add `tokens` to the run's token budget."""
         self.run.budget_extra += tokens
+
+    # ------------------------------------------------------------------ gates and checks
+    def open_gate(self, gate: PendingGate, why: str) -> PendingGate:
+        """A gate's checks wait to run (the loop starts them; see `engine.gates`)."""
+        self.run.gates[gate.id] = gate
+        self.event("gate.opened", f"{gate.stage} checks of {gate.task or 'the run'}: {', '.join(gate.checks)}", why,
+                   task=gate.task, gate=gate.id, stage=gate.stage, commit=gate.commit, checks=list(gate.checks))
+        self.wake()
+        return gate
+
+    def check_started(self, gate: PendingGate) -> None:
+        """The gate's next check runs now (saved before its process starts)."""
+        gate.started = self.clock()
+        self.dirty = True
+
+    def check_interrupted(self, gate: PendingGate, why: str) -> None:
+        """The check running when the engine died runs again (nothing of it was recorded)."""
+        name = gate.checks[0] if gate.checks else "?"
+        gate.started = 0.0
+        self.event("recover", f"check {name} of {gate.task or 'the run'} was interrupted; running it again", why,
+                   task=gate.task, gate=gate.id, check=name)
+
+    def record_check(self, gate: PendingGate, result: CheckResult) -> None:
+        """One check of the gate ended: its result on the task (or the run) and in the log, at once."""
+        task = self.run.tasks.get(gate.task or "")
+        if task is not None and gate.stage != "run_end":
+            self._task(task).checks.append(result)
+        else:
+            self.run.checks.append(result)
+        if result.status != "error":  # a check that could not run stays on the list (it runs again)
+            if gate.checks and gate.checks[0] == result.name:
+                gate.checks.pop(0)
+            gate.attempt, gate.not_before = 1, 0.0
+        gate.started = 0.0
+        verdict = "passed" + (" (flaky)" if result.flaky else "") if result.passed else (
+            "could not run" if result.status == "error" else "failed" + (" (flaky)" if result.flaky else ""))
+        self.event("check", f"{result.stage} check {result.name} on {(result.commit or 'the live tree')[:10]}: {verdict}",
+                   (f"exit status {result.exit_status}" if result.exit_status is not None else result.cannot_run),
+                   task=gate.task, gate=gate.id, check=result.name, stage=result.stage, commit=result.commit,
+                   passed=result.passed, status=result.status, flaky=result.flaky, exit_status=result.exit_status,
+                   duration_s=round(result.duration_s, 2), log=result.log, human_required=False)
+
+    def check_backoff(self, gate: PendingGate, not_before: float) -> None:
+        """The gate's check could not run: it runs again from `not_before` on."""
+        gate.started, gate.not_before = 0.0, not_before
+        gate.attempt += 1
+        self.dirty = True
+
+    def gate_merged(self, gate: PendingGate, merged: str, undo_to: str | None) -> None:
+        """An integration gate's task was merged as `merged`: its checks judge that commit."""
+        gate.merged, gate.commit, gate.undo_to = merged, merged, undo_to
+        self.dirty = True
+
+    def undo_merge(self, task: Task) -> None:
+        """The task's merge was taken back off the run's branch."""
+        self._task(task).merged = None
+
+    def close_gate(self, gate: PendingGate) -> None:
+        """The gate is decided (the caller logs how)."""
+        self.run.gates.pop(gate.id, None)
+        self.dirty = True
+        self.wake()
 
     # ------------------------------------------------------------------ the run
     def set_paused(self, paused: bool) -> None:

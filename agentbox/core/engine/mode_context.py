@@ -9,7 +9,7 @@ from typing import Any
 
 from agentbox.core.config import Crew
 from agentbox.core.engine.ledger import RunLedger
-from agentbox.core.engine.models import Run, Task
+from agentbox.core.engine.models import EscalatedTurn, Run, Task
 from agentbox.core.engine.run_store import RunStore
 
 
@@ -30,8 +30,14 @@ class ModeContext:
     fail: Callable[..., None]
     escalate: Callable[..., None]
     save: Callable[[], None]
-    integrate: Callable[[Task], list[str]] = lambda task: []
-    """Merge an approved task's branch into the run's (worktree runs): the conflicting files, or []."""
+    integrate: Callable[..., list[str]] = lambda task, at=None: []
+    """Merge an approved task's branch into the run's (worktree runs) at the commit `at` the approval
+    judged: the conflicting files, or []; `StaleApproval` when the branch moved from it."""
+    integration: Callable[..., bool] = lambda task, at, evidence, by: False
+    """Hand an approved task's merge to the integration gate (`(task, commit judged, evidence, by)`): True
+    when its checks run on the run's branch first (the task is approved once they pass)."""
+    gate: Callable[[Task, EscalatedTurn], bool] = lambda task, turn: False
+    """Open the task's submission gate (its checks run before any review): False when no check applies."""
 
     @property
     def run(self) -> Run:

@@ -23,6 +23,9 @@ from pydantic import (
 )
 
 from agentbox.core.config import (
+    Check,
+    Gates,
+    GateStage,
     GraphSettings,
     GroupChatSettings,
     HandoffSettings,
@@ -53,6 +56,11 @@ ItemId = Annotated[str, Field(pattern=ID_PATTERN)]
 RunStatus = Literal["planning", "running", "waiting_user", "paused", "blocked", "done", "failed",
                     "cancelled", "circuit_broken"]
 TERMINAL_RUN_STATES: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+
+
+def no_engine_reason(run_id: str) -> str:
+    """The status reason of a run a command changed while no engine ran: the engine must go on."""
+    return f"the engine is not running: `agentbox run --resume {run_id}` continues"
 
 NoteAuthor = Literal["human", "agentbox"]
 """Who left a task's note for its next dispatch."""
@@ -103,6 +111,10 @@ class Contract(Model):
     """What happens to a done worktree run's branch (see crew.yaml's `deliver`)."""
     workspace_setup: WorkspaceSetup = Field(default_factory=WorkspaceSetup)
     """How a new task worktree is made ready."""
+    checks: dict[str, Check] = Field(default_factory=dict)
+    """crew.yaml's checks at creation."""
+    gates: Gates = Field(default_factory=Gates)
+    """crew.yaml's gates at creation: which checks run on each submission, merge and at the end."""
 
     @model_validator(mode="before")
     @classmethod
@@ -167,6 +179,51 @@ class Verdict(Model):
     checklist: list[ChecklistItem] = Field(default_factory=list)
     confidence: float | None = None
     note: str | None = None
+    commit: str | None = None
+    """The commit it judged (worktree runs): an approval merges exactly that commit."""
+
+
+class CheckResult(Model):
+    """One check run by the code layer on one commit (a submission, the run's branch after a merge, its end)."""
+
+    name: str
+    stage: GateStage
+    commit: str | None
+    """The commit it judged (None: the live tree of a shared run)."""
+    passed: bool
+    status: Literal["passed", "failed", "error"]
+    """green, red, or could not run (`error`: not found, timeout, killed; says nothing about the work)."""
+    flaky: bool = False
+    """It was red, ran once more and was green."""
+    exit_status: int | None = None
+    duration_s: float = 0.0
+    log: str
+    """The path of its output's log file."""
+    command: str = ""
+    cannot_run: str | None = None
+    """Why it could not run (`status == "error"`)."""
+    tail: str = ""
+    """The end of its output (bounded, control characters made visible)."""
+    at: float = 0.0
+    task: TaskId | None = None
+    """The task whose work it judged (a submission) or whose merge it followed (integration)."""
+
+    def listing(self) -> dict[str, Any]:
+        """What the faces show of it (`agentbox checks --json`, status, MCP): all but its output's tail."""
+        return self.model_dump(exclude={"tail"})
+
+
+class ReviewPanel(Model):
+    """A double review of the task's current submission: two reviewers, compared in code."""
+
+    reviewers: list[str]
+    """The two reviewer roles, each in its own session."""
+    verdicts: dict[str, Verdict] = Field(default_factory=dict)
+    """Reviewer → its verdict (`invalid` when it gave none usable), as they come in."""
+    outcome: Literal["approve", "rework", "checkpoint"] | None = None
+    """What the comparison decided, once both verdicts are in."""
+    reason: str | None = None
+    """Why, in one sentence."""
 
 
 class ChangedPath(Model):
@@ -196,6 +253,10 @@ class RunGit(Model):
     """`agentbox/<run-id>`: every approved task's work, merged."""
     delivered: str | None = None
     """The commit of the person's branch that brought the run in (`agentbox merge`)."""
+    delivered_into: str | None = None
+    """The branch the run was brought into (None before it was, or when a run recorded no branch)."""
+    named_base: str | None = None
+    """The branch or commit the person started the run from (`agentbox run --base`); None: their HEAD."""
 
 
 class TaskNote(NamedTuple):
@@ -221,6 +282,12 @@ class Task(Model):
     session_id: SessionId | None = None
     """The worker's agentbox session for this task (rework resumes it)."""
     review_session_id: SessionId | None = None
+    review: Literal["single", "double"] | None = None
+    """How its submissions are reviewed: `double` by two reviewers compared in code (None: as the crew says)."""
+    review_sessions: dict[str, SessionId] = Field(default_factory=dict)
+    """Double review: each reviewer role's own session."""
+    panel: ReviewPanel | None = None
+    """Double review: the verdicts of the latest submission and their comparison."""
     submission: Submission | NodeResult | None = Field(default=None, union_mode="left_to_right")
     """The worker's last submission (a graph node's report in graph mode)."""
     verdicts: list[Verdict] = Field(default_factory=list)
@@ -252,6 +319,8 @@ class Task(Model):
     """Worktree runs: what the task changed, from git (base..head), not from the agent's reply."""
     merged: str | None = None
     """Worktree runs: the integration branch's commit that took the task's work in."""
+    checks: list[CheckResult] = Field(default_factory=list)
+    """The checks run on its submissions and after its merge, oldest first."""
 
     @field_validator("state", mode="before")
     @classmethod
@@ -264,6 +333,14 @@ class Task(Model):
     def is_terminal(self) -> bool:
         """Approved or cancelled: nothing more happens to it."""
         return is_terminal(self.state)
+
+    @property
+    def state_label(self) -> str:
+        """The state as a person reads it: a graph node closed on the failure it reported (and that was
+        routed on) says `failed (routed)`, not `approved`."""
+        if self.state == TaskState.APPROVED and self.verdicts and self.verdicts[-1].verdict == "fail":
+            return "failed (routed)"
+        return str(self.state)
 
     @property
     def submitted_summary(self) -> str:
@@ -313,6 +390,36 @@ class EscalatedTurn(Model):
     data: JobData = Field(default_factory=JobData)
 
 
+class PendingGate(Model):
+    """A gate whose checks are still to run (kept so a crash runs an interrupted check again)."""
+
+    id: ItemId
+    stage: GateStage
+    task: TaskId | None = None
+    commit: str | None = None
+    """The commit its checks judge."""
+    checks: list[str] = Field(default_factory=list)
+    """The checks still to run, in order."""
+    started: float = 0.0
+    """A check of it is running since then (0: none)."""
+    attempt: int = 1
+    """Environment retries of the current check (could not run)."""
+    not_before: float = 0.0
+    """The next check starts no earlier than this (a back-off)."""
+    turn: EscalatedTurn | None = None
+    """Submission: the work turn that submitted (what a red check sends back to rework)."""
+    undo_to: str | None = None
+    """Integration: where the run's branch stood before the merge (a red check moves it back)."""
+    merged: str | None = None
+    """Integration: the merge commit the checks judge (the branch must still be there to undo it)."""
+    approved_commit: str | None = None
+    """Integration: the commit the approval judged (what is merged; a moved branch makes it stale)."""
+    evidence: list[str] = Field(default_factory=list)
+    """Integration: the approval's evidence (the task is approved with it once the checks pass)."""
+    approved_by: str | None = None
+    """Integration: who approved (a reviewer role, or `human`)."""
+
+
 class CheckpointData(Model):
     """What a checkpoint keeps for its answer, by kind."""
 
@@ -328,7 +435,8 @@ class Checkpoint(Model):
     """Something that waits on a human."""
 
     id: ItemId
-    kind: Literal["plan_approval", "question", "retry_escalation", "budget", "ping_pong", "run_budget", "deliver"]
+    kind: Literal["plan_approval", "question", "retry_escalation", "budget", "ping_pong", "run_budget", "deliver",
+                  "review_disagreement"]
     question: str
     options: list[str] = Field(default_factory=list)
     task: TaskId | None = None
@@ -467,6 +575,10 @@ class Run(Model):
     applied_commands: list[str] = Field(default_factory=list)
     """Ids of inbox commands already applied (a command is applied exactly once)."""
     inbox_offset: int = 0
+    gates: dict[ItemId, PendingGate] = Field(default_factory=dict)
+    """Gates whose checks are still to run."""
+    checks: list[CheckResult] = Field(default_factory=list)
+    """The run_end checks on the run's final branch."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -489,6 +601,17 @@ class Run(Model):
     def in_worktrees(self) -> bool:
         """Whether the run's writers work on git branches: it has diffs to show and a branch to merge."""
         return self.contract.workspace == "worktree" and self.git is not None
+
+    def check_results(self, task_id: str | None = None) -> list[CheckResult]:
+        """Every check the code layer ran in the run (of one task, when named), in the order they ran."""
+        found = [c for t in self.tasks.values() if task_id is None or t.id == task_id for c in t.checks]
+        if task_id is None:
+            found += self.checks
+        return sorted(found, key=lambda c: c.at)
+
+    def checking(self) -> dict[str, PendingGate]:
+        """Task id → its gate whose checks are still to run (the task is being checked)."""
+        return {g.task: g for g in self.gates.values() if g.task is not None}
 
     def open_checkpoints(self) -> list[Checkpoint]:
         """Checkpoints still waiting on the human, in the order they were opened."""

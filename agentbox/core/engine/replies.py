@@ -78,6 +78,8 @@ class PlannedTask(_Reply):
     """Globs (relative to the project) the task may write; [] makes it read-only."""
     depends_on: list[str] = Field(default_factory=list)
     """Ids of tasks that must be approved before this one starts."""
+    review: Literal["double"] | None = None
+    """`double`: two reviewers judge the work independently (for subjective work: design, UI, prose)."""
 
     @field_validator("writes")
     @classmethod

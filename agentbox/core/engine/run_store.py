@@ -49,7 +49,8 @@ from pydantic import ValidationError
 from agentbox.core import store
 from agentbox.core.engine.changes import Changes
 from agentbox.core.engine.models import MAX_SEQ, TERMINAL_RUN_STATES, Run, check_id, is_valid_id
-from agentbox.core.errors import NotFoundError, StateError
+from agentbox.core.errors import NotFoundError, StateError, UsageError
+from agentbox.core.ids import by_prefix
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.safe_io import UnsafeFileError, read_bounded, write_all
 
@@ -471,9 +472,16 @@ class RunStore:
         check_id("run", run_id)
         if self.exists(run_id):
             return run_id
-        matches = [r for r in self.list_ids() if r.startswith(run_id) or r.endswith(run_id)]
+        known = self.list_ids()
+        chosen = by_prefix("run", run_id, known)
+        if chosen is not None:
+            return chosen
+        matches = [r for r in known if r.endswith(run_id)]  # the end of an id, which differs between runs
         if len(matches) == 1:
             return matches[0]
+        if matches:
+            raise UsageError(f"{run_id!r} ends {len(matches)} run ids: {', '.join(matches[:10])}",
+                             "give more of the run id")
         raise NotFoundError(f"no run {run_id!r}", "`agentbox runs` lists the runs")
 
     # ---------------------------------------------------------------- events

@@ -112,7 +112,8 @@ class TurnRunner:
     def _set_up(self, mount: Mount, command: str, timeout_s: float, job: Job) -> None:
         """crew.yaml's setup command, once per worktree (an AgentboxError when it fails: the turn cannot start)."""
         log_path = self.store.dir(self.ledger.run.id) / f"setup-{mount.key}.log"
-        outcome = run_setup(self.project.root, mount.path, mount.views, mount.hidden, command, timeout_s, log_path)
+        outcome = run_setup(self.project.root, mount.path, mount.views, mount.hidden, command, timeout_s, log_path,
+                            tuple(self.crew.protected))
         if not outcome.ok:
             raise AgentboxError(f"workspace setup failed in {mount.key}'s worktree: {outcome.detail}",
                                 "fix crew.yaml's workspace_setup.run, then answer the escalation with retry")

@@ -26,7 +26,7 @@ from agentbox.core import workspace as git
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import ChangedPath, Job, Task
 from agentbox.core.errors import AgentboxError, UsageError
-from agentbox.core.run_changes import changed_paths
+from agentbox.core.run_changes import changed_paths, merge_hint
 from agentbox.core.workspace.layout import admin_dir, common_dir, task_worktree_path
 
 DIFF_PROMPT_BYTES = 48 * 1024
@@ -44,6 +44,16 @@ def merge_conflict_note(conflicts: list[str]) -> str:
     return ("merge conflict: your approved work conflicts with work the run approved before it, in "
             + ", ".join(conflicts[:20]) + ". That work was brought into your branch with conflict markers "
             "(<<<<<<< ======= >>>>>>>): resolve them, keeping both intents, and submit again.")
+
+
+class StaleApproval(UsageError):
+    """An approval names a commit the task's branch is no longer at."""
+
+    def __init__(self, task_id: str, judged: str, head: str) -> None:
+        super().__init__(f"the approval of {task_id} is stale: it judged {judged[:10]}, but {task_id}'s branch is now "
+                         f"at {head[:10]}", f"look at the new work (`agentbox diff` the task) and approve it with "
+                         f"--at {head[:10]}, or send it back")
+        self.head = head
 
 
 @dataclass(frozen=True)
@@ -182,27 +192,33 @@ class Workspaces:
         return "".join(parts)
 
     # ------------------------------------------------------------------ approval
-    def integrate(self, task: Task) -> list[str]:
+    def integrate(self, task: Task, at: str | None = None) -> list[str]:
         """Merge an approved task into the integration branch; the conflicting files (nothing merged) or [].
 
-        What a stopped turn left uncommitted is committed first (a person approving work in
-        progress takes it as it is). On a conflict the approved work is brought into the
-        task's branch with conflict markers for the worker to resolve; until a commit follows
-        (a resumed approval, a rework that changed nothing) the task goes back again.
+        `at` is the commit the approval judged (a prefix of it from a person): the branch must
+        still be there, else the approval is stale (`StaleApproval`), and nothing left
+        uncommitted is taken. Without it what a stopped turn left uncommitted is committed
+        first (a person approving work in progress takes it as it is). On a conflict the
+        approved work is brought into the task's branch with conflict markers for the worker
+        to resolve; until a commit follows (a resumed approval, a rework that changed
+        nothing) the task goes back again.
         """
         if not self.active:
             return []
         run_id = self.ledger.run.id
-        if git.task_heads(self.root, run_id, task.id).head is None:
+        head = git.task_heads(self.root, run_id, task.id).head
+        if head is None:
             return []  # never dispatched in a worktree (approved before it ran): nothing to merge
         path = self._worktree_path(task.id)
-        if path is not None:
+        if path is not None and at is None:
             git.commit_turn(path, author_name=f"{task.assignee}", author_email=f"{task.assignee}@agentbox.invalid",
                             message=f"{task.id}: work left when the task was approved\n")
         unresolved = git.unresolved_conflicts(self.root, run_id, task.id)
         if unresolved:
             self._sent_back(task.id, task, unresolved, "its branch still holds the conflict markers brought into it")
             return unresolved
+        if at is not None and not head.startswith(at):
+            raise StaleApproval(task.id, at, head)
         return self._merge(task.id, task)
 
     def _merge(self, key: str, task: Task | None) -> list[str]:
@@ -252,7 +268,7 @@ class Workspaces:
                               "crew.yaml `workspace: shared`, or the project is no git repository with a commit")
             return
         assert run.git is not None
-        where = run.git.branch or "a detached HEAD"
+        where = (f"--base {run.git.named_base}" if run.git.named_base else None) or run.git.branch or "a detached HEAD"
         if run.git.dirty:
             why = (f"your uncommitted changes to tracked files on {where} were snapshotted as {run.git.base[:10]} "
                    "(your tree, index and stash are untouched), so agents see what you see")
@@ -268,8 +284,11 @@ class Workspaces:
             if removed:
                 self.ledger.event("workspace", f"removed {len(removed)} lock file(s) a killed git left", None)
 
-    def finish(self) -> None:
-        """The run ended: worktrees away; a done run's branch delivered as crew.yaml's `deliver` says."""
+    def finish(self, checks: tuple[bool, str] | None = None) -> None:
+        """The run ended: worktrees away; a done run's branch delivered as crew.yaml's `deliver` says.
+
+        `checks`: whether the run's final checks passed, and what to tell the person of them; a
+        red one is never merged without asking, and the question says so."""
         run = self.ledger.run
         if not self.active or run.git is None:
             return
@@ -287,18 +306,20 @@ class Workspaces:
         if run.status != "done" or run.git.delivered or any(c.kind == "deliver" for c in run.checkpoints.values()):
             return
         stat = self.run_stat()
-        if run.contract.deliver == "merge":
+        red = checks is not None and not checks[0]
+        report = f"\n{checks[1]}" if checks is not None else ""
+        if run.git.branch is None or run.contract.deliver == "manual":  # no branch of the person's to go into
+            self.ledger.event("deliver", f"the run's work is on {run.git.integration_branch}",
+                              f"{merge_hint(run)}\n{stat}{report}", human_required=True)
+        elif run.contract.deliver == "merge" and not red:
             self.deliver(None, squash=False)
-        elif run.contract.deliver == "checkpoint":
-            into = run.git.branch or "your branch"
+        else:  # asked: `checkpoint`, or `merge` whose final checks failed (never merged without saying so)
+            ask = (f"Merge {run.git.integration_branch} into {run.git.branch} although its final checks failed?"
+                   if red else f"Merge {run.git.integration_branch} into {run.git.branch}?")
             self.ledger.checkpoint(
-                "deliver", f"The run is done. Merge {run.git.integration_branch} into {into}?\n{stat}\n"
+                "deliver", f"The run is done. {ask}\n{stat}{report}\n"
                 "Answer 'merge', 'squash' (one commit), or 'later' (then `agentbox merge` does it).",
                 options=["merge", "squash", "later"])
-        else:
-            self.ledger.event("deliver", f"the run's work is on {run.git.integration_branch}",
-                              f"`agentbox merge {run.id}` brings it into {run.git.branch or 'a branch'}\n{stat}",
-                              human_required=True)
 
     def run_stat(self) -> str:
         """The stat of everything the run's integration branch holds over its base."""
@@ -316,16 +337,21 @@ class Workspaces:
                                 "its work is already in your tree")
         base = git.Base(commit=run.git.base, branch=run.git.branch, dirty=run.git.dirty, head=run.git.head)
         try:
-            result = git.deliver(self.root, run.id, into=into, squash=squash, base=base)
+            result = git.deliver(self.root, run.id, into=into, squash=squash, base=base, goal=run.contract.goal)
         except AgentboxError as exc:  # a conflict, uncommitted changes in the way: a refusal saying what to do
-            raise UsageError(f"{exc.message}; {exc.hint}" if exc.hint else exc.message) from None
-        self.ledger.record_delivery(result.commit)
+            # the command channel carries one text: the hint goes on its own line, as the CLI prints one
+            raise UsageError(f"{exc.message}\nhint: {exc.hint}" if exc.hint else exc.message) from None
+        self.ledger.record_delivery(result.commit, result.into)
         for cp in run.open_checkpoints():
             if cp.kind == "deliver":
                 self.ledger.close_checkpoint(cp, "merged")
         how = "squashed into one commit" if result.squashed else "merged"
-        what = (f"{run.git.integration_branch} was already in {result.into}" if result.already
-                else f"{run.git.integration_branch} {how} into {result.into} ({result.commit[:10]})")
+        if result.already:
+            what = f"{run.git.integration_branch} was already in {result.into}"
+        elif result.empty:
+            what = f"the run changed nothing in {result.into}: no commit was made"
+        else:
+            what = f"{run.git.integration_branch} {how} into {result.into} ({result.commit[:10]})"
         self.ledger.event("deliver", what, None, commit=result.commit, human_required=False)
         return what
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 
 @dataclass(frozen=True)
@@ -206,6 +206,36 @@ class ParsedTurn:
     adapter_state: dict[str, Any] = field(default_factory=dict)
 
 
+DisplayKind = Literal["text", "tool", "result", "error", "note"]
+"""What a display event is: the agent's text, a tool call, a tool's result, an error, a remark."""
+
+
+@dataclass(frozen=True)
+class DisplayEvent:
+    """One thing a running turn showed, for a person watching it (`agentbox tail`, the dashboard)."""
+
+    kind: DisplayKind
+    text: str
+    name: str | None = None
+    """The tool's name (tool calls and results)."""
+
+
+class LineDisplay:
+    """The default way to show a tool's output live: each non-empty line is text.
+
+    For tools that print plain text (hermes), and for lines an adapter does not recognise.
+    """
+
+    def display(self, line: str) -> list[DisplayEvent]:
+        """The display events of one line of the tool's stdout."""
+        return plain_display(line)
+
+
+def plain_display(line: str) -> list[DisplayEvent]:
+    """A non-empty line as one text event."""
+    return [DisplayEvent("text", line)] if line.strip() else []
+
+
 class ParseError(Exception):
     """The output does not have the tool's expected shape."""
 
@@ -238,4 +268,11 @@ class Adapter(Protocol):
 
     def interactive(self, request: TurnRequest) -> ToolCommand:
         """The command of an interactive session resuming `request.native_id` (or a new one)."""
+        ...
+
+    def display(self, line: str) -> list[DisplayEvent]:
+        """What one line of a running turn's stdout shows a person watching (`LineDisplay` is the default).
+
+        Asked about each line that looks like a JSON object; other lines are shown as text
+        without asking (a flood of them costs no call per line)."""
         ...

@@ -1,4 +1,8 @@
-"""Claude Code: `claude -p --output-format json`, caller-chosen `--session-id`, resume `-r`.
+"""Claude Code: `claude -p --output-format stream-json`, caller-chosen `--session-id`, resume `-r`.
+
+stream-json prints each message as it happens (the assistant's text and tool calls, the
+tool results) and ends with the same `result` object as `--output-format json`, so a
+turn can be watched live and is parsed from that last object as before.
 
 The prompt goes on stdin and the role's instructions in a file of the turn's scratch dir
 (`--append-system-prompt-file`): neither is ever on the command line.
@@ -13,6 +17,7 @@ from typing import Any, ClassVar
 
 from agentbox.core.runtimes.base import (
     CapturedOutput,
+    DisplayEvent,
     HomeBind,
     ParsedTurn,
     ParseError,
@@ -21,8 +26,15 @@ from agentbox.core.runtimes.base import (
     TurnRequest,
     Usage,
     optional_int,
+    plain_display,
 )
-from agentbox.core.runtimes.common import json_lines, scratch_file
+from agentbox.core.runtimes.common import (
+    block_text,
+    input_summary,
+    json_lines,
+    json_object,
+    scratch_file,
+)
 
 #: Tools a read-only role may not use (the read-only mount enforces it anyway). claude
 #: 2.1.197 has no MultiEdit ("Permission deny rule … matches no known tool" on stderr).
@@ -147,8 +159,9 @@ class ClaudeAdapter:
         return argv
 
     def build(self, request: TurnRequest) -> ToolCommand:
-        """Headless turn, the prompt on stdin; permissions relaxed inside the sandbox, write tools denied to readers."""
-        argv = [request.executable, "-p", "--output-format", "json", *self._common(request),
+        """Headless turn, the prompt on stdin, messages streamed (stream-json needs --verbose with -p);
+        permissions relaxed inside the sandbox, write tools denied to readers."""
+        argv = [request.executable, "-p", "--output-format", "stream-json", "--verbose", *self._common(request),
                 "--permission-mode", "bypassPermissions"]
         if request.read_only:
             argv.append(DENY_WRITE_TOOLS)
@@ -189,3 +202,34 @@ class ClaudeAdapter:
         return ParsedTurn(text=text, native_id=result.get("session_id") or request.session_id, usage=parsed_usage,
                           is_error=is_error, error=(text or str(result.get("subtype"))) if is_error else None)
 
+    def display(self, line: str) -> list[DisplayEvent]:
+        """stream-json: assistant text and tool calls, tool results, the final result's status."""
+        obj = json_object(line)
+        if obj is None:
+            return plain_display(line)
+        kind = obj.get("type")
+        message = obj.get("message") if isinstance(obj.get("message"), dict) else {}
+        blocks = [b for b in (message.get("content") or []) if isinstance(b, dict)] if isinstance(
+            message.get("content"), list) else []
+        events: list[DisplayEvent] = []
+        if kind == "system" and obj.get("subtype") == "init":
+            events.append(DisplayEvent("note", f"claude started (model {obj.get('model') or 'default'})"))
+        elif kind == "assistant":
+            for block in blocks:
+                if block.get("type") == "text" and str(block.get("text") or "").strip():
+                    events.append(DisplayEvent("text", str(block["text"])))
+                elif block.get("type") == "thinking" and str(block.get("thinking") or "").strip():
+                    events.append(DisplayEvent("note", str(block["thinking"])))
+                elif block.get("type") == "tool_use":
+                    events.append(DisplayEvent("tool", input_summary(block.get("input")), str(block.get("name") or "tool")))
+        elif kind == "user":
+            for block in blocks:
+                if block.get("type") == "tool_result":
+                    events.append(DisplayEvent("error" if block.get("is_error") else "result",
+                                               block_text(block.get("content"))))
+        elif kind == "result":
+            if obj.get("is_error"):
+                events.append(DisplayEvent("error", str(obj.get("result") or obj.get("subtype") or "error")))
+            else:
+                events.append(DisplayEvent("note", f"finished after {obj.get('num_turns', '?')} model turn(s)"))
+        return events

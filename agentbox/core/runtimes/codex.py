@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from agentbox.core.runtimes.base import (
     CapturedOutput,
+    DisplayEvent,
     HomeBind,
     ParsedTurn,
     ParseError,
@@ -20,8 +21,9 @@ from agentbox.core.runtimes.base import (
     Usage,
     bound_home,
     optional_int,
+    plain_display,
 )
-from agentbox.core.runtimes.common import json_lines, with_instructions
+from agentbox.core.runtimes.common import input_summary, json_lines, json_object, with_instructions
 
 _COUNTERS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens", "reasoning_output_tokens")
 
@@ -117,6 +119,53 @@ class CodexAdapter:
         if not texts and totals is None:
             raise ParseError("codex produced no agent message")
         return ParsedTurn(text=texts[-1] if texts else "", native_id=native, usage=usage, adapter_state=state)
+
+
+    def display(self, line: str) -> list[DisplayEvent]:
+        """`exec --json` events: messages, reasoning, commands and their output, file changes, failures."""
+        event = json_object(line)
+        if event is None:
+            return plain_display(line)
+        kind = event.get("type")
+        item = event.get("item") if isinstance(event.get("item"), dict) else {}
+        item_type = item.get("type")
+        if kind == "item.started":
+            if item_type == "command_execution":
+                return [DisplayEvent("tool", str(item.get("command") or ""), "shell")]
+            if item_type == "mcp_tool_call":
+                name = f"{item.get('server') or 'mcp'}.{item.get('tool') or 'tool'}"
+                return [DisplayEvent("tool", input_summary(item.get("arguments")), name)]
+            if item_type == "web_search":
+                return [DisplayEvent("tool", str(item.get("query") or ""), "web_search")]
+            return []
+        if kind == "item.completed":
+            if item_type == "agent_message":
+                return [DisplayEvent("text", str(item.get("text") or ""))]
+            if item_type == "reasoning":
+                return [DisplayEvent("note", str(item.get("text") or ""))]
+            if item_type == "command_execution":
+                code = item.get("exit_code")
+                output = str(item.get("aggregated_output") or "").rstrip("\n")
+                return [DisplayEvent("result" if code in (0, None) else "error",
+                                     output + (f"\n(exit code {code})" if code not in (0, None) else ""), "shell")]
+            if item_type == "file_change":
+                changes = item.get("changes") if isinstance(item.get("changes"), list) else []
+                paths = ", ".join(f"{c.get('kind', '')} {c.get('path', '')}".strip() for c in changes if isinstance(c, dict))
+                return [DisplayEvent("tool", paths, "edit")]
+            if item_type == "mcp_tool_call":
+                return [DisplayEvent("error" if item.get("error") else "result", input_summary(item.get("result")))]
+            if item_type == "error":  # codex's warnings (e.g. model metadata not found)
+                return [DisplayEvent("note", str(item.get("message") or ""))]
+            return []
+        if kind == "thread.started":
+            return [DisplayEvent("note", f"codex thread {event.get('thread_id') or ''}")]
+        if kind == "turn.completed":
+            return [DisplayEvent("note", "turn finished")]
+        if kind == "turn.failed":
+            return [DisplayEvent("error", str((event.get("error") or {}).get("message") or "turn failed"))]
+        if kind == "error":
+            return [DisplayEvent("error", str(event.get("message") or "error"))]
+        return []
 
 
 def _delta(now: Any, before: Any) -> int | None:

@@ -32,6 +32,51 @@ def json_lines(text: str) -> Iterator[dict[str, Any]]:
             yield value
 
 
+def json_object(line: str) -> dict[str, Any] | None:
+    """`line` as a JSON object, or None when it is not one."""
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+SUMMARY_CHARS = 400
+"""Most characters of a tool call's input shown live."""
+_INPUT_KEYS = ("command", "cmd", "file_path", "filePath", "path", "pattern", "query", "url", "description")
+
+
+def input_summary(value: Any) -> str:
+    """A tool call's input in one short line: its command or path when it has one, else compact JSON."""
+    if isinstance(value, dict):
+        for key in _INPUT_KEYS:
+            if isinstance(value.get(key), str) and value[key]:
+                return clip(value[key], SUMMARY_CHARS)
+    if isinstance(value, str):
+        return clip(value, SUMMARY_CHARS)
+    try:
+        return clip(json.dumps(value, ensure_ascii=False), SUMMARY_CHARS)
+    except (TypeError, ValueError):
+        return ""
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, with … where it was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def block_text(content: Any) -> str:
+    """The text of a message content: a string, or the text of its text blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text") or "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
 def with_instructions(prompt: str, instructions: str | None, first_turn: bool) -> str:
     """The prompt with the role's instructions in front, on a session's first turn.
 

@@ -27,6 +27,7 @@ from agentbox.core import safe_io
 from agentbox.core.runtimes.base import (
     CapturedOutput,
     HomeBind,
+    LineDisplay,
     ParsedTurn,
     ParseError,
     ToolCommand,
@@ -70,8 +71,11 @@ _DB_COUNTERS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wri
                 "estimated_cost_usd")
 
 
-class HermesAdapter:
-    """Nous Research's hermes. The profile's `dot-hermes/` is `HERMES_HOME` inside the sandbox."""
+class HermesAdapter(LineDisplay):
+    """Nous Research's hermes. The profile's `dot-hermes/` is `HERMES_HOME` inside the sandbox.
+
+    hermes prints its answer as plain text (`-z`, `chat -q -Q`), so that is what is shown live.
+    """
 
     tool: ClassVar[str] = "hermes"
     executable_name: ClassVar[str] = "hermes"

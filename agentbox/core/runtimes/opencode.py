@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from agentbox.core.runtimes.base import (
     CapturedOutput,
+    DisplayEvent,
     HomeBind,
     ParsedTurn,
     ParseError,
@@ -16,8 +17,9 @@ from agentbox.core.runtimes.base import (
     TurnRequest,
     Usage,
     optional_int,
+    plain_display,
 )
-from agentbox.core.runtimes.common import json_lines, with_instructions
+from agentbox.core.runtimes.common import input_summary, json_lines, json_object, with_instructions
 
 #: Config merged over the profile's own on every headless turn (`OPENCODE_CONFIG_CONTENT`):
 #: the built-in `title` agent is removed, so a new session makes no extra title-generation
@@ -155,3 +157,29 @@ class OpencodeAdapter:
         if errors:
             return ParsedTurn(text=text, native_id=native, usage=usage, is_error=True, error=errors[-1])
         return ParsedTurn(text=text, native_id=native, usage=usage)
+
+    def display(self, line: str) -> list[DisplayEvent]:
+        """`run --format json` events: text, reasoning, each tool call with its output, errors."""
+        event = json_object(line)
+        if event is None:
+            return plain_display(line)
+        kind = event.get("type")
+        part = event.get("part") if isinstance(event.get("part"), dict) else {}
+        if kind == "text":
+            return [DisplayEvent("text", str(part.get("text") or ""))]
+        if kind == "reasoning":
+            return [DisplayEvent("note", str(part.get("text") or ""))]
+        if kind == "tool_use":
+            name = str(part.get("tool") or "tool")
+            state = part.get("state") if isinstance(part.get("state"), dict) else {}
+            events = [DisplayEvent("tool", input_summary(state.get("input")), name)]
+            if state.get("status") == "error":
+                events.append(DisplayEvent("error", str(state.get("error") or "failed"), name))
+            elif "output" in state:
+                events.append(DisplayEvent("result", str(state.get("output") or "").rstrip("\n"), name))
+            return events
+        if kind == "error":
+            error = event.get("error") if isinstance(event.get("error"), dict) else {}
+            data = error.get("data") if isinstance(error.get("data"), dict) else {}
+            return [DisplayEvent("error", str(data.get("message") or error.get("name") or "error"))]
+        return []

@@ -15,6 +15,7 @@ from typing import ClassVar
 from agentbox.core import safe_io
 from agentbox.core.runtimes.base import (
     CapturedOutput,
+    DisplayEvent,
     HomeBind,
     ParsedTurn,
     ParseError,
@@ -24,8 +25,9 @@ from agentbox.core.runtimes.base import (
     Usage,
     bound_home,
     optional_int,
+    plain_display,
 )
-from agentbox.core.runtimes.common import scratch_file
+from agentbox.core.runtimes.common import input_summary, json_object, scratch_file
 
 PROGRAM = Path(__file__).resolve().parent / "scripted_agent.py"
 #: Imports the program instead of running it as a script, so its bytecode is cached: ~7 ms
@@ -155,3 +157,20 @@ class ScriptedAdapter:
             is_error=is_error,
             error=text if is_error else None,
         )
+
+    def display(self, line: str) -> list[DisplayEvent]:
+        """The scenario's `stream` events, the result's status; any other line as text."""
+        obj = json_object(line)
+        kind = obj.get("type") if obj is not None else None
+        if obj is None or kind not in ("text", "tool", "tool_result", "result"):
+            return plain_display(line)
+        text = str(obj.get("text") or "")
+        if kind == "text":
+            return [DisplayEvent("text", text)]
+        if kind == "tool":
+            return [DisplayEvent("tool", input_summary(obj.get("input")) if "input" in obj else "", text)]
+        if kind == "tool_result":
+            return [DisplayEvent("result", text)]
+        if obj.get("is_error"):
+            return [DisplayEvent("error", str(obj.get("result") or "error"))]
+        return [DisplayEvent("note", "finished")]

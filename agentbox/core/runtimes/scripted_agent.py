@@ -87,6 +87,24 @@ def is_usage(value: object) -> bool:
     )
 
 
+STREAM_KINDS = ("text", "tool", "tool_result")
+
+
+def is_stream(value: object) -> bool:
+    """Tell whether `value` is a list of stream items: one of STREAM_KINDS each, optional input and delay_s."""
+    if not isinstance(value, list):
+        return False
+    for item in value:
+        if not isinstance(item, dict) or set(item) - {*STREAM_KINDS, "input", "delay_s"}:
+            return False
+        if sum(kind in item for kind in STREAM_KINDS) > 1 or not all(
+                isinstance(item[kind], str) for kind in STREAM_KINDS if kind in item):
+            return False
+        if "delay_s" in item and not (is_number(item["delay_s"]) and item["delay_s"] >= 0):
+            return False
+    return True
+
+
 WHEN_FIELDS = {
     "prompt_contains": (is_strings, "a string or a list of strings"),
     "prompt_regex": (lambda v: isinstance(v, str), "a regular expression string"),
@@ -126,6 +144,7 @@ DO_FIELDS = {
     "exit_code": (lambda v: is_count(v) and v <= 255, "an integer 0-255"),
     "flood_bytes": (is_count, "a non-negative integer"),
     "stderr": (lambda v: isinstance(v, str), "a string"),
+    "stream": (lambda v: is_stream(v), "a list of {text | tool (+ input) | tool_result, delay_s} mappings"),
 }
 
 
@@ -150,13 +169,28 @@ class Scenario:
         self.fallback = fallback
 
 
+MAX_SCENARIO_BYTES = 1 << 20
+"""Largest scenario read (agentbox refuses a bigger one when it loads the profile)."""
+
+
 def load_scenario(path: str) -> Scenario:
-    """Read, parse and validate a JSON or YAML scenario file."""
+    """Read, parse and validate a JSON or YAML scenario file (a regular file, bounded: never a
+    device or a FIFO read without end)."""
+    import stat
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise Fatal(f"scenario {path}: not a regular file", 2)
+            data = handle.read(MAX_SCENARIO_BYTES + 1)
     except OSError as exc:
         raise Fatal(f"scenario {path}: cannot read: {exc.strerror or exc}", 2) from exc
+    if len(data) > MAX_SCENARIO_BYTES:
+        raise Fatal(f"scenario {path}: more than {MAX_SCENARIO_BYTES} bytes", 2)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Fatal(f"scenario {path}: not UTF-8 ({exc.reason} at byte {exc.start})", 2) from exc
     data = parse_scenario(path, text)
     try:
         return validate_scenario(data)
@@ -539,6 +573,8 @@ def perform(action: dict, values: dict) -> str | None:
     """Delay, write, read and run as the action says; return a write error, if any."""
     if action.get("delay_s"):
         time.sleep(action["delay_s"])
+    for item in action.get("stream") or ():
+        stream_item(item, values)
     error = do_writes(action.get("write") or {}, values)
     if error is not None:
         return error
@@ -547,6 +583,18 @@ def perform(action: dict, values: dict) -> str | None:
     if "run" in action:
         values["run_output"], values["run_status"] = do_run(render(action["run"], values))
     return None
+
+
+def stream_item(item: dict, values: dict) -> None:
+    """Print one event of the turn as it happens (a JSON line before the result), after its delay."""
+    if item.get("delay_s"):
+        time.sleep(item["delay_s"])
+    for kind in STREAM_KINDS:
+        if kind in item:
+            event = {"type": kind, "text": render(item[kind], values)}
+            if "input" in item:
+                event["input"] = render_leaves(item["input"], values)
+            emit(json.dumps(event, ensure_ascii=False))
 
 
 def reply_text(action: dict, values: dict) -> str:

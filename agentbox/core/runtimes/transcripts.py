@@ -78,7 +78,8 @@ def _claude(projects: Path, native_id: str) -> list[TypedTurn]:
     try:
         if not stat.S_ISDIR(os.lstat(projects).st_mode):
             return []
-        dirs = sorted(entry for entry in os.scandir(projects) if entry.is_dir(follow_symlinks=False))
+        dirs = sorted((entry for entry in os.scandir(projects) if entry.is_dir(follow_symlinks=False)),
+                      key=lambda entry: entry.name)
     except OSError:
         return []
     raw = next((data for d in dirs if (data := _read(Path(d.path) / f"{native_id}.jsonl")) is not None), None)

@@ -13,8 +13,10 @@ checkout. `recover_run` clears what a killed engine's git calls left; `clean` an
 `orphans` deal with what finished runs left. The layout of refs and directories is drawn
 in `agentbox.core.workspace.layout`; how a sandbox sees git, in `.provision`.
 
-Every git call runs with hooks, fsmonitor, signing and external drivers off and the
-caller's `GIT_*` environment dropped (`.gitcmd`): repositories and agents are untrusted.
+Every git call goes through one runner (`.gitcmd`): no system or global config, no hook,
+fsmonitor, filter, textconv, external diff or merge driver, the caller's `GIT_*` environment
+dropped; a repository an agent makes inside a worktree is committed as plain files, never
+entered (`worktrees.flatten_nested`). Repositories and agents are untrusted.
 This package depends on nothing of agentbox's but errors and ids.
 """
 
@@ -29,6 +31,7 @@ from agentbox.core.workspace.integration import (
     deliver,
     ensure_integration_branch,
     merge_task,
+    named_base,
     snapshot_base,
 )
 from agentbox.core.workspace.layout import RepoInfo, integration_branch, repo_info, task_branch
@@ -61,7 +64,7 @@ __all__ = [
     "MergeConflictError", "MergeResult", "Orphan", "OrphanKind", "Refusal", "RepoInfo", "SandboxGitView",
     "SetupCopy", "SyncResult", "TaskHeads", "Worktree", "WorktreeOrigin", "changed_files", "clean",
     "commit_turn", "copy_setup_files", "deliver", "diff_text", "ensure_integration_branch",
-    "ensure_task_worktree", "ensure_view_worktree", "integration_branch", "merge_task", "orphans", "recover_run", "remove_spares",
+    "ensure_task_worktree", "ensure_view_worktree", "integration_branch", "merge_task", "named_base", "orphans", "recover_run", "remove_spares",
     "remove_task_worktree", "remove_view_worktree", "repo_info", "sandbox_git_view", "snapshot_base", "sync_task",
     "task_branch", "task_heads", "unresolved_conflicts",
 ]

@@ -141,9 +141,16 @@ def _squash_delivered(root: Path, run_id: str, state: _RunState, integration: st
 
 
 def clean(root: Path, run_id: str | None = None, *, dry_run: bool = False, force: bool = False,
-          keep_runs: Collection[str] = ()) -> CleanPlan:
+          keep_runs: Collection[str] = (), discard: bool = False) -> CleanPlan:
     """Remove the worktrees, branches and refs finished runs left (one run, or every run
-    but `keep_runs`, the ones still going). See the module docstring for what is kept."""
+    but `keep_runs`, the ones still going). See the module docstring for what is kept.
+
+    `discard` (one run, which the person throws away): its integration branch goes too,
+    merged or not, and so does everything `force` drops.
+    """
+    if discard and run_id is None:
+        raise UsageError("discarding is for one run at a time")
+    force = force or discard
     if run_id is not None:
         check_id("run", run_id)
         if run_id in keep_runs:
@@ -156,7 +163,7 @@ def clean(root: Path, run_id: str | None = None, *, dry_run: bool = False, force
     tips = _kept_tips(root)
     for name in chosen:
         if name in runs:
-            _plan_run(root, name, runs[name], tips, force, plan)
+            _plan_run(root, name, runs[name], tips, force, plan, discard=discard)
     if not dry_run:
         for path in plan.worktrees:
             if os.path.lexists(path):
@@ -172,12 +179,13 @@ def clean(root: Path, run_id: str | None = None, *, dry_run: bool = False, force
     return plan
 
 
-def _plan_run(root: Path, run_id: str, state: _RunState, tips: list[str], force: bool, plan: CleanPlan) -> None:
+def _plan_run(root: Path, run_id: str, state: _RunState, tips: list[str], force: bool, plan: CleanPlan, *,
+              discard: bool = False) -> None:
     integration_name = f"{BRANCH_PREFIX}{run_id}"
     integration = state.branches.get(integration_name)
     squashed = _squash_delivered(root, run_id, state, integration)
     keep_integration = False
-    if integration is not None:
+    if integration is not None and not discard:
         missing = 0 if squashed else _unkept(root, integration, tips)
         if missing:
             keep_integration = True

@@ -1,18 +1,33 @@
-"""Running git: one helper, a clean environment, nothing the repository configures is run.
+"""Running git: one runner with a fixed configuration; nothing a tree or a config file names runs.
 
-The repository and everything an agent wrote into a worktree are untrusted. A tracked
-`.githooks/` named by `core.hooksPath`, an fsmonitor command, an external diff or textconv
-driver would run on the host with the person's rights, so every call overrides them on the
-command line (which outranks every config file, and reaches the git processes git itself
-starts through `GIT_CONFIG_PARAMETERS`). The caller's `GIT_*` variables (`GIT_DIR`,
-`GIT_INDEX_FILE`, `GIT_CONFIG_*`…) are dropped, so the repository a call works on is the
-one it names. Output is captured, never paged, never coloured; a failing git becomes a
-`GitError` naming the command and the end of its stderr.
+Everything an agent wrote into a worktree, and the repository itself, is untrusted: a
+`.gitattributes` may name a filter, textconv, diff or merge driver, a tracked `.githooks/`
+may be named by `core.hooksPath`, a nested repository's own config may define anything.
+Every git agentbox starts goes through `git()` here, which makes all of that inert:
+
+- system and global config are not read (`GIT_CONFIG_NOSYSTEM`, `GIT_CONFIG_GLOBAL=/dev/null`),
+  nor the system and global attributes files; of the person's own config only their global
+  ignore file is kept (patterns, no command);
+- hooks, fsmonitor, signing, background gc, colour and submodule recursion are switched off
+  on the command line (which outranks every config file, and reaches the git processes git
+  itself starts through `GIT_CONFIG_PARAMETERS`);
+- every filter, textconv and merge driver the repository's own config defines is overridden
+  (`driver_overrides`: no filter, `cat`, git's own text merge), and diffs never use an
+  external diff, so whatever attribute a tree holds, git runs nothing it names: files go in
+  and out of git byte for byte;
+- the caller's `GIT_*` variables are dropped, so the repository a call works on is the one it
+  names. Nested repositories in a worktree are never entered (see `worktrees.flatten_nested`).
+
+The person's identity for commits made in their name is read with their config
+(`person_ident`), which reads and runs nothing else. Output is captured, never paged, never
+coloured; a failing git becomes a `GitError` naming the command and git's own message.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import subprocess
 import tempfile
 import threading
@@ -36,8 +51,34 @@ SAFE_CONFIG = (
     "core.quotePath=false",
     "color.ui=false",
     "submodule.recurse=false",
+    "core.attributesFile=/dev/null",
 )
-"""Config forced on every call: no hook, fsmonitor, signing, background gc or colour."""
+"""Config forced on every call: no hook, fsmonitor, signing, background gc, colour or global
+attributes."""
+
+FIXED_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_EDITOR": "true",
+    "GIT_SEQUENCE_EDITOR": "true",
+    "GIT_PAGER": "cat",
+    "PAGER": "cat",
+    "GIT_OPTIONAL_LOCKS": "0",
+    "LC_ALL": "C",
+    "LANGUAGE": "C",
+}
+"""Environment of every call: no system or global config or attributes, never interactive."""
+
+DRIVER_KEYS = r"^(filter\..+\.(clean|smudge|process)|diff\..+\.textconv|merge\..+\.driver)$"
+"""Config keys that name a command git runs on file contents, found in the repository's own
+config and overridden on every call: a filter by no command (contents go in and out as
+they are), a textconv by `cat`, a merge driver by git's own text merge (`git merge-file`).
+External diff commands (`diff.external`, `diff.<driver>.command`) cannot be emptied: every
+`diff`, `log` and `show` gets `--no-ext-diff --no-textconv` instead (`_hardened`)."""
+_NEUTRAL = {"textconv": "cat", "driver": "git merge-file %A %O %B"}
+_DIFFING = frozenset({"diff", "log", "show"})
 
 AGENTBOX_IDENT = ("agentbox", "agentbox@localhost")
 """Author and committer of the commits agentbox makes on its own behalf (merges)."""
@@ -76,20 +117,14 @@ class GitOutput:
         return self.stderr.decode("utf-8", "replace")
 
 
-def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The process environment without any `GIT_*` variable, non-interactive, C locale,
-    plus `extra` (identities, a private index file)."""
+def clean_env(extra: Mapping[str, str] | None = None, *, person_config: bool = False) -> dict[str, str]:
+    """The process environment without any `GIT_*` variable, plus `FIXED_ENV` and `extra`
+    (identities, a private index file). `person_config`: the person's system and global
+    config are read (only for `person_ident` and `safe.directory`)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
-    env.update(
-        LC_ALL="C",
-        LANGUAGE="C",
-        GIT_TERMINAL_PROMPT="0",
-        GIT_EDITOR="true",
-        GIT_SEQUENCE_EDITOR="true",
-        GIT_PAGER="cat",
-        PAGER="cat",
-        GIT_OPTIONAL_LOCKS="0",
-    )
+    env.update(FIXED_ENV)
+    if person_config:
+        del env["GIT_CONFIG_NOSYSTEM"], env["GIT_CONFIG_GLOBAL"]
     if extra:
         env.update(extra)
     return env
@@ -125,33 +160,148 @@ def git(
     hint: str | None = None,
 ) -> GitOutput:
     """Run `git -C cwd ARGS` safely (see the module docstring); a GitError unless its exit
-    status is in `ok`. `retry_on_lock`: try once more when another git held a lock file
-    (for commands that are safe to repeat, such as `worktree add`)."""
+    status is in `ok`. `retry_on_lock`: try twice more when another git held a lock file
+    (for commands that are safe to repeat, such as `worktree add`). A repository owned by
+    someone else is opened when the person's own config trusts it (`safe.directory`)."""
     argv = _argv(cwd, args)
     full_env = clean_env(env)
-    for attempt in (1, 2):
-        try:
-            proc = subprocess.run(argv, input=stdin, capture_output=True, env=full_env, timeout=timeout,
-                                  stdin=None if stdin is not None else subprocess.DEVNULL)
-        except FileNotFoundError:
-            raise StateError("git is not installed (or not on PATH)", "install git, then try again") from None
-        except subprocess.TimeoutExpired:
-            raise GitError(tuple(args), -1, f"timed out after {timeout:g} s", hint) from None
-        result = GitOutput(proc.returncode, proc.stdout, proc.stderr)
+    trusted_asked = False
+    for attempt in (1, 2, 3, 4):
+        result = _run(argv, full_env, stdin, timeout, args, hint)
+        if not trusted_asked and b"dubious ownership" in result.stderr:
+            trusted_asked = True
+            trusted = _person_safe_directories()
+            if trusted:  # the person told their git to trust this repository: so does agentbox
+                argv = _argv(cwd, args, extra=tuple(f"safe.directory={d}" for d in trusted))
+                continue
         if result.returncode in ok:
             return result
-        if retry_on_lock and attempt == 1 and _is_lock_contention(proc.stderr):
-            time.sleep(_LOCK_RETRY_S)
+        if attempt < 4 and retry_on_lock and _is_lock_contention(result.stderr):
+            time.sleep(_LOCK_RETRY_S * attempt)
             continue
-        raise GitError(tuple(args), result.returncode, result.error_text, hint)
-    raise AssertionError("unreachable")
+        break
+    raise GitError(tuple(args), result.returncode, result.error_text, hint)
 
 
-def _argv(cwd: Path, args: tuple[str, ...]) -> list[str]:
+def _run(argv: list[str], env: Mapping[str, str], stdin: bytes | None, timeout: float,
+         args: tuple[str, ...], hint: str | None) -> GitOutput:
+    try:
+        proc = subprocess.run(argv, input=stdin, capture_output=True, env=env, timeout=timeout,
+                              stdin=None if stdin is not None else subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise StateError("git is not installed (or not on PATH)", "install git, then try again") from None
+    except subprocess.TimeoutExpired:
+        raise GitError(tuple(args), -1, f"timed out after {timeout:g} s", hint) from None
+    return GitOutput(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _argv(cwd: Path, args: tuple[str, ...], extra: tuple[str, ...] = ()) -> list[str]:
     argv = ["git", "-C", str(cwd)]
-    for setting in SAFE_CONFIG:
+    for setting in (*SAFE_CONFIG, *_person_excludes(), *driver_overrides(cwd), *extra):
         argv += ["-c", setting]
-    return argv + list(args)
+    return argv + _hardened(args)
+
+
+def _hardened(args: tuple[str, ...]) -> list[str]:
+    """`args` with external diff and textconv switched off for the commands that show diffs."""
+    if args and args[0] in _DIFFING:
+        return [args[0], "--no-ext-diff", "--no-textconv", *args[1:]]
+    return list(args)
+
+
+@dataclass(frozen=True)
+class _Drivers:
+    overrides: tuple[str, ...]
+    files: tuple[Path, ...]
+    signature: tuple[tuple[int, int, int] | None, ...]
+
+
+_drivers: dict[str, _Drivers] = {}
+_drivers_lock = threading.Lock()
+_ORIGIN_KEYS = r"^(core\.repositoryformatversion|include(if\..+)?\.path)$"
+
+
+def driver_overrides(cwd: Path) -> tuple[str, ...]:
+    """`KEY=` settings emptying every filter, textconv, diff and merge driver command the
+    repository's own config (and what it includes) defines for git run in `cwd`.
+
+    Asked of git once per directory, then again only when one of the config files it
+    read changed (agents cannot write any of them: they are the person's)."""
+    key = str(cwd)
+    with _drivers_lock:
+        known = _drivers.get(key)
+    if known is not None and _signature(known.files) == known.signature:
+        return known.overrides
+    query = ("config", "-z", "--show-origin", "--get-regexp", f"{_ORIGIN_KEYS}|{DRIVER_KEYS}")
+    proc = _run(["git", "-C", key, *query], clean_env(), None, GIT_TIMEOUT_S, query, None)
+    if b"dubious ownership" in proc.stderr and _person_safe_directories():
+        trusted = [x for d in _person_safe_directories() for x in ("-c", f"safe.directory={d}")]
+        proc = _run(["git", "-C", key, *trusted, *query], clean_env(), None, GIT_TIMEOUT_S, query, None)
+    if proc.returncode not in (0, 1) and b"not a git repository" not in proc.stderr:
+        raise GitError(query, proc.returncode, proc.error_text, "git cannot read this repository's config")
+    fields = proc.stdout.split(b"\0")
+    overrides: list[str] = []
+    files: list[Path] = []
+    for origin, entry in zip(fields[0::2], fields[1::2], strict=False):
+        name, _, value = os.fsdecode(entry).partition("\n")
+        if origin.startswith(b"file:"):
+            source = cwd / os.fsdecode(origin[len(b"file:"):])
+            files.append(source)
+            if name.startswith("include") and name.endswith(".path"):
+                files.append(source.parent / Path(value).expanduser())
+        if re.match(DRIVER_KEYS, name):
+            overrides.append(f"{name}={_NEUTRAL.get(name.rsplit('.', 1)[1], '')}")
+            if name.startswith("filter."):
+                overrides.append(f"{name.rsplit('.', 1)[0]}.required=false")
+    found = _Drivers(tuple(dict.fromkeys(overrides)), tuple(dict.fromkeys(files)), ())
+    if found.files:  # outside a repository nothing is read, and nothing worth keeping
+        found = _Drivers(found.overrides, found.files, _signature(found.files))
+        with _drivers_lock:
+            _drivers[key] = found
+    return found.overrides
+
+
+def _signature(files: tuple[Path, ...]) -> tuple[tuple[int, int, int] | None, ...]:
+    marks: list[tuple[int, int, int] | None] = []
+    for path in files:
+        try:
+            st = path.stat()
+        except OSError:
+            marks.append(None)
+            continue
+        marks.append((st.st_mtime_ns, st.st_size, st.st_ino))
+    return tuple(marks)
+
+
+@functools.cache
+def _person_excludes() -> tuple[str, ...]:
+    """The person's global ignore file (`core.excludesFile` of their own config), which
+    only lists patterns: what they ignore everywhere stays out of the run's commits."""
+    proc = _run(["git", "config", "--path", "--get", "core.excludesFile"], clean_env(person_config=True), None,
+                GIT_TIMEOUT_S, ("config",), None)
+    found = proc.stdout.decode("utf-8", "surrogateescape").strip()
+    return (f"core.excludesFile={found}",) if proc.returncode == 0 and found else ()
+
+
+@functools.cache
+def _person_safe_directories() -> tuple[str, ...]:
+    """The `safe.directory` entries of the person's system and global config."""
+    proc = _run(["git", "config", "--get-all", "safe.directory"], clean_env(person_config=True), None,
+                GIT_TIMEOUT_S, ("config",), None)
+    return tuple(line for line in proc.stdout.decode("utf-8", "replace").splitlines() if line)
+
+
+def person_ident(root: Path) -> dict[str, str] | None:
+    """The person's own identity (their `user.name`/`user.email`, from any config of theirs)
+    as author and committer environment, or None when their git has none."""
+    argv = ["git", "-C", str(root), *(x for s in SAFE_CONFIG for x in ("-c", s)), "var", "GIT_COMMITTER_IDENT"]
+    found = _run(argv, clean_env(person_config=True), None, GIT_TIMEOUT_S, ("var",), None)
+    text = found.stdout.decode("utf-8", "replace").strip()
+    if found.returncode != 0 or "<" not in text:
+        return None
+    name, _, rest = text.partition(" <")
+    email = rest.split(">", 1)[0]
+    return ident_env(name, email, committer=(name, email))
 
 
 def git_bounded(cwd: Path, *args: str, max_bytes: int, timeout: float = GIT_TIMEOUT_S) -> tuple[bytes, bool]:

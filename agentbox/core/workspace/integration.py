@@ -23,6 +23,7 @@ from agentbox.core.workspace.gitcmd import (
     ident_env,
     is_ancestor,
     merge_tree,
+    person_ident,
     rev,
     tree_of,
     update_refs,
@@ -30,6 +31,8 @@ from agentbox.core.workspace.gitcmd import (
 from agentbox.core.workspace.layout import (
     BRANCH_PREFIX,
     RepoInfo,
+    admin_lock,
+    common_dir,
     delivered_ref,
     delivery_ref,
     heads,
@@ -87,6 +90,8 @@ class DeliverResult:
     """The run's work was there already; nothing changed."""
     worktree: Path | None
     """The working tree updated with it (where `into` is checked out), if any."""
+    empty: bool = False
+    """The run's work changes nothing in the branch: no commit was made."""
 
 
 def snapshot_base(root: Path, info: RepoInfo | None = None) -> Base:
@@ -104,16 +109,26 @@ def snapshot_base(root: Path, info: RepoInfo | None = None) -> Base:
         user_index = info.git_dir / "index"
         if user_index.exists():
             shutil.copyfile(user_index, index)
-        made = git(root, "stash", "create", env={"GIT_INDEX_FILE": str(index)}, ok=(0, 1))
+        private = {"GIT_INDEX_FILE": str(index)}
+        # a touched file leaves the copy's stat data stale; `stash create` would have to refresh
+        # it and cannot without the optional lock, so it is refreshed here, in the copy only
+        refreshed = git(root, "update-index", "-q", "--refresh", env=private, ok=(0, 1, 128))
+        made = refreshed if refreshed.returncode == 128 else git(root, "stash", "create", env=private, ok=(0, 1, 128))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if made.returncode != 0:
-        lines = (made.text + "\n" + made.error_text).splitlines()
-        unmerged = sorted({line.split(": ")[0] for line in lines if line.endswith(": needs merge")
+        said = [line.strip() for line in (made.error_text + "\n" + made.text).splitlines() if line.strip()]
+        unmerged = sorted({line.split(": ")[0] for line in
+                           [*said, *refreshed.text.splitlines()] if line.endswith(": needs merge")
                            or ": unmerged (" in line})
-        reason = f"unmerged: {', '.join(unmerged[:10])}" if unmerged else (lines[-1] if lines else "")
-        raise UsageError(f"cannot record your uncommitted changes as the run's base ({reason})",
-                         "finish or abort the merge in progress (or commit), then start the run")
+        if unmerged:
+            raise UsageError(f"cannot record your uncommitted changes as the run's base: unmerged files "
+                             f"{', '.join(unmerged[:10])}",
+                             "finish or abort the merge in progress (or commit), then start the run")
+        reason = "; ".join(said[-3:]).replace(str(index), "a copy of your index") or \
+            f"git stash create exited {made.returncode} and said nothing"
+        raise UsageError(f"cannot record your uncommitted changes as the run's base: {reason}",
+                         "commit or stash your changes, then start the run")
     stash = made.text
     if not stash:
         return Base(info.head, info.branch, False, info.head)
@@ -121,6 +136,24 @@ def snapshot_base(root: Path, info: RepoInfo | None = None) -> Base:
     message = f"agentbox: uncommitted changes on {where} when the run started\n"
     commit = commit_tree(root, tree_of(root, stash), [info.head], message, ident_env(*AGENTBOX_IDENT))
     return Base(commit, info.branch, True, info.head)
+
+
+def named_base(root: Path, name: str, info: RepoInfo | None = None) -> Base:
+    """A run's base at a branch or commit the person names (`agentbox run --base`), instead of
+    their HEAD: their uncommitted changes belong to HEAD, so none is snapshotted. A local
+    branch's name becomes the branch the run is delivered into by default."""
+    info = info or repo_info(root)
+    if info is None:
+        raise UsageError(f"{root} is not in a git repository with at least one commit",
+                         "use `workspace: shared`, or commit something first")
+    if not name.strip() or name.startswith("-"):
+        raise UsageError(f"--base {name!r} is not a branch or commit", "name one: --base main, --base 1a2b3c4")
+    commit = rev(root, name)
+    if commit is None:
+        raise UsageError(f"--base {name}: there is no branch, tag or commit {name} in this repository",
+                         "see `git branch -a` and `git log --oneline`")
+    branch = name if rev(root, heads(name)) == commit and not name.startswith(BRANCH_PREFIX) else None
+    return Base(commit, branch, False, commit)
 
 
 def ensure_integration_branch(root: Path, run_id: str, base: Base) -> str:
@@ -163,22 +196,29 @@ def merge_task(root: Path, run_id: str, task_id: str, *, message: str | None = N
 
 
 def deliver(root: Path, run_id: str, *, into: str | None, squash: bool, base: Base,
-            message: str | None = None) -> DeliverResult:
+            message: str | None = None, goal: str | None = None) -> DeliverResult:
     """Bring the run's integration branch into the person's branch (`into`, default the
     branch checked out when the run started) as a merge commit, or one commit with
-    `squash`; never rewrites the branch's history.
+    `squash`; never rewrites the branch's history. `goal` titles a squashed commit.
 
-    Only the run's own work arrives: when the base snapshots uncommitted changes, those
-    stay the person's (the merge is computed against the snapshot; a merge commit still has
-    the snapshot commit in the history it brings, a squashed one does not). Where the branch is
-    checked out, its working tree and index are updated by a two-tree `read-tree -m -u`,
-    which refuses to overwrite uncommitted changes (a UsageError with a hint). A conflict
-    with the branch is a MergeConflictError naming the paths; either way nothing changed.
+    Only the run's own work arrives, and only the run's work enters the branch's history:
+    when the base snapshots the person's uncommitted changes, the merge's second parent is
+    not the integration branch (whose history holds the snapshot) but the run's merged
+    tasks rewritten onto the commit the snapshot was made on (`_without_snapshot`), so the
+    uncommitted changes stay theirs, uncommitted, in their tree, and in no commit of the
+    branch. When the run changed those very lines, its work cannot be had without them: a
+    MergeConflictError, until the person has committed them themselves (then the run is
+    merged as it is). A run that changes nothing in the branch makes no commit (`empty`).
+
+    Where the branch is checked out, its working tree and index are updated by a two-tree
+    `read-tree -m -u`, which refuses to overwrite uncommitted changes (a UsageError with a
+    hint). A conflict with the branch is a MergeConflictError naming the paths; either way
+    nothing changed.
     """
     name = into or base.branch
     if name is None:
-        raise UsageError("the run started on a detached HEAD, so there is no branch to bring it into",
-                         "name one: --into BRANCH")
+        raise UsageError("the run started on a detached HEAD, so it has no branch of yours to go into",
+                         f"name one: agentbox merge {run_id} --into BRANCH")
     if name.startswith(BRANCH_PREFIX):
         raise UsageError(f"{name} is one of agentbox's branches", "bring the run into a branch of yours")
     integration = rev(root, heads(integration_branch(run_id)))
@@ -190,41 +230,130 @@ def deliver(root: Path, run_id: str, *, into: str | None, squash: bool, base: Ba
     checked_out = _checked_out_at(root, name)
     if is_ancestor(root, integration, target) or _delivered_into(root, run_id, integration, target):
         return DeliverResult(target, name, squash, True, checked_out)
-    if base.dirty:
-        # A commit of the branch's tree on the snapshot makes the snapshot the merge base,
-        # so the person's uncommitted changes are not brought in as if they were the run's.
-        ours = commit_tree(root, tree_of(root, target), [base.commit], "agentbox: merge base\n",
+    work, ours = integration, target
+    if base.dirty and not _holds(root, target, base.commit):
+        work = _without_snapshot(root, base, integration, name)
+    elif base.dirty:  # the person has committed everything the snapshot holds since: it hides nothing
+        # merged from a commit of the branch's tree on the snapshot, the snapshot is the merge base
+        ours = commit_tree(root, tree_of(root, target), [target, base.commit], "agentbox: merge base\n",
                            ident_env(*AGENTBOX_IDENT))
-    else:
-        ours = target
-    tree, conflicts = merge_tree(root, ours, integration)
+    tree, conflicts = merge_tree(root, ours, work)
     if conflicts:
         raise MergeConflictError(
             f"run {run_id} conflicts with {name} in: {', '.join(conflicts)}", conflicts,
             f"merge it by hand (git merge {integration_branch(run_id)}), or change {name} and try again")
-    if squash and tree == tree_of(root, target):
-        _record_delivery(root, run_id, integration, target)  # delivered before, by a call that died
-        return DeliverResult(target, name, squash, True, checked_out)
-    text = message or _delivery_message(root, run_id, name, integration, target, squash)
-    parents = [target] if squash else [target, integration]
+    if tree == tree_of(root, target):  # nothing to bring (or brought by a call that died before recording it)
+        _record_delivery(root, run_id, integration, target)
+        return DeliverResult(target, name, squash, False, checked_out, empty=True)
+    text = message or _delivery_message(root, run_id, name, work, target, squash, goal)
+    parents = [target] if squash else [target, work]
     commit = commit_tree(root, tree, parents, text, _person_ident(root))
     if checked_out is not None:
-        check = git(checked_out, "read-tree", "-m", "-u", target, commit, ok=(0, 128))
-        if check.returncode != 0 and "not uptodate" in check.error_text:
-            # stat data only out of date (a file touched, not changed): refresh it, as `git status` would
-            git(checked_out, "update-index", "-q", "--refresh", ok=(0, 1))
-            check = git(checked_out, "read-tree", "-m", "-u", target, commit, ok=(0, 128))
-        if check.returncode != 0:
-            problems = [line.strip() for line in check.error_text.splitlines() if line.strip()]
-            raise UsageError(
-                f"bringing run {run_id} into {name} would overwrite files in {checked_out}: "
-                + "; ".join(problems[:6]),
-                "commit or stash your changes (git stash), then run `agentbox merge` again")
-        git(checked_out, "update-ref", "-m", f"agentbox: merge run {run_id}", "HEAD", commit, target)
+        _update_checked_out(checked_out, run_id, name, target, commit)
     else:
         update_refs(root, [f"update {heads(name)} {commit} {target}"], message=f"agentbox: merge run {run_id}")
     _record_delivery(root, run_id, integration, commit)
     return DeliverResult(commit, name, squash, False, checked_out)
+
+
+def _update_checked_out(checked_out: Path, run_id: str, name: str, target: str, commit: str) -> None:
+    """Move the checked-out branch `name` from `target` to `commit`, its index and files with it."""
+    check = git(checked_out, "read-tree", "-m", "-u", target, commit, ok=(0, 128))
+    if check.returncode != 0 and "not uptodate" in check.error_text:
+        # stat data only out of date (a file touched, not changed): refresh it, as `git status` would
+        git(checked_out, "update-index", "-q", "--refresh", ok=(0, 1))
+        check = git(checked_out, "read-tree", "-m", "-u", target, commit, ok=(0, 128))
+    if check.returncode != 0:
+        files = _files_in_the_way(check.error_text)
+        said = "; ".join(_plain(line) for line in check.error_text.splitlines() if _plain(line))
+        raise UsageError(
+            f"bringing run {run_id} into {name} would overwrite "
+            + (f"your uncommitted changes to {', '.join(files[:10])}" if files else f"files ({said})")
+            + f" in {checked_out}",
+            "commit or stash your changes (git stash), then run `agentbox merge` again")
+    git(checked_out, "update-ref", "-m", f"agentbox: merge run {run_id}", "HEAD", commit, target)
+
+
+def _files_in_the_way(stderr: str) -> list[str]:
+    """The paths `read-tree -m -u` refused to overwrite, from its message (`Entry 'a' not
+    uptodate`, `Untracked working tree file 'b' would be overwritten`, or a list of paths
+    indented under a sentence)."""
+    found: list[str] = []
+    for line in stderr.splitlines():
+        if "'" in line and ("not uptodate" in line or "would be overwritten" in line):
+            found.append(line.split("'", 2)[1])
+        elif line.startswith("\t"):
+            found.append(line.strip())
+    return list(dict.fromkeys(found))
+
+
+def _plain(line: str) -> str:
+    """One line of git's refusal, without its `error:` prefix and its advice."""
+    line = line.strip()
+    for prefix in ("error: ", "fatal: "):
+        if line.startswith(prefix):
+            line = line[len(prefix):]
+    return "" if line.startswith(("hint:", "Please commit", "Please move", "Aborting")) else line
+
+
+def _holds(root: Path, target: str, commit: str) -> bool:
+    """True when `target` already holds every change of `commit` (merging it changes nothing)."""
+    tree, conflicts = merge_tree(root, target, commit)
+    return not conflicts and tree == tree_of(root, target)
+
+
+def _without_snapshot(root: Path, base: Base, integration: str, name: str) -> str:
+    """The run's work without the snapshot of the person's uncommitted changes in its history:
+    each commit the integration branch gained over the snapshot (one per merged task, on its
+    first-parent line) replayed onto the commit the snapshot was made on (`base.head`), each
+    holding what it held minus the snapshot's own changes, and saying what it brought.
+
+    When one step cannot be replayed cleanly (a later task undid an earlier one's change
+    to a line the snapshot holds), the whole run becomes one commit instead."""
+    ident = ident_env(*AGENTBOX_IDENT)
+    # a commit of the base's tree on the snapshot: merged with it, any commit of the run loses
+    # exactly the snapshot's changes (the snapshot is the merge base)
+    unsnapshotted = commit_tree(root, tree_of(root, base.head), [base.commit], "agentbox: the run's base\n", ident)
+    chain = git(root, "rev-list", "--first-parent", "--reverse", f"{base.commit}..{integration}").text.split()
+    parent = base.head
+    for step in chain:
+        tree, conflicts = merge_tree(root, unsnapshotted, step)
+        if conflicts:
+            break
+        parent = commit_tree(root, tree, [parent], _replayed_message(root, step), _author_of(root, step))
+    else:
+        return parent
+    tree, conflicts = merge_tree(root, unsnapshotted, integration)
+    if conflicts:
+        raise MergeConflictError(
+            "the run changed lines of the uncommitted changes it started from, so its work cannot be "
+            "brought in without them, in: " + ", ".join(conflicts), conflicts,
+            f"commit those changes of yours on {name} first (then the run is merged as it is), or copy "
+            "what you want of the run by hand (agentbox diff)")
+    return commit_tree(root, tree, [base.head], _replayed_message(root, integration, whole=base.commit), ident)
+
+
+def _replayed_message(root: Path, step: str, whole: str | None = None) -> str:
+    """The message of a replayed commit: the original's, plus the commits it brought."""
+    subject = git(root, "log", "-1", "--format=%s", step).text
+    if whole is not None:
+        subject, since = "agentbox: the run's work", f"{whole}..{step}"
+    else:
+        parents = git(root, "rev-list", "--parents", "-n", "1", step).text.split()[1:]
+        since = f"{parents[0]}..{step}" if len(parents) > 1 else ""
+    brought = git(root, "log", "--no-merges", "--reverse", "--format=%s (%an)", since).text if since else ""
+    body = "".join(f"- {line}\n" for line in brought.splitlines() if line)
+    note = f"Replayed from {step} without the uncommitted changes the run started from.\n"
+    return f"{subject}\n\n{body}\n{note}" if body else f"{subject}\n\n{note}"
+
+
+def _author_of(root: Path, commit: str) -> dict[str, str]:
+    """Who a replayed step is by: the author of the task's last commit for a merge of a task,
+    the commit's own author otherwise; committed by agentbox."""
+    parents = git(root, "rev-list", "--parents", "-n", "1", commit).text.split()[1:]
+    name, _, email = git(root, "log", "-1", "--format=%an%x00%ae", parents[-1] if len(parents) > 1 else commit
+                         ).text.partition("\0")
+    return ident_env(name, email)
 
 
 def _record_delivery(root: Path, run_id: str, integration: str, commit: str) -> None:
@@ -242,7 +371,8 @@ def _delivered_into(root: Path, run_id: str, integration: str, target: str) -> b
 
 def _checked_out_at(root: Path, branch: str) -> Path | None:
     """The working tree where `branch` is checked out, if any."""
-    out = git(root, "worktree", "list", "--porcelain", "-z")
+    with admin_lock(common_dir(root)):  # git lists every admin dir, and stops at one being made
+        out = git(root, "worktree", "list", "--porcelain", "-z")
     path: Path | None = None
     for field in out.stdout.split(b"\0"):
         if field.startswith(b"worktree "):
@@ -252,20 +382,19 @@ def _checked_out_at(root: Path, branch: str) -> Path | None:
     return None
 
 
-def _delivery_message(root: Path, run_id: str, name: str, integration: str, target: str, squash: bool) -> str:
-    merged = git(root, "log", "--first-parent", "--format=%s", "-n", "50", f"{target}..{integration}").text
+def _delivery_message(root: Path, run_id: str, name: str, work: str, target: str, squash: bool,
+                      goal: str | None) -> str:
+    merged = git(root, "log", "--first-parent", "--format=%s", "-n", "50", f"{target}..{work}").text
     lines = [line for line in merged.splitlines() if line and not line.startswith("agentbox: uncommitted")]
-    title = (f"agentbox: run {run_id} (squashed)" if squash
-             else f"Merge {integration_branch(run_id)} into {name}")
+    first = (goal or "").strip().splitlines()[0][:72] if (goal or "").strip() else ""
+    if squash:
+        title = first or f"agentbox: run {run_id}"
+    else:
+        title = f"Merge {integration_branch(run_id)} into {name}" + (f": {first}" if first else "")
     body = "".join(f"- {line}\n" for line in reversed(lines))
     return f"{title}\n\n{body}\nagentbox-run: {run_id}\n"
 
 
 def _person_ident(root: Path) -> dict[str, str]:
     """The person's own identity from their git config, agentbox's when they have none."""
-    found = git(root, "var", "GIT_COMMITTER_IDENT", ok=(0, 128))
-    if found.returncode != 0 or "<" not in found.text:
-        return ident_env(*AGENTBOX_IDENT)
-    name, _, rest = found.text.partition(" <")
-    email = rest.split(">", 1)[0]
-    return ident_env(name, email, committer=(name, email))
+    return person_ident(root) or ident_env(*AGENTBOX_IDENT)

@@ -12,6 +12,7 @@
     <common>/agentbox/worktrees/<run>/.spare/ finished worktrees kept for the run's next task
     <common>/agentbox/worktrees/<run>/.view   the integration head, for read-only turns
     <common>/agentbox/gitfiles/<name>         the `.git` file a sandbox sees (see sandbox_view)
+    <common>/agentbox/worktrees.flock         held while worktree admin dirs change (admin_lock)
 
 Task branches use `@`, which ids never contain: git cannot hold a branch `agentbox/<run>`
 and a branch below it (`agentbox/<run>/<task>`) at once. Everything lives inside the git
@@ -20,8 +21,12 @@ common dir, so the person's `git status` never shows it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,3 +175,36 @@ def write_small(path: Path, text: str) -> None:
     partial = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.partial")
     partial.write_text(text, encoding="utf-8", errors="surrogateescape")
     os.replace(partial, path)
+
+
+_held = threading.local()
+
+
+@contextlib.contextmanager
+def admin_lock(common: Path) -> Iterator[None]:
+    """Hold the repository's lock on the worktree admin dirs (`<common>/worktrees/`) while
+    making, repairing, moving, forgetting or listing worktrees.
+
+    `git worktree add` reads every other worktree's admin dir and stops at one another
+    `worktree add` is still writing (`could not open .../gitdir`, `failed to read
+    .../commondir`), so two tasks, or two runs, making worktrees at once would fail. An
+    `flock` on a file of agentbox's serializes them across threads and processes (a killed
+    holder lets go); a thread already holding it goes on (the lock is re-entrant)."""
+    held: set[str] = getattr(_held, "dirs", None) or set()
+    _held.dirs = held
+    key = str(common)
+    if key in held:
+        yield
+        return
+    path = common / "agentbox" / "worktrees.flock"  # not `*.lock`: git names its own lock files so
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held.add(key)
+        try:
+            yield
+        finally:
+            held.discard(key)
+    finally:
+        os.close(fd)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import shutil
 import time
 import uuid
@@ -32,6 +33,7 @@ from pathlib import Path
 from agentbox.core.errors import StateError, UsageError
 from agentbox.core.workspace.gitcmd import (
     AGENTBOX_IDENT,
+    GitError,
     commit_tree,
     git,
     ident_env,
@@ -44,6 +46,7 @@ from agentbox.core.workspace.gitcmd import (
 from agentbox.core.workspace.layout import (
     SPARE_DIR,
     admin_dir,
+    admin_lock,
     common_dir,
     heads,
     integration_branch,
@@ -179,31 +182,33 @@ def ensure_view_worktree(root: Path, run_id: str) -> Worktree:
 
 def _place_view(root: Path, common: Path, run_id: str, path: Path, head: str) -> WorktreeOrigin:
     """Leave a registered, detached worktree at `path` for the view: a spare, or a new one."""
-    drop_unfinished(common, path)
-    if os.path.lexists(path):  # not a worktree git knows at this path: only a view's leftovers
-        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-    forget_missing_worktrees(common)
-    return _spare_or_new(root, common, run_id, path, head)
+    with admin_lock(common):
+        drop_unfinished(common, path)
+        if os.path.lexists(path):  # not a worktree git knows at this path: only a view's leftovers
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        forget_missing_worktrees(common)
+        return _spare_or_new(root, common, run_id, path, head)
 
 
 def _spare_or_new(root: Path, common: Path, run_id: str, path: Path, at: str) -> WorktreeOrigin:
     """Put one of the run's spare worktrees at `path` (a rename), or make a new one there,
     detached at `at` (a commit, or a ref naming one) and not checked out: the caller fills it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    spares = worktrees_dir(common, run_id) / SPARE_DIR
-    for spare in sorted(spares.iterdir()) if spares.is_dir() else []:
-        try:
-            os.rename(spare, path)
-        except FileNotFoundError:
-            continue  # taken meanwhile
-        _point_admin_at(path)
-        return WorktreeOrigin.SPARE
-    git(root, "worktree", "add", "--lock", "--reason", f"{MAKING}{path}", "--no-checkout", "--detach", str(path),
-        at, retry_on_lock=True)
-    admin = admin_dir(path)
-    if admin is not None:
-        (admin / "locked").unlink(missing_ok=True)
-    return WorktreeOrigin.NEW
+    with admin_lock(common):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        spares = worktrees_dir(common, run_id) / SPARE_DIR
+        for spare in sorted(spares.iterdir()) if spares.is_dir() else []:
+            try:
+                os.rename(spare, path)
+            except FileNotFoundError:
+                continue  # taken meanwhile
+            _point_admin_at(path)
+            return WorktreeOrigin.SPARE
+        git(root, "worktree", "add", "--lock", "--reason", f"{MAKING}{path}", "--no-checkout", "--detach", str(path),
+            at, retry_on_lock=True)
+        admin = admin_dir(path)
+        if admin is not None:
+            (admin / "locked").unlink(missing_ok=True)
+        return WorktreeOrigin.NEW
 
 
 def remove_view_worktree(root: Path, run_id: str) -> None:
@@ -262,20 +267,21 @@ def _drop_stale_index_lock(path: Path) -> None:
 
 def _place_worktree(root: Path, common: Path, run_id: str, task_id: str, path: Path) -> WorktreeOrigin:
     """Leave a registered worktree at `path` (HEAD anywhere): the one there, a spare, or a new one."""
-    drop_unfinished(common, path)
-    if os.path.lexists(path):
-        if (path / ".git").is_file():
-            git(root, "worktree", "repair", str(path), ok=(0, 1))
-            admin = admin_dir(path)
-            if admin is None or not admin.is_dir():
-                raise StateError(f"the worktree of task {task_id} ({path}) lost its git admin dir",
-                                 "look at its files, move them away, then resume the run")
-            if (read_small(admin / "locked") or "").startswith("initializing"):
-                (admin / "locked").unlink(missing_ok=True)
-            return WorktreeOrigin.NEW
-        shutil.rmtree(path)  # no .git file: git never finished making it, no turn ever ran in it
-    forget_missing_worktrees(common)
-    return _spare_or_new(root, common, run_id, path, heads(task_branch(run_id, task_id)))
+    with admin_lock(common):
+        drop_unfinished(common, path)
+        if os.path.lexists(path):
+            if (path / ".git").is_file():
+                git(root, "worktree", "repair", str(path), ok=(0, 1))
+                admin = admin_dir(path)
+                if admin is None or not admin.is_dir():
+                    raise StateError(f"the worktree of task {task_id} ({path}) lost its git admin dir",
+                                     "look at its files, move them away, then resume the run")
+                if (read_small(admin / "locked") or "").startswith("initializing"):
+                    (admin / "locked").unlink(missing_ok=True)
+                return WorktreeOrigin.NEW
+            shutil.rmtree(path)  # no .git file: git never finished making it, no turn ever ran in it
+        forget_missing_worktrees(common)
+        return _spare_or_new(root, common, run_id, path, heads(task_branch(run_id, task_id)))
 
 
 def drop_unfinished(common: Path, under: Path) -> list[Path]:
@@ -284,17 +290,18 @@ def drop_unfinished(common: Path, under: Path) -> list[Path]:
     some of its files or none), and the directories started for them, which were never
     attached to a branch, so no turn ran there. Only for a caller that alone makes worktrees
     there (a task's own ensure; a run's engine holding the run's lock). The paths dropped."""
-    dropped = []
-    admins = common / "worktrees"
-    for admin in sorted(admins.iterdir()) if admins.is_dir() else []:
-        path = _making(admin)
-        if path is None or not path.is_relative_to(under):
-            continue
-        shutil.rmtree(admin, ignore_errors=True)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        dropped.append(path)
-    return dropped
+    with admin_lock(common):
+        dropped = []
+        admins = common / "worktrees"
+        for admin in sorted(admins.iterdir()) if admins.is_dir() else []:
+            path = _making(admin)
+            if path is None or not path.is_relative_to(under):
+                continue
+            shutil.rmtree(admin, ignore_errors=True)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            dropped.append(path)
+        return dropped
 
 
 def _making(admin: Path) -> Path | None:
@@ -330,24 +337,25 @@ def forget_missing_worktrees(common: Path) -> list[Path]:
     before telling git is pointed at again, one whose directory is gone is forgotten (what
     `git worktree prune` does, for agentbox's own only: a worktree of the person's on an
     unmounted disk is left alone). Returns the worktree paths forgotten."""
-    named = {}
-    for directory in agentbox_worktree_dirs(common):
-        admin = admin_dir(directory)
-        if admin is not None:
-            named[admin] = directory
-            _point_admin_at(directory)
-    forgotten = []
-    ours = common / "agentbox"
-    for admin in sorted((common / "worktrees").iterdir()) if (common / "worktrees").is_dir() else []:
-        if admin in named or _locked(admin):
-            continue
-        gitdir = read_small(admin / "gitdir")
-        # no gitdir: a `worktree add` killed early, whose lock still names the worktree
-        worktree = Path(gitdir.strip()).parent if gitdir is not None else _making(admin)
-        if worktree is not None and worktree.is_relative_to(ours) and not os.path.lexists(worktree):
-            shutil.rmtree(admin, ignore_errors=True)
-            forgotten.append(worktree)
-    return forgotten
+    with admin_lock(common):
+        named = {}
+        for directory in agentbox_worktree_dirs(common):
+            admin = admin_dir(directory)
+            if admin is not None:
+                named[admin] = directory
+                _point_admin_at(directory)
+        forgotten = []
+        ours = common / "agentbox"
+        for admin in sorted((common / "worktrees").iterdir()) if (common / "worktrees").is_dir() else []:
+            if admin in named or _locked(admin):
+                continue
+            gitdir = read_small(admin / "gitdir")
+            # no gitdir: a `worktree add` killed early, whose lock still names the worktree
+            worktree = Path(gitdir.strip()).parent if gitdir is not None else _making(admin)
+            if worktree is not None and worktree.is_relative_to(ours) and not os.path.lexists(worktree):
+                shutil.rmtree(admin, ignore_errors=True)
+                forgotten.append(worktree)
+        return forgotten
 
 
 def _locked(admin: Path) -> bool:
@@ -380,14 +388,89 @@ def uncommitted(path: Path) -> list[str]:
     return found
 
 
+def flatten_nested(worktree: Path) -> list[str]:
+    """Make every repository an agent made below the worktree's top into plain files: remove
+    its `.git` (a directory, a file or a link), so git adds its files as ordinary files and
+    never walks into it (a gitlink would make every later git enter a repository whose
+    config and attributes the agent wrote). The directories that held one, sorted.
+
+    Nested repositories are the ones git itself would treat as such: untracked directories
+    holding a `.git` (listed by `ls-files -o` with a trailing slash, never entered) and the
+    paths of submodules (gitlinks), where agentbox's checkouts leave an empty directory, so a
+    `.git` there is the agent's too. A `.git` inside a tracked directory or an ignored one is
+    never entered by git, and stays.
+    """
+    listed = git(worktree, "ls-files", "-z", "--others", "--exclude-standard").stdout.split(b"\0")
+    candidates = [os.fsdecode(entry[:-1]) for entry in listed if entry.endswith(b"/")]
+    staged = git(worktree, "ls-files", "-z", "--stage").stdout.split(b"\0")
+    candidates += [os.fsdecode(entry.split(b"\t", 1)[1]) for entry in staged if entry.startswith(b"160000 ")]
+    found = []
+    for relative in sorted(set(candidates)):
+        nested = worktree / relative / ".git"
+        if not os.path.lexists(nested) or not (worktree / relative).resolve().is_relative_to(worktree.resolve()):
+            continue
+        _remove_nested_git(worktree, nested)
+        found.append(relative)
+    return found
+
+
+def _remove_nested_git(worktree: Path, nested: Path) -> None:
+    """Delete a nested `.git` without following any link: moved out of the tree first
+    (atomic), so git never sees half of it."""
+    if nested.is_symlink() or not nested.is_dir():
+        nested.unlink()
+        return
+    admin = admin_dir(worktree)
+    trash = admin.parent.parent / "agentbox" / "trash" if admin is not None else worktree.parent
+    trash.mkdir(parents=True, exist_ok=True)
+    aside = trash / f"nested-{uuid.uuid4().hex}"
+    os.rename(nested, aside)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _add_all(worktree: Path) -> list[str]:
+    """`git add -A`, leaving out the directories (or files) whose name git refuses in a
+    repository (`.GIT`, `git~1`: a `.git` on another file system), which would otherwise make
+    the whole turn uncommittable; the paths left out."""
+    refused: list[str] = []
+    for _ in range(_MAX_REFUSED):
+        excluded = [f":(exclude,literal){path}" for path in refused]
+        out = git(worktree, "add", "-A", "--", ".", *excluded, timeout=CHECKOUT_TIMEOUT_S, ok=(0, 128))
+        if out.returncode == 0:
+            return refused
+        named = _INVALID_PATH.search(out.error_text)
+        if named is None:
+            raise GitError(("add", "-A"), out.returncode, out.error_text)
+        parts = named.group(1).split("/")
+        bad = next((i for i, part in enumerate(parts) if not _git_accepts(part)), len(parts) - 1)
+        path = "/".join(parts[: bad + 1])
+        if path in refused:
+            raise GitError(("add", "-A"), out.returncode, out.error_text)
+        refused.append(path)
+    raise GitError(("add", "-A"), 128, f"more than {_MAX_REFUSED} paths git refuses")
+
+
+_MAX_REFUSED = 20
+_INVALID_PATH = re.compile(r"invalid path '(.+)'")
+
+
+def _git_accepts(part: str) -> bool:
+    """False for a path component git refuses in a tree (a `.git` by any spelling a Windows or
+    macOS file system would read as `.git`)."""
+    folded = part.lower().rstrip(". ")
+    return folded not in (".git", "git~1") and not folded.startswith(".git:")
+
+
 def commit_turn(worktree: Path, *, author_name: str, author_email: str, message: str,
                 turn_id: str | None = None) -> str | None:
     """Commit everything a turn changed in `worktree` (honouring .gitignore) on the task's
     branch, authored as `author_name <author_email>`; the commit, or None when the turn
     changed nothing. With `turn_id`, a repeated call for a turn already committed returns
-    that commit (the id is a trailer of the message)."""
+    that commit (the id is a trailer of the message). Repositories the turn made inside
+    the worktree are committed as plain files (`flatten_nested`), as the message says."""
     _drop_stale_index_lock(worktree)
-    git(worktree, "add", "-A", timeout=CHECKOUT_TIMEOUT_S)
+    flattened = flatten_nested(worktree)
+    refused = _add_all(worktree)
     tree = git(worktree, "write-tree").text
     found = git(worktree, "rev-parse", "HEAD^{commit}", "HEAD^{tree}", ok=(0, 128))
     if found.returncode != 0:
@@ -396,6 +479,12 @@ def commit_turn(worktree: Path, *, author_name: str, author_email: str, message:
     if tree == head_tree:
         return head if turn_id is not None and _turn_of(worktree, head) == turn_id else None
     text = message.rstrip("\n") + "\n"
+    if flattened:
+        text += ("\nNested git repositories made in the worktree, committed as plain files (their .git "
+                 "removed):\n" + "".join(f"  {path}\n" for path in flattened))
+    if refused:
+        text += ("\nNot committed: names git refuses in a repository (a `.git` by another spelling):\n"
+                 + "".join(f"  {path}\n" for path in refused))
     if turn_id is not None:
         text += f"\n{TURN_TRAILER}: {turn_id}\n"
     commit = commit_tree(worktree, tree, [head], text, ident_env(author_name, author_email))
@@ -478,6 +567,7 @@ def remove_task_worktree(root: Path, run_id: str, task_id: str, *, keep_spare: b
         trash_worktree(common, path)
         return
     if left:
+        flatten_nested(path)  # `clean` would keep a nested repository, and the next task would get it
         git(path, "reset", "-q", "--hard", "HEAD")
         git(path, "clean", "-q", "-f", "-d")
     head = rev(path, "HEAD")
@@ -485,8 +575,9 @@ def remove_task_worktree(root: Path, run_id: str, task_id: str, *, keep_spare: b
     git(path, "update-ref", "--no-deref", "-m", "agentbox: park", "HEAD", head)
     spare = worktrees_dir(common, run_id) / SPARE_DIR / f"{task_id}-{uuid.uuid4().hex[:8]}"
     spare.parent.mkdir(parents=True, exist_ok=True)
-    os.rename(path, spare)
-    _point_admin_at(spare)
+    with admin_lock(common):
+        os.rename(path, spare)
+        _point_admin_at(spare)
 
 
 def remove_spares(root: Path, run_id: str) -> list[Path]:
@@ -502,11 +593,12 @@ def remove_spares(root: Path, run_id: str) -> list[Path]:
 def trash_worktree(common: Path, path: Path) -> None:
     """Delete a worktree of agentbox's: rename it into the trash (atomic), forget its admin
     dir, delete the files. A crash leaves a trash dir, emptied by the next call."""
-    admin = admin_dir(path)
-    trash = common / "agentbox" / "trash"
-    trash.mkdir(parents=True, exist_ok=True)
-    os.rename(path, trash / uuid.uuid4().hex)
-    if admin is not None and admin.parent == common / "worktrees":
-        shutil.rmtree(admin, ignore_errors=True)
-    for leftover in trash.iterdir():
-        shutil.rmtree(leftover, ignore_errors=True)
+    with admin_lock(common):
+        admin = admin_dir(path)
+        trash = common / "agentbox" / "trash"
+        trash.mkdir(parents=True, exist_ok=True)
+        os.rename(path, trash / uuid.uuid4().hex)
+        if admin is not None and admin.parent == common / "worktrees":
+            shutil.rmtree(admin, ignore_errors=True)
+        for leftover in trash.iterdir():
+            shutil.rmtree(leftover, ignore_errors=True)

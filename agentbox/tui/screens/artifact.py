@@ -13,6 +13,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from agentbox.core.termtext import safe_text
 from agentbox.tui import loaders
 from agentbox.tui import messages as msg
 from agentbox.tui.widgets.artifacts import display_path, highlighted, provenance
@@ -36,9 +37,9 @@ class ArtifactScreen(Screen[None]):
     def on_mount(self) -> None:
         """Read the file in a worker."""
         view = self.query_one("#artifact-view")
-        view.border_title = display_path(self.entry, self.root)
+        view.border_title = safe_text(display_path(self.entry, self.root), single_line=True)  # type: ignore[assignment]
         if self.entry.get("role"):
-            view.border_subtitle = provenance(self.entry).plain
+            view.border_subtitle = Text(provenance(self.entry).plain)  # type: ignore[assignment]
         self.run_worker(partial(self._read, str(self.entry["path"])), thread=True, exit_on_error=False)
 
     def _read(self, path: str) -> None:
@@ -48,7 +49,7 @@ class ArtifactScreen(Screen[None]):
         """Show it highlighted."""
         body = self.query_one("#artifact-body", Static)
         if message.error:
-            body.update(Text(f"cannot show {message.path}: {message.error}", style="red"))
+            body.update(safe_text(f"cannot show {message.path}: {message.error}", style="red"))
             return
         body.update(highlighted(message))
 

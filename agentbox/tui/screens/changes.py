@@ -20,6 +20,7 @@ from textual.widgets import Footer, Static, Tree
 
 from agentbox.core import run_changes
 from agentbox.core.engine.models import ChangedPath, Run
+from agentbox.core.termtext import for_line, for_terminal
 from agentbox.tui import action_table, loaders, model
 from agentbox.tui import messages as msg
 from agentbox.tui.diffs import CHANGE_STYLE
@@ -39,10 +40,10 @@ def lines_changed(files: list[ChangedPath]) -> Text:
 def run_summary(run: Run, stat: str | None, error: str | None) -> Text:
     """The run's branch, where it goes, whether it was merged, and its stat."""
     assert run.git is not None
-    into = run.git.branch or "a branch of yours (the run started on a detached HEAD)"
+    into = for_line(run.git.branch or "a branch of yours (the run started on a detached HEAD)")
     text = Text.assemble((run.id, "bold"), "  ", (run.status, model.RUN_STATUS_STYLE.get(run.status, "")),
                          "  from ", (run.git.base[:10], "cyan"), (" (your uncommitted changes)" if run.git.dirty else ""),
-                         "\n", (run.git.integration_branch, "cyan"), " → ", (into, "bold"))
+                         "\n", (for_line(run.git.integration_branch), "cyan"), " → ", (into, "bold"))
     if run.git.delivered:
         text.append(f"  merged ({run.git.delivered[:10]})", "bold green")
     elif model.can_merge(run):
@@ -51,11 +52,11 @@ def run_summary(run: Run, stat: str | None, error: str | None) -> Text:
         text.append("  not merged yet", "yellow")
     text.append("\n")
     if error:
-        text.append(f"git could not give the stat: {error}", "red")
+        text.append(f"git could not give the stat: {for_terminal(error)}", "red")
     elif stat is None:
         text.append("reading the stat from git…", "dim")
     else:
-        text.append(stat.rstrip("\n") or "no changes on the run's branch yet", "" if stat.strip() else "dim")
+        text.append(for_terminal(stat.rstrip("\n")) or "no changes on the run's branch yet", "" if stat.strip() else "dim")
     return text
 
 
@@ -88,7 +89,9 @@ class ChangesScreen(Screen[None]):
 
     def on_mount(self) -> None:
         """Follow the dashboard's run."""
-        self.query_one("#changes-body").border_title = "changes"
+        body = self.query_one("#changes-body")
+        body.border_title = "changes"
+        body.border_subtitle = "enter opens the selected task: brief, verdicts, diff"
         self.watch(self.dashboard, "run", self._show, init=True)
         self.query_one(Tree).focus()
 
@@ -145,21 +148,25 @@ class ChangesScreen(Screen[None]):
             tree.root.add_leaf(Text("no task has a branch yet", style="dim"))
         for role, tasks in by_role.items():
             files = [f for c in tasks for f in c.files]
-            role_node = tree.root.add(Text.assemble((role, "bold"), "  ", (f"{len(tasks)} task(s) · ", "dim"),
+            role_node = tree.root.add(Text.assemble((for_line(role), "bold"), "  ", (f"{len(tasks)} task(s) · ", "dim"),
                                                     lines_changed(files)), expand=True)
             for change in tasks:
                 label = Text.assemble((change.task, "bold"), "  ",
                                       (change.state, model.STATE_STYLE.get(change.state) or ""), "  ")
-                label.append_text(lines_changed(change.files) if change.files else Text("no commits yet", "dim"))
-                if change.merged:
+                if change.files:
+                    label.append_text(lines_changed(change.files))
+                else:  # nothing to merge: a merged sha here would only name the integration head
+                    label.append("changed nothing" if change.merged or change.state == "approved"
+                                 else "no commits yet", "dim")
+                if change.merged and change.files:
                     label.append(f"  merged {change.merged[:10]}", "green")
-                label.append(f"  {change.branch}", "dim")
+                label.append(f"  {for_line(change.branch)}", "dim")
                 task_node = role_node.add(label, data=change.task, expand=True, allow_expand=bool(change.files))
                 for file in change.files:
                     line = Text.assemble((f" {file.change} ", CHANGE_STYLE.get(file.change, "bold")), " ")
                     if file.old_path:
-                        line.append(f"{file.old_path} → ", "dim")
-                    line.append(file.path)
+                        line.append(f"{for_line(file.old_path)} → ", "dim")
+                    line.append(for_line(file.path))
                     line.append("  binary" if file.added is None else f"  +{file.added} −{file.removed}", "dim")
                     task_node.add_leaf(line, data=change.task)
 

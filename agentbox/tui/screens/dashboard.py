@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Tree
 
-from agentbox.core import paths, watch
+from agentbox.core import paths, runs, watch
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
 from agentbox.core.monitor import ProcessMonitor, agent_pids
 from agentbox.core.paths import ProjectPaths
@@ -64,14 +64,18 @@ class DashboardScreen(RunActions, Screen[None]):
     samples: var[dict[str, Any]] = var(dict, always_update=True)
     manifest: var[tuple[dict[str, Any], ...]] = var((), always_update=True)
     now: var[float] = var(0.0)
+    engine: var[str] = var("ended")
+    """Whether the shown run has an engine (`agentbox.core.runs.EngineState`)."""
     narrow: var[bool] = var(False)
     focused: Reactive[Widget | None] = Reactive(None, repaint=False)
     """As on every screen, minus the repaint of the whole screen on each focus change (the
     widgets that gain and lose focus repaint themselves)."""
 
     def __init__(self, project: ProjectPaths, *, run_id: str | None = None, clock: Callable[[], float] = time.time,
-                 live: bool = True, sample_interval_s: float | None = 1.0) -> None:
+                 live: bool = True, sample_interval_s: float | None = 1.0,
+                 engine_probe: Callable[[ProjectPaths, str], bool] | None = None) -> None:
         super().__init__(id="dashboard")
+        self.engine_probe = engine_probe or runs.engine_alive
         self.project = project
         self.clock = clock
         self.live = live
@@ -92,7 +96,7 @@ class DashboardScreen(RunActions, Screen[None]):
 
     def compose(self) -> ComposeResult:
         cls = DashboardScreen
-        yield RunHeader(self.project.root.name, id="run-header").data_bind(cls.run, cls.run_ids, cls.now)
+        yield RunHeader(self.project.root.name, id="run-header").data_bind(cls.run, cls.run_ids, cls.now, cls.engine)
         yield CheckpointBar(id="checkpoints").data_bind(cls.run)
         with Vertical(id="body"):
             yield MembersTable(id="members").data_bind(cls.run, cls.crew, cls.sessions, cls.samples, cls.narrow)
@@ -100,7 +104,7 @@ class DashboardScreen(RunActions, Screen[None]):
                 yield QueueList(id="queue").data_bind(cls.run)
                 yield ArtifactsPanel(self.project.root, id="artifacts").data_bind(cls.manifest)
             yield EventLog(id="events")
-        yield KeyFooter(compact=True, show_command_palette=False)
+        yield KeyFooter(compact=True)  # with the palette key: on a phone it is how every action is a tap away
 
     def on_mount(self) -> None:
         """Start following the project: watcher, clock, process sampler, first reads."""
@@ -205,6 +209,22 @@ class DashboardScreen(RunActions, Screen[None]):
 
     def _tick(self) -> None:
         self.now = self.clock()
+        self._check_engine()
+
+    def _check_engine(self) -> None:
+        """Whether an engine still drives the shown run (a killed one changes no file, so this is asked)."""
+        run = self.run
+        if run is None:
+            state = "ended"
+        else:
+            try:
+                alive = run.status not in TERMINAL_RUN_STATES and self.engine_probe(self.project, run.id)
+            except OSError:  # the run's directory went (discarded): the next listing drops it
+                return
+            state = runs.engine_state(run, alive, self.clock())
+        if state != self.engine:
+            self.engine = state
+            self.refresh_bindings()
 
     def _sample(self) -> None:
         self._request("sample")
@@ -247,6 +267,7 @@ class DashboardScreen(RunActions, Screen[None]):
         self._listed_once = True
         self.run_ids = message.run_ids
         if not message.run_ids:
+            self.run_id = None  # the last run was discarded
             return
         if self.run_id is None or self.run_id not in message.run_ids:
             wanted = self._wanted_run
@@ -286,6 +307,7 @@ class DashboardScreen(RunActions, Screen[None]):
         self._alert_new_checkpoints(message.run)
         self._note_status(message.run)
         self.run = message.run
+        self._check_engine()
         if first:
             self.call_after_refresh(gc_tuning.freeze)
         possible = self.offered_actions()

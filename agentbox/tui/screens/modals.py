@@ -15,6 +15,7 @@ from textual.widgets import Button, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option, OptionDoesNotExist
 
 from agentbox.core.engine.models import Checkpoint
+from agentbox.core.termtext import safe_text
 
 
 class Dialog(ModalScreen[Any]):
@@ -73,8 +74,8 @@ class NoteDialog(Dialog):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.title_text, classes="dialog-title")
-            yield Static(self.explanation, classes="dialog-text")
+            yield Label(safe_text(self.title_text, single_line=True), classes="dialog-title")
+            yield Static(safe_text(self.explanation), classes="dialog-text")
             yield Input(value=self.value, placeholder=self.placeholder, id="note")
             with Horizontal(classes="dialog-buttons"):
                 yield Button(self.ok_label, variant="primary", id="ok")
@@ -102,12 +103,12 @@ class AnswerDialog(Dialog):
         with Vertical(classes="dialog"):
             about = f" · {cp.role}" if cp.role else ""
             about += f" on {cp.task}" if cp.task else ""
-            yield Label(f"{cp.id} · {cp.kind}{about}", classes="dialog-title")
-            yield Static(Text(cp.question.strip()), classes="dialog-text")
+            yield Label(safe_text(f"{cp.id} · {cp.kind}{about}", single_line=True), classes="dialog-title")
+            yield Static(safe_text(cp.question.strip()), classes="dialog-text")
             if cp.options:
                 with Horizontal(classes="dialog-options"):
                     for index, option in enumerate(cp.options):
-                        yield Button(option, id=f"option-{index}", classes="option")
+                        yield Button(safe_text(option, single_line=True), id=f"option-{index}", classes="option")
             yield Input(placeholder="your answer", id="answer")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("answer", variant="primary", id="ok")
@@ -119,7 +120,8 @@ class AnswerDialog(Dialog):
 
     @on(Button.Pressed, ".option")
     def _option(self, event: Button.Pressed) -> None:
-        self.dismiss(str(event.button.label))
+        index = int(str(event.button.id).removeprefix("option-"))  # the option as written, not as shown
+        self.dismiss(self.checkpoint.options[index])
 
     @on(Input.Submitted, "#answer")
     @on(Button.Pressed, "#ok")
@@ -144,7 +146,7 @@ class ConfirmDialog(Dialog):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             with VerticalScroll(classes="dialog-question", can_focus=False):  # the buttons keep the focus
-                yield Static(self.question)
+                yield Static(safe_text(self.question) if isinstance(self.question, str) else self.question)
             with Horizontal(classes="dialog-buttons"):
                 yield Button(self.yes_label, variant="error", id="yes")
                 yield Button("no", id="no")
@@ -162,6 +164,46 @@ class ConfirmDialog(Dialog):
         self.dismiss(None)
 
 
+class MergeDialog(Dialog):
+    """Merge the run's branch as a merge commit, or squashed into one commit, or not at all."""
+
+    BINDINGS = [Binding("y,m", "merge", "merge"), Binding("s", "squash", "squash"),
+                Binding("n,escape", "cancel", "no")]
+
+    def __init__(self, question: str | Text) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            with VerticalScroll(classes="dialog-question", can_focus=False):
+                yield Static(self.question)
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("merge", variant="error", id="merge")
+                yield Button("squash", variant="warning", id="squash")
+                yield Button("no", id="no")
+
+    def action_merge(self) -> None:
+        """A merge commit."""
+        self.dismiss("merge")
+
+    def action_squash(self) -> None:
+        """One commit with the run's changes."""
+        self.dismiss("squash")
+
+    @on(Button.Pressed, "#merge")
+    def _merge(self) -> None:
+        self.dismiss("merge")
+
+    @on(Button.Pressed, "#squash")
+    def _squash(self) -> None:
+        self.dismiss("squash")
+
+    @on(Button.Pressed, "#no")
+    def _no(self) -> None:
+        self.dismiss(None)
+
+
 class PickDialog(Dialog):
     """Choose one of a few things (a task, a checkpoint, a run)."""
 
@@ -173,8 +215,9 @@ class PickDialog(Dialog):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.title_text, classes="dialog-title")
-            yield OptionList(*(Option(label, id=value) for value, label in self.options), id="choices")
+            yield Label(safe_text(self.title_text, single_line=True), classes="dialog-title")
+            yield OptionList(*(Option(safe_text(label, single_line=True) if isinstance(label, str) else label, id=value)
+                               for value, label in self.options), id="choices")
 
     def on_mount(self) -> None:
         """Start on the current choice."""

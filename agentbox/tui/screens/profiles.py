@@ -13,6 +13,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from agentbox.core.termtext import for_line, for_terminal
 from agentbox.tui import loaders
 from agentbox.tui import messages as msg
 
@@ -76,8 +77,8 @@ class ProfilesScreen(Screen[None]):
             profile = info.profile
             sandbox = profile.sandbox if isinstance(profile.sandbox, str) else \
                 ("bwrap + network" if profile.sandbox.network else "bwrap, no network")
-            table.add_row(Text(info.name, style="bold"), info.source, info.tool, profile.runtime.model or "—",
-                          sandbox, key=info.name)
+            table.add_row(Text(for_line(info.name), style="bold"), Text(info.source), Text(for_line(info.tool)),
+                          Text(for_line(profile.runtime.model or "—")), Text(sandbox), key=info.name)
         for error in message.errors:
             self.notify(error, title="profile", severity="error", timeout=12)
 
@@ -87,10 +88,10 @@ class ProfilesScreen(Screen[None]):
         if info is None:
             return
         profile = info.profile
-        detail = Text.assemble((profile.display_name or info.name, "bold"), "\n",
-                               (profile.description or "no description", "italic"), "\n",
+        detail = Text.assemble((for_line(profile.display_name or info.name), "bold"), "\n",
+                               (for_terminal(profile.description or "no description"), "italic"), "\n",
                                ("directory ", "dim"),
-                               "bundled with agentbox" if info.source == "bundled" else str(info.directory))
+                               "bundled with agentbox" if info.source == "bundled" else for_line(info.directory))
         self.query_one("#profile-detail", Static).update(detail)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from agentbox.core.runtimes.base import Usage
 from agentbox.core.sessions import SessionRecord
+from agentbox.core.termtext import safe_text
 from agentbox.tui import loaders, model
 from agentbox.tui import messages as msg
 
@@ -33,7 +34,7 @@ def turn_status(turn: dict[str, Any]) -> Text:
     """ok, or the error kind in red."""
     if turn.get("status") == "ok":
         return Text("ok", style="green")
-    return Text(str(turn.get("error_kind") or turn.get("status") or "?"), style="red")
+    return safe_text(turn.get("error_kind") or turn.get("status") or "?", style="red", single_line=True)
 
 
 def turn_detail(turn: dict[str, Any]) -> Group:
@@ -42,8 +43,8 @@ def turn_detail(turn: dict[str, Any]) -> Group:
                          f"  · {turn_tokens(turn)} tokens · {float(turn.get('duration_s') or 0):.1f}s · "
                          f"{model.date_time(turn.get('started'))}")
     result = turn.get("text") or turn.get("error") or ""
-    return Group(head, Text("\nprompt", style="bold underline"), Text(str(turn.get("prompt") or "")),
-                 Text("\nresult", style="bold underline"), Text(str(result)))
+    return Group(head, Text("\nprompt", style="bold underline"), safe_text(turn.get("prompt") or ""),
+                 Text("\nresult", style="bold underline"), safe_text(result))
 
 
 class SessionHistoryScreen(Screen[None]):
@@ -75,7 +76,7 @@ class SessionHistoryScreen(Screen[None]):
     def on_mount(self) -> None:
         """Columns, titles, and follow the dashboard's sessions."""
         sessions = self.query_one("#session-list", DataTable)
-        sessions.border_title = f"sessions of {self.role}"
+        sessions.border_title = safe_text(f"sessions of {self.role}", single_line=True)  # type: ignore[assignment]
         for column in ("session", "task", "turns", "status", "tokens", "updated"):
             sessions.add_column(column, key=column)
         turns = self.query_one("#turn-list", DataTable)
@@ -105,13 +106,15 @@ class SessionHistoryScreen(Screen[None]):
         self.records = records
         table.clear()
         for record in records:
-            status = Text(record.status, style="bold cyan") if record.status == "running" else \
-                Text(record.last_status or record.status, style="green" if record.last_status == "ok" else "red")
+            status = safe_text(record.status, "bold cyan", single_line=True) if record.status == "running" else \
+                safe_text(record.last_status or record.status, "green" if record.last_status == "ok" else "red",
+                          single_line=True)
             tokens = model.tokens(record.totals.tokens, record.totals.unknown_usage_turns, record.turns)
-            table.add_row(model.short_id(record.id), record.task_id or "—", str(record.turns), status, tokens,
+            table.add_row(safe_text(model.short_id(record.id)), safe_text(record.task_id or "—", single_line=True),
+                          str(record.turns), status, tokens,
                           model.month_day_time(record.updated), key=record.id)
         if not records:
-            self.query_one("#turn-text", Static).update(Text(f"{self.role} has no session yet", style="dim"))
+            self.query_one("#turn-text", Static).update(safe_text(f"{self.role} has no session yet", "dim"))
             return
         index = next((i for i, r in enumerate(records) if r.id == selected), 0)
         table.move_cursor(row=index, animate=False)
@@ -151,7 +154,9 @@ class SessionHistoryScreen(Screen[None]):
 
     @on(DataTable.RowHighlighted, "#turn-list")
     def _turn_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self._show_turn(event.cursor_row)
+        # the table's cursor now, not the event's: a highlight of row 0 posted while the rows were
+        # refilled can arrive after the cursor moved to the newest turn
+        self._show_turn(event.data_table.cursor_row)
 
     def _show_turn(self, index: int) -> None:
         if 0 <= index < len(self.turns):

@@ -7,6 +7,7 @@ the answer is there when you come back (a notification says when it arrives).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from rich.console import Group
@@ -21,8 +22,9 @@ from textual.widgets import Footer, Input, LoadingIndicator, Static
 
 from agentbox.core.errors import AgentboxError
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.termtext import for_line, safe_text
+from agentbox.tui import loaders, model
 from agentbox.tui import messages as msg
-from agentbox.tui import model
 
 
 def reply_block(role: str, result: Any) -> Group:
@@ -30,9 +32,35 @@ def reply_block(role: str, result: Any) -> Group:
     tokens = result.usage.total_tokens
     meta = f"  {'unknown' if tokens is None else model.count(tokens)} tokens · {result.duration_s:.1f}s"
     if result.ok:
-        return Group(Text.assemble((role, "bold cyan"), (meta, "dim")), Text(result.text.strip() or "(empty answer)"))
-    return Group(Text.assemble((role, "bold red"), (f"  {result.error_kind}", "red"), (meta, "dim")),
-                 Text(str(result.error or result.text or "").strip()))
+        return Group(Text.assemble((for_line(role), "bold cyan"), (meta, "dim")),
+                     safe_text(result.text.strip() or "(empty answer)"))
+    return Group(Text.assemble((for_line(role), "bold red"), (f"  {result.error_kind}", "red"), (meta, "dim")),
+                 safe_text(str(result.error or result.text or "").strip()))
+
+
+TURNS_SHOWN = 30
+"""Turns of the session so far shown when a talk opens (the newest)."""
+TURN_TEXT_SHOWN = 2000
+"""Characters of a past prompt or answer shown (the session history screen has them whole)."""
+
+
+def _clipped(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= TURN_TEXT_SHOWN else text[:TURN_TEXT_SHOWN] + " …"
+
+
+def past_turn_blocks(role: str, turns: list[dict[str, Any]]) -> list[Any]:
+    """The session so far, as the talk shows it: your prompt, then the member's answer, per turn."""
+    blocks: list[Any] = []
+    if len(turns) > TURNS_SHOWN:
+        blocks.append(Text(f"… {len(turns) - TURNS_SHOWN} earlier turn(s): the session history (h) has them",
+                           style="dim"))
+    for turn in turns[-TURNS_SHOWN:]:
+        blocks.append(Group(Text("you", style="bold"), safe_text(_clipped(str(turn.get("prompt") or "")))))
+        answer = str(turn.get("text") or turn.get("error") or "")
+        style = "bold cyan" if turn.get("status") in (None, "ok") else "bold red"
+        blocks.append(Group(safe_text(role, style, single_line=True), safe_text(_clipped(answer) or "(empty answer)")))
+    return blocks
 
 
 class TalkScreen(Screen[None]):
@@ -57,20 +85,42 @@ class TalkScreen(Screen[None]):
 
     def on_mount(self) -> None:
         """Say which session this resumes."""
-        self.query_one("#transcript").border_title = f"talk to {self.role}"
+        self.query_one("#transcript").border_title = safe_text(f"talk to {self.role}", single_line=True)  # type: ignore[assignment]
         self._title()
+        self._read_history()
         self.query_one("#prompt", Input).focus()
+
+    def _read_history(self) -> None:
+        """Show the session so far (read in a thread)."""
+        if self.session_id:
+            self.run_worker(partial(self._load_turns, self.session_id), thread=True, exclusive=True,
+                            group="talk-history", exit_on_error=False)
+
+    def _load_turns(self, session_id: str) -> None:
+        self.post_message(loaders.session_turns_by_id(self.project, session_id))
+
+    def on_turns_loaded(self, message: msg.TurnsLoaded) -> None:
+        """The session's past turns arrived: they go above anything said since."""
+        if message.session_id != self.session_id or not message.turns:
+            return
+        transcript = self.query_one("#transcript", VerticalScroll)
+        entries = [Static(block, classes="talk-entry talk-past") for block in past_turn_blocks(self.role, message.turns)]
+        transcript.mount_all(entries, before=0) if transcript.children else transcript.mount_all(entries)
+        transcript.scroll_end(animate=False)
 
     def _title(self) -> None:
         session = f"resuming session {model.short_id(self.session_id)}" if self.session_id else "a new session"
         self.query_one("#talk-title", Static).update(
-            Text.assemble(("talk to ", "dim"), (self.role, "bold cyan"), (f" · {session}", "dim")))
+            Text.assemble(("talk to ", "dim"), (for_line(self.role), "bold cyan"), (f" · {session}", "dim")))
 
     def use_session(self, session_id: str) -> None:
         """Continue in another session of this member."""
-        if not self.busy:
+        if not self.busy and session_id != self.session_id:
             self.session_id = session_id
             self._title()
+            for past in self.query(".talk-past"):
+                past.remove()
+            self._read_history()
 
     def watch_busy(self, busy: bool) -> None:
         """Show that the member is working on an answer."""
@@ -93,7 +143,7 @@ class TalkScreen(Screen[None]):
             self.notify(f"{self.role} is still answering", severity="warning")
             return
         event.input.value = ""
-        self._append(Group(Text("you", style="bold"), Text(prompt)))
+        self._append(Group(Text("you", style="bold"), safe_text(prompt)))
         self.busy = True
         self.run_worker(self._ask(prompt, self.session_id), group="talk", name=f"talk to {self.role}",
                         exit_on_error=False)
@@ -123,7 +173,7 @@ class TalkScreen(Screen[None]):
     def on_action_failed(self, message: msg.ActionFailed) -> None:
         """The turn could not start (busy session, no sandbox...)."""
         self.busy = False
-        self._append(Text(f"{message.what}: {message.error}", style="red"))
+        self._append(safe_text(f"{message.what}: {message.error}", style="red"))
 
     def _append(self, renderable: Any) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)

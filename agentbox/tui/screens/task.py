@@ -16,6 +16,7 @@ from textual.widgets import Footer, Static
 
 from agentbox.core.engine.models import Run, Task
 from agentbox.core.tasks import TERMINAL_STATES
+from agentbox.core.termtext import for_line, for_terminal, safe_text
 from agentbox.tui import loaders, model
 from agentbox.tui import messages as msg
 from agentbox.tui.widgets.diff_view import DiffView
@@ -36,23 +37,24 @@ def section(title: str) -> Text:
 
 def task_summary(task: Task) -> Group:
     """Everything about a task except its events."""
-    head = Text.assemble((task.id, "bold"), "  ", (task.assignee, "cyan"), "  ",
-                         (task.state, model.STATE_STYLE.get(task.state) or "bold"),
+    head = Text.assemble((task.id, "bold"), "  ", (for_line(task.assignee), "cyan"), "  ",
+                         (task.state_label, model.STATE_STYLE.get(task.state_label) or "bold"),
                          f"  · attempts {task.attempts} · round {task.round} · tokens ",
                          model.tokens(task.tokens, task.unknown_usage_turns), f" · {model.cost(task.cost_usd)}")
-    parts: list[Any] = [head, section("Brief"), Text(task.brief)]
+    parts: list[Any] = [head, section("Brief"), safe_text(task.brief)]
     parts.append(section("Acceptance criteria"))
     for criterion in task.acceptance:
-        parts.append(Text.assemble((f"  {criterion.id}  ", "bold"), criterion.criterion))
+        parts.append(Text.assemble((f"  {for_line(criterion.id)}  ", "bold"), for_terminal(criterion.criterion)))
     if not task.acceptance:
         parts.append(Text("  none", style="dim"))
-    scope = ", ".join(task.writes) or "nothing (read-only)"
+    scope = for_line(", ".join(task.writes) or "nothing (read-only)")
     parts += [section("Scope"), Text.assemble(("  writes      ", "dim"), scope),
               Text.assemble(("  depends on  ", "dim"), ", ".join(task.depends_on) or "—"),
               Text.assemble(("  sessions    ", "dim"), f"work {model.short_id(task.session_id)} · "
                             f"review {model.short_id(task.review_session_id)}")]
     if task.note:
-        parts.append(Text.assemble(("  next note   ", "dim"), task.note, (f"  (from {task.note_by})", "dim")))
+        parts.append(Text.assemble(("  next note   ", "dim"), for_terminal(task.note),
+                                   (f"  (from {for_line(task.note_by)})", "dim")))
     parts.append(section(f"Verdicts ({len(task.verdicts)})"))
     if task.verdicts:
         table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
@@ -65,30 +67,62 @@ def task_summary(task: Task) -> Group:
             if failing:
                 detail += f" (failing: {', '.join(str(f) for f in failing)})"
             table.add_row(str(index), Text(verdict.verdict, style="green" if verdict.verdict == "approve" else "red"),
-                          Text(verdict.by), model.clock_time(verdict.at),
-                          "-" if verdict.confidence is None else f"{verdict.confidence:.2f}", Text(detail))
+                          safe_text(verdict.by, single_line=True), model.clock_time(verdict.at),
+                          "-" if verdict.confidence is None else f"{verdict.confidence:.2f}", safe_text(detail))
         parts.append(table)
     else:
         parts.append(Text("  not reviewed yet", style="dim"))
+    if task.panel is not None:
+        decided = task.panel.outcome or f"waiting for {len(task.panel.reviewers) - len(task.panel.verdicts)} review(s)"
+        parts.append(Text.assemble(("  two reviews ", "dim"), (" + ".join(task.panel.reviewers), "cyan"), " → ",
+                                   (decided, "bold"), (f"  {task.panel.reason}" if task.panel.reason else "", "dim")))
+    parts += check_parts(task)
     parts.append(section(f"Failures ({len(task.failures)})"))
     if task.failures:
         table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
         for column in ("at", "kind", "fingerprint", "message"):
             table.add_column(column, overflow="fold")
         for failure in task.failures:
-            table.add_row(model.clock_time(failure.at), Text(failure.kind), Text(failure.fingerprint[:12]),
-                          Text(failure.message[:400]))
+            table.add_row(model.clock_time(failure.at), safe_text(failure.kind, single_line=True),
+                          safe_text(failure.fingerprint[:12], single_line=True), safe_text(failure.message[:400]))
         parts.append(table)
     else:
         parts.append(Text("  none", style="dim"))
     return Group(*parts)
 
 
+CHECK_TAIL_LINES = 15
+"""Lines of a red check's output shown under it (its log holds the whole)."""
+
+
+def check_parts(task: Task) -> list[Any]:
+    """The checks crew.yaml's gates ran on the task: result, commit, exit status, duration, log; a red one's output."""
+    if not task.checks:
+        return []  # a crew without gates shows nothing of them
+    parts: list[Any] = [section(f"Checks ({len(task.checks)})  (l: the log)")]
+    table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
+    for column in ("check", "stage", "commit", "result", "exit", "time", "log"):
+        table.add_column(column, overflow="fold")
+    for check in task.checks:
+        word = "passed" if check.passed else ("could not run" if check.status == "error" else "failed")
+        word += " (flaky)" if check.flaky else ""
+        table.add_row(Text(check.name), check.stage, (check.commit or "live tree")[:10],
+                      Text(word, style="green" if check.passed else "red"),
+                      "-" if check.exit_status is None else str(check.exit_status), f"{check.duration_s:.1f} s",
+                      Text(check.log))
+    parts.append(table)
+    last = task.checks[-1]
+    if not last.passed and last.tail:
+        tail = "\n".join(last.tail.rstrip().splitlines()[-CHECK_TAIL_LINES:])
+        parts += [Text(f"  the end of {last.name}'s output:", style="dim"), Text(tail, style="red")]
+    return parts
+
+
 def diff_heading(task: Task) -> Text:
     """The diff's section heading: branch, files and lines changed, where it was merged."""
     heading = section("Changes")
     if task.branch:
-        heading.append(f"  {task.branch}", "not underline cyan")
+        heading.append(f"  {for_line(task.branch)}", "not underline cyan")
     if task.changed_files:
         added = sum(c.added or 0 for c in task.changed_files)
         removed = sum(c.removed or 0 for c in task.changed_files)
@@ -121,6 +155,7 @@ class TaskDetailScreen(Screen[None]):
         Binding("c", "cancel_task", "cancel task"),
         Binding("s", "history", "sessions"),
         Binding("t", "talk", "talk"),
+        Binding("l", "check_log", "check log", show=False),  # said in the checks section, shown only when there are checks
         Binding("right_square_bracket", "next_file", "next file", key_display="]"),
         Binding("left_square_bracket", "previous_file", "previous file", key_display="["),
     ]
@@ -254,6 +289,15 @@ class TaskDetailScreen(Screen[None]):
         """The assignee's session history."""
         if self.task is not None:
             self.post_message(msg.ActionRequested("history", self.task.assignee))
+
+    def action_check_log(self) -> None:
+        """The log of the task's latest check (a red one's, when there is one), in the viewer."""
+        task = self.task
+        if task is None or not task.checks:
+            self.notify("no check has run for this task", severity="warning")
+            return
+        latest = next((c for c in reversed(task.checks) if not c.passed), task.checks[-1])
+        self.post_message(msg.ActionRequested("view_artifact", latest.log))
 
     def action_talk(self) -> None:
         """Talk to the assignee in this task's session."""

@@ -15,6 +15,7 @@ from textual.reactive import var
 from textual.widgets import Static, Tree
 from textual.widgets.tree import TreeNode
 
+from agentbox.core.termtext import for_line, safe_text
 from agentbox.tui import loaders
 from agentbox.tui import messages as msg
 from agentbox.tui.model import short_id
@@ -35,20 +36,24 @@ def display_path(entry: dict[str, Any], root: Path) -> str:
 
 def provenance(entry: dict[str, Any]) -> Text:
     """`by builder · session 4b4c4e84 · task greet`."""
-    text = Text.assemble(("by ", "dim"), (str(entry.get("role") or "?"), "bold cyan"),
-                         (" · session ", "dim"), short_id(entry.get("session")))
+    text = Text.assemble(("by ", "dim"), (for_line(entry.get("role") or "?"), "bold cyan"),
+                         (" · session ", "dim"), for_line(short_id(str(entry.get("session") or ""))))
     if entry.get("task"):
         text.append(" · task ", style="dim")
-        text.append(str(entry["task"]))
+        text.append(for_line(entry["task"]))
     return text
 
 
 def highlighted(message: msg.TextLoaded) -> Group:
     """The highlighted text the worker made, with a note when it was cut."""
-    parts: list[Any] = [message.highlighted if message.highlighted is not None else Text(message.text)]
+    parts: list[Any] = [message.highlighted if message.highlighted is not None else safe_text(message.text)]
     if message.truncated:
         parts.append(Text(f"… cut at {loaders.PREVIEW_BYTES // 1024} KiB; press e to open it", style="dim"))
     return Group(*parts)
+
+
+MAX_TREE_DEPTH = 24
+"""Directory levels the artifact tree draws; deeper ones share one node."""
 
 
 class ArtifactTree(QuietTree[dict[str, Any]]):
@@ -65,7 +70,7 @@ class ArtifactsPanel(Horizontal):
         super().__init__(**kwargs)
         self.root = root
         self._paths: dict[str, TreeNode[dict[str, Any]]] = {}
-        self._dirs: dict[str, TreeNode[dict[str, Any]]] = {}
+        self._dirs: dict[tuple[str, ...], TreeNode[dict[str, Any]]] = {}
         self._shown: str | None = None
 
     def compose(self) -> ComposeResult:
@@ -100,10 +105,10 @@ class ArtifactsPanel(Horizontal):
         for entry in manifest:
             latest[display_path(entry, self.root)] = entry
         for shown, entry in sorted(latest.items()):
-            label = Text.assemble(Path(shown).name, ("  " + str(entry.get("role") or ""), "dim cyan"))
+            label = Text.assemble(for_line(Path(shown).name), ("  " + for_line(entry.get("role") or ""), "dim cyan"))
             node = self._paths.get(shown)
             if node is None:
-                parent = self._dir(str(Path(shown).parent))
+                parent = self._dir(Path(shown).parent.parts)  # absolute, `..` and deep paths too
                 self._paths[shown] = parent.add_leaf(label, data=entry)
             elif node.data != entry:
                 node.data = entry
@@ -114,14 +119,18 @@ class ArtifactsPanel(Horizontal):
             first = next(iter(sorted(self._paths)))
             self.call_after_refresh(tree.move_cursor, self._paths[first])
 
-    def _dir(self, directory: str) -> TreeNode[dict[str, Any]]:
-        if directory in ("", "."):
-            return self.tree.root
-        node = self._dirs.get(directory)
-        if node is None:
-            parent = self._dir(str(Path(directory).parent))
-            node = parent.add(Text(Path(directory).name + "/", style="bold"), expand=True)
-            self._dirs[directory] = node
+    def _dir(self, parts: tuple[str, ...]) -> TreeNode[dict[str, Any]]:
+        """The node of the directory made of `parts`, with its missing parents (a loop: no depth limit of Python's)."""
+        if len(parts) > MAX_TREE_DEPTH:  # one node holds the rest of a path too deep to draw as a tree
+            parts = (*parts[:MAX_TREE_DEPTH - 1], "/".join(parts[MAX_TREE_DEPTH - 1:]))
+        node = self.tree.root
+        for depth in range(1, len(parts) + 1):
+            child = self._dirs.get(parts[:depth])
+            if child is None:
+                name = parts[depth - 1]
+                child = node.add(Text(for_line(name if name.endswith("/") else name + "/"), style="bold"), expand=True)
+                self._dirs[parts[:depth]] = child
+            node = child
         return node
 
     @on(Tree.NodeHighlighted, "#artifact-tree")
@@ -144,9 +153,9 @@ class ArtifactsPanel(Horizontal):
         entry = self.selected_entry
         if entry is None or str(entry["path"]) != message.path:
             return
-        head = Text.assemble((display_path(entry, self.root), "bold"), "  ", provenance(entry))
+        head = Text.assemble((for_line(display_path(entry, self.root)), "bold"), "  ", provenance(entry))
         if message.error:
-            body: Any = Text(f"cannot show it: {message.error}", style="red")
+            body: Any = safe_text(f"cannot show it: {message.error}", style="red")
         else:
             body = highlighted(message)
         self.query_one("#artifact-text", Static).update(Group(head, body))

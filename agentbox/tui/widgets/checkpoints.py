@@ -7,6 +7,7 @@ from textual.reactive import var
 from textual.widgets import Static
 
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Run
+from agentbox.core.termtext import for_line
 from agentbox.tui import model
 
 SHOWN = 3
@@ -39,8 +40,8 @@ class CheckpointBar(Static):
         for cp in waiting[:SHOWN]:
             line = Text.assemble(("⚑ WAITING ON YOU ", "bold reverse"), (f" {cp.id} ", "bold"), (cp.kind, "italic"))
             if cp.role or cp.task:
-                line.append(f" · {cp.role or ''}{' on ' + cp.task if cp.task else ''}")
-            line.append("\n  " + cp.question.strip().splitlines()[0] if cp.question.strip() else "")
+                line.append(for_line(f" · {cp.role or ''}{' on ' + cp.task if cp.task else ''}"))
+            line.append("\n  " + for_line(cp.question.strip().splitlines()[0]) if cp.question.strip() else "")
             lines.append(line)
         footer = f"{len(waiting) - SHOWN} more waiting · " if len(waiting) > SHOWN else ""
         lines.append(Text(f"{footer}press a to answer", style="bold"))

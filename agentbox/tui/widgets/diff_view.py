@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from agentbox.core.termtext import for_line, safe_text
 from agentbox.tui.diffs import RenderedFile, file_heading
 
 FILES_SHOWN = 200
@@ -29,7 +30,7 @@ class DiffView(Vertical):
     def show_note(self, heading: Text, note: str) -> None:
         """No diff to show: the heading and one line saying why."""
         self._replace((heading, note), [Static(heading, classes="diff-heading"),
-                                        Static(Text(f"  {note}", style="dim"), classes="diff-note")])
+                                        Static(safe_text(f"  {note}", style="dim"), classes="diff-note")])
         self.file_paths = ()
 
     def show_files(self, heading: Text, files: list[RenderedFile], *, truncated: bool, full_command: str) -> None:
@@ -49,7 +50,7 @@ class DiffView(Vertical):
             cut.append("the diff is cut here")
         if cut:
             widgets.append(Static(Text.assemble(("  " + "; ".join(cut) + ". The whole diff: ", "dim italic"),
-                                                (full_command, "bold")), classes="diff-note"))
+                                                (for_line(full_command), "bold")), classes="diff-note"))
         self._replace(None, widgets)  # a diff arrives only when its commits changed: always drawn
         self.file_paths = tuple(r.file.path for r in shown)
 

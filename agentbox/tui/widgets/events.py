@@ -10,6 +10,7 @@ from rich.text import Text
 from textual.actions import SkipAction
 from textual.widgets import RichLog
 
+from agentbox.core.termtext import for_line
 from agentbox.tui import model
 
 MAX_LINES = 300
@@ -22,14 +23,14 @@ STYLES = {"checkpoint": "bold yellow", "failure": "red", "escalation": "bold red
 
 def event_line(record: dict[str, Any]) -> Text:
     """`12:03:01 verdict        greet: reject by reviewer — no docstring ⚑`."""
-    kind = str(record.get("type", "?"))[:40]
+    kind = for_line(str(record.get("type", "?"))[:40])
     style = STYLES.get(kind, "dim" if kind.startswith("task.") else "")
     at = record.get("at")
     stamp = model.clock_time(at) if isinstance(at, int | float) and 0 <= at < 1e11 else "--:--:--"
-    line = Text.assemble((stamp + " ", "dim"), (f"{kind:<17} ", style), str(record.get("what", "")))
+    line = Text.assemble((stamp + " ", "dim"), (f"{kind:<17} ", style), for_line(record.get("what", "")))
     why = record.get("why")
     if why and kind in ("checkpoint", "failure", "run.finished", "escalation", "run.status", "verdict", "command"):
-        line.append(f" — {why}", style="dim")
+        line.append(f" — {for_line(why)}", style="dim")
     tokens = record.get("tokens")
     if tokens and kind == "turn" and isinstance(tokens, int | float) and not isinstance(tokens, bool):
         line.append(f"  {model.count(int(tokens))} tok", style="dim")

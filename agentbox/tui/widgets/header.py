@@ -9,6 +9,8 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from agentbox.core.engine.models import Run
+from agentbox.core.runs import ENGINE_STOPPED
+from agentbox.core.termtext import for_line, for_terminal
 from agentbox.tui import model
 
 
@@ -18,6 +20,8 @@ class RunHeader(Widget):
     run: reactive[Run | None] = reactive(None, always_update=True)
     run_ids: reactive[tuple[str, ...]] = reactive(())
     now: reactive[float] = reactive(0.0)
+    engine: reactive[str] = reactive("ended")
+    """Whether an engine drives the run (`agentbox.core.runs.EngineState`)."""
 
     class SwitcherRequested(Message):
         """The person clicked the header to switch runs."""
@@ -35,7 +39,7 @@ class RunHeader(Widget):
     def render(self) -> Group:
         width = max(20, self.size.width or 80)
         run = self.run
-        title = Text.assemble(("agentbox", "bold"), (f" · {self.project_name}", "dim"))
+        title = Text.assemble(("agentbox", "bold"), (f" · {for_line(self.project_name)}", "dim"))
         if run is None:
             title.append("  no run yet", style="italic")
             return Group(title, Text("press n to start a run · ctrl+p: every action", style="dim"))
@@ -44,21 +48,42 @@ class RunHeader(Widget):
             position = self.run_ids.index(run.id) + 1 if run.id in self.run_ids else len(self.run_ids)
             title.append(f" ({position}/{len(self.run_ids)}, r: switch)", style="dim")
         _append_if_fits(title, Text("  ctrl+p: every action", style="dim"), width)
-        status = Text.assemble((f"● {run.status}", model.RUN_STATUS_STYLE.get(run.status, "")),
-                               (" (paused)" if run.paused and run.status != "paused" else "", "yellow"),
-                               f"  {run.contract.mode}  {model.elapsed(model.run_elapsed(run, self.now))}")
-        _append_if_fits(status, Text(f"  {model.budget_line(run)}", style="dim"), width)
-        if run.status_reason and run.status not in ("running", "planning"):
-            _append_if_fits(status, Text(f"  {run.status_reason}", style="dim italic"), width)
+        if self.engine == "stopped":  # nothing drives it: no ticking clock, no status that waits for nothing
+            status = Text.assemble((f"● {ENGINE_STOPPED}", "bold red"), (f" (stopped while {run.status})", "red"),
+                                   f"  {run.contract.mode}  {model.elapsed(model.run_elapsed(run, run.updated))}")
+            _append_if_fits(status, Text("  R: resume the engine", style="bold"), width)
+            _append_if_fits(status, Text(f"  {model.budget_line(run)}", style="dim"), width)
+        else:
+            status = Text.assemble((f"● {run.status}", model.RUN_STATUS_STYLE.get(run.status, "")),
+                                   (" (paused)" if run.paused and run.status != "paused" else "", "yellow"),
+                                   f"  {run.contract.mode}  {model.elapsed(model.run_elapsed(run, self.now))}")
+            _append_if_fits(status, Text(f"  {model.budget_line(run)}", style="dim"), width)
+            gates = gates_line(run)
+            if gates:
+                _append_if_fits(status, Text(f"  {gates}", style="dim"), width)
+            if run.status_reason and run.status not in ("running", "planning"):
+                _append_if_fits(status, Text(f"  {for_line(run.status_reason)}", style="dim italic"), width)
         for line in (title, status):
             line.no_wrap = True
             line.overflow = "ellipsis"
-        goal = Text.assemble(("goal ", "dim"), (run.contract.goal, "italic"))
+        goal = Text.assemble(("goal ", "dim"), (for_terminal(run.contract.goal), "italic"))
         return Group(title, status, goal)
 
     def on_click(self) -> None:
         """Open the run switcher."""
         self.post_message(self.SwitcherRequested())
+
+
+def gates_line(run: Run) -> str:
+    """The run's gates in a few words (`gates: submission smoke,full · integration smoke`; "" without any),
+    with how many tasks are being checked now."""
+    gates = run.contract.gates
+    stages = [f"{stage.replace('_', ' ')} {','.join(gates.of(stage))}"  # type: ignore[arg-type]
+              for stage in ("submission", "integration", "run_end") if gates.of(stage)]  # type: ignore[arg-type]
+    if not stages:
+        return ""
+    checking = len(run.checking())
+    return "gates: " + " · ".join(stages) + (f" ({checking} checking)" if checking else "")
 
 
 def _lines_shape(run: Run | None) -> str | None:

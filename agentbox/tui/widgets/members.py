@@ -10,6 +10,7 @@ from textual.reactive import var
 from textual.widgets import DataTable
 
 from agentbox.core.engine.models import Run
+from agentbox.core.termtext import for_line
 from agentbox.tui import model
 from agentbox.tui.model import CrewInfo, MemberRow
 
@@ -101,8 +102,9 @@ class MembersTable(DataTable[Any]):
     @staticmethod
     def _cells(row: MemberRow) -> dict[str, Text]:
         return {
-            "role": Text(row.role, style="bold"), "profile": Text(row.profile), "tool": Text(row.tool),
-            "state": Text(row.state, style=model.MEMBER_STATE_STYLE.get(row.state, "")), "task": Text(row.task),
+            "role": Text(for_line(row.role), style="bold"), "profile": Text(for_line(row.profile)),
+            "tool": Text(for_line(row.tool)),
+            "state": Text(row.state, style=model.MEMBER_STATE_STYLE.get(row.state, "")), "task": Text(for_line(row.task)),
             "session": Text(row.session), "tokens": Text(row.tokens, justify="right"),
             "cpu": Text(row.cpu, justify="right"), "mem": Text(row.memory, justify="right"),
         }

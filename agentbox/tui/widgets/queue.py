@@ -26,6 +26,7 @@ from textual.widgets import Tree
 
 from agentbox.core.engine.models import Run, Task
 from agentbox.core.tasks import TERMINAL_STATES
+from agentbox.core.termtext import for_line
 from agentbox.tui import model
 from agentbox.tui.widgets.tree import TREE_PARTS, StyleMemo
 
@@ -52,25 +53,28 @@ class Row(NamedTuple):
     """The index of its group's header row."""
 
 
-def task_look(task: Task) -> Look:
-    """What the row of `task` shows."""
+def task_look(task: Task, checking: bool = False) -> Look:
+    """What the row of `task` shows (`checking`: crew.yaml's checks are judging its work)."""
     verdict = (task.verdicts[-1].verdict, task.verdicts[-1].by) if task.verdicts else None
-    return ("task", task.id, task.assignee, tuple(task.depends_on), task.attempts, verdict)
+    look: Look = ("task", task.id, task.assignee, tuple(task.depends_on), task.attempts, verdict)
+    return (*look, "checking") if checking else look
 
 
 def _label_parts(look: Look) -> list[tuple[str, str]]:
     if look[0] == "group":
         _, state, count, _expanded = look
         return [(f"{state} ", model.STATE_STYLE.get(str(state)) or "bold"), (f"({count})", "dim")]
-    _, task_id, assignee, depends_on, attempts, verdict = look
-    parts = [(str(task_id), "bold"), ("  ", ""), (str(assignee), "cyan")]
+    _, task_id, assignee, depends_on, attempts, verdict, *checking = look
+    parts = [(str(task_id), "bold"), ("  ", ""), (for_line(assignee), "cyan")]
+    if checking:
+        parts.append(("  ⧗ checking", "yellow"))
     if depends_on:
         parts.append((f"  ⇠ {', '.join(depends_on)}", "dim"))  # type: ignore[arg-type]
     if int(attempts) > 1:  # type: ignore[call-overload]
         parts.append((f"  #{attempts}", "yellow"))
     if verdict:
         good = verdict[0] == "approve"  # type: ignore[index]
-        parts.append((f"  {'✓' if good else '✗'} {verdict[1]}", "green" if good else "red"))  # type: ignore[index]
+        parts.append((f"  {'✓' if good else '✗'} {for_line(verdict[1])}", "green" if good else "red"))  # type: ignore[index]
     return parts
 
 
@@ -88,6 +92,7 @@ def queue_rows(run: Run | None, collapsed: set[str]) -> list[Row]:
     """The rows of the queue: each state group (most urgent first) with its tasks under it,
     finished groups most recently updated first; a collapsed group shows its header only."""
     rows: list[Row] = []
+    checking = run.checking() if run is not None else {}
     for state, tasks in model.queue_groups(run):
         state = str(state)
         if state in TERMINAL_STATES:
@@ -97,7 +102,7 @@ def queue_rows(run: Run | None, collapsed: set[str]) -> list[Row]:
         rows.append(Row(GROUP_PREFIX + state, state, ("group", state, len(tasks), expanded), False, header))
         if expanded:
             last = len(tasks) - 1
-            rows.extend(Row(task.id, state, task_look(task), index == last, header)
+            rows.extend(Row(task.id, state, task_look(task, task.id in checking), index == last, header)
                         for index, task in enumerate(tasks))
     return rows
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from agentbox.core.engine import budgets, prompts
+from agentbox.core.engine import budgets, prompts, reviews
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.mode_context import ModeContext
 from agentbox.core.engine.mode_state import ModeState
-from agentbox.core.engine.models import Checkpoint, Job, JobData, Run, Task, Verdict
+from agentbox.core.engine.models import Checkpoint, EscalatedTurn, Job, JobData, Run, Task, Verdict
 from agentbox.core.engine.replies import Submission
 from agentbox.core.engine.replies import Verdict as VerdictReply
 from agentbox.core.engine.reply_rules import check_verdict
 from agentbox.core.engine.scheduler import deps_state
-from agentbox.core.engine.workspaces import merge_conflict_note
+from agentbox.core.engine.workspaces import StaleApproval, merge_conflict_note
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState, round_can_close
 
@@ -64,12 +64,20 @@ class ModeDriver(Generic[StateT]):
             self.handle_verdict(job, result)
 
     def after_submit(self, task: Task) -> None:
-        """What happens to a submitted task (default: review by the reviewer role)."""
-        self.ctx.ledger.enqueue("review", self.reviewer_for(task), prompts.review_prompt(self.run, task), task=task.id)
+        """What happens to a submitted task (default: review by the reviewer role, or by two, independently)."""
+        reviewers = self.reviewers_for(task)
+        if len(reviewers) > 1:
+            self.ctx.ledger.open_panel(task, reviewers)
+        for role in reviewers:  # the same prompt for both: neither sees the other's verdict
+            self.ctx.ledger.enqueue("review", role, prompts.review_prompt(self.run, task), task=task.id)
 
     def reviewer_for(self, task: Task) -> str:
         """The role reviewing `task`."""
         raise NotImplementedError
+
+    def reviewers_for(self, task: Task) -> list[str]:
+        """The roles reviewing `task`: one, or two compared in code (see `engine.reviews`)."""
+        return [self.reviewer_for(task)]
 
     def tick(self) -> None:
         """Called every loop: close rounds, finish the run."""
@@ -119,6 +127,13 @@ class ModeDriver(Generic[StateT]):
         self.ctx.ledger.transition(task, TaskEvent.DISPATCH, why)
         self.ctx.ledger.transition(task, TaskEvent.SUBMIT, why)
         if not budgets.pause_before_review(self.ctx.ledger, task):
+            self.to_review(task, EscalatedTurn(kind="work", role=task.assignee, task=task.id,
+                                               session_id=task.session_id, prompt=""))
+
+    def to_review(self, task: Task, turn: EscalatedTurn) -> None:
+        """The one place deciding checks green → review: the submission gate's checks run first (the
+        engine calls `after_submit` once they pass); with no check to run the task goes to review now."""
+        if not self.ctx.gate(task, turn):
             self.after_submit(task)
 
     def _tasks_with_work(self) -> set[str]:
@@ -168,7 +183,8 @@ class ModeDriver(Generic[StateT]):
         self.ctx.ledger.event("submission", f"{task.id} submitted by {job.role}", reply.summary[:300], task=task.id,
                           role=job.role, session=result.session_id, tokens=task.tokens)
         if not budgets.pause_before_review(self.ctx.ledger, task):
-            self.after_submit(task)
+            self.to_review(task, EscalatedTurn(kind=job.kind, role=job.role, task=job.task, session_id=job.session_id,
+                                               prompt=job.original_prompt, data=job.data.for_retry(None)))
 
     def record_artifacts(self, task: Task, listed: list[str], job: Job, result: InvokeResult) -> None:
         """Add the files a submission names (and its hand-on dir) to the run's manifest."""
@@ -196,6 +212,14 @@ class ModeDriver(Generic[StateT]):
     def handle_verdict(self, job: Job, result: InvokeResult) -> None:
         """Validate a review; approve with evidence or send back for rework."""
         task = self.run.tasks[job.task]
+        panel = task.panel
+        if panel is not None and job.role in panel.reviewers:
+            if panel.outcome is None and job.role not in panel.verdicts:
+                self.handle_panel_verdict(job, result, task)
+            else:  # the double review was decided already: a late answer never decides it again
+                self.ctx.ledger.event("verdict.ignored", f"{task.id}: a late review by {job.role} is ignored",
+                                      "the two independent reviews were already in", task=task.id, role=job.role)
+            return
         ids = [a.id for a in task.acceptance]
         reply = self.ctx.structured(job, result, VerdictReply, lambda v: check_verdict(v, ids))
         if reply is None:
@@ -203,19 +227,14 @@ class ModeDriver(Generic[StateT]):
         verdict = Verdict(verdict=reply.verdict, by=job.role, at=self.ctx.clock(),
                           evidence=[c.evidence for c in reply.checklist if c.pass_ and c.evidence],
                           blocking_issues=list(reply.blocking_issues), checklist=list(reply.checklist),
-                          confidence=reply.confidence)
+                          confidence=reply.confidence, commit=task.head if self.run.in_worktrees else None)
         self.ctx.ledger.add_verdict(task, verdict)
         self.ctx.ledger.event("verdict", f"{task.id}: {reply.verdict} by {job.role}",
                           "; ".join(b.detail for b in reply.blocking_issues)[:300] or None, task=task.id,
                           role=job.role, session=result.session_id)
         if reply.verdict == "approve":
-            conflicts = self.ctx.integrate(task)
-            if conflicts:  # nothing was merged: the worker resolves what the approved work brought in
-                self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, merge_conflict_note(conflicts), tuple(conflicts))
-                return
-            self.ctx.ledger.transition(task, TaskEvent.APPROVE, f"review by {job.role} passed every criterion",
-                                   evidence=verdict.evidence)
-            self.on_task_approved(task)
+            self.approve_reviewed(job, task, f"review by {job.role} passed every criterion", verdict.evidence,
+                                  verdict.commit)
             return
         failing = sorted({b.acceptance_id for b in reply.blocking_issues if b.acceptance_id}
                          | {c.acceptance_id for c in reply.checklist if not c.pass_})
@@ -223,6 +242,58 @@ class ModeDriver(Generic[StateT]):
             (f"[{b.acceptance_id}] " if b.acceptance_id else "") + b.detail for b in reply.blocking_issues)
         self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message + " " + ",".join(failing),
                          tuple(task.writes))
+
+    def approve_reviewed(self, job: Job, task: Task, why: str, evidence: list[str], commit: str | None) -> None:
+        """The review passed on `commit`: merge exactly that (a conflict is rework, a moved branch makes the
+        approval stale), run the integration checks when the crew has them, and approve the task."""
+        if self.ctx.integration(task, commit, evidence, job.role):
+            return  # merged and checked on the run's branch first; approved once its checks pass
+        try:
+            conflicts = self.ctx.integrate(task, commit)
+        except StaleApproval as exc:  # someone committed on the branch during the review: judge it again
+            self.ctx.ledger.event("approval.stale", f"{task.id}: {job.role}'s approval is stale", exc.message,
+                                  task=task.id, role=job.role, commit=commit, head=exc.head)
+            self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, exc.message, tuple(task.writes))
+            return
+        if conflicts:  # nothing was merged: the worker resolves what the approved work brought in
+            self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, merge_conflict_note(conflicts), tuple(conflicts))
+            return
+        self.ctx.ledger.transition(task, TaskEvent.APPROVE, why, evidence=evidence)
+        self.on_task_approved(task)
+
+    def handle_panel_verdict(self, job: Job, result: InvokeResult, task: Task) -> None:
+        """One of two independent reviews came in; with both in, compare them and carry the decision out.
+
+        An invalid reply is not re-prompted: it is recorded as an `invalid` verdict, and the
+        comparison asks a person.
+        """
+        verdict = reviews.read_verdict(result.text, task, job.role, self.ctx.clock())
+        self.ctx.ledger.panel_verdict(task, job.role, verdict)
+        detail = verdict.note if verdict.verdict == "invalid" else "; ".join(b.detail for b in verdict.blocking_issues)
+        self.ctx.ledger.event("verdict", f"{task.id}: {verdict.verdict} by {job.role} (independent review)",
+                              (detail or "")[:300] or None, task=task.id, role=job.role, session=result.session_id)
+        panel = task.panel
+        assert panel is not None
+        if len(panel.verdicts) < len(panel.reviewers):
+            return
+        decision = reviews.compare_panel(panel)
+        self.ctx.ledger.close_panel(task, decision.outcome, decision.reason)
+        self.ctx.ledger.event("review.compared", f"{task.id}: two reviews compared → {decision.outcome}",
+                              decision.reason[:500], task=task.id, outcome=decision.outcome,
+                              reviewers=list(panel.reviewers), to_verify=[list(k) for k in decision.to_verify])
+        by = " + ".join(panel.reviewers)
+        if decision.outcome == "approve":
+            evidence = [e for v in panel.verdicts.values() for e in v.evidence]
+            self.approve_reviewed(job, task, f"both reviews ({by}) passed every criterion", evidence,
+                                  task.head if self.run.in_worktrees else None)
+        elif decision.outcome == "rework":
+            self.ctx.ledger.add_verdict(task, reviews.combined_verdict(decision, by, self.ctx.clock()))
+            message = "reviews rejected: " + "; ".join(
+                (f"[{b.acceptance_id}] " if b.acceptance_id else "") + b.detail for b in decision.issues)
+            self.ctx.fail(job, FailureKind.IMPLEMENTATION_DEFECT, message, tuple(task.writes))
+        else:
+            self.ctx.ledger.checkpoint("review_disagreement", reviews.checkpoint_question(task, decision),
+                                       options=["approve", "rework", "cancel"], task=task.id)
 
     def retry(self, job: Job, kind: FailureKind, message: str, original: str, data: JobData) -> None:
         """Automatic retry of a counted failure (the fingerprint ledger allowed it)."""

@@ -10,6 +10,7 @@ from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import Plan
 from agentbox.core.engine.reply_rules import check_plan
 from agentbox.core.invoke import InvokeResult
+from agentbox.core.protected import overlaps
 from agentbox.core.scopes import glob_static_prefix
 
 APPROVE_WORDS = {"approve", "approved", "yes", "y", "ok", "go"}
@@ -35,6 +36,13 @@ class HierarchicalMode(ModeDriver[HierarchicalState]):
         """The reviewer role, else the lead."""
         return self.settings.reviewer or self.lead
 
+    def reviewers_for(self, task: Task) -> list[str]:
+        """`hierarchical.reviewers` for every task; for a task planned with `review: double`, the reviewer and the lead."""
+        if self.settings.reviewers:
+            return list(self.settings.reviewers)
+        single = self.reviewer_for(task)
+        return [single, self.lead] if task.review == "double" and single != self.lead else [single]
+
     def _roles_for_planner(self) -> dict[str, str]:
         described = {}
         for name, role in self.ctx.crew.roles.items():
@@ -50,7 +58,7 @@ class HierarchicalMode(ModeDriver[HierarchicalState]):
         self._ask_plan(None)
 
     def _ask_plan(self, feedback: str | None) -> None:
-        prompt = prompts.plan_prompt(self.run, self._roles_for_planner(), feedback)
+        prompt = prompts.plan_prompt(self.run, self._roles_for_planner(), feedback, self.ctx.crew.protected)
         self.ctx.ledger.enqueue("plan", self.lead, prompt, data=JobData(session_key="lead", original_prompt=prompt))
 
     def on_success(self, job: Job, result: InvokeResult) -> None:
@@ -65,6 +73,14 @@ class HierarchicalMode(ModeDriver[HierarchicalState]):
     def _scope_problems(self, plan: Plan) -> list[str]:
         problems = []
         for task in plan.tasks:
+            if task.review == "double" and not self.settings.reviewers and (self.settings.reviewer or self.lead) == self.lead:
+                problems.append(f"task {task.id}: review: double needs two reviewers, and this crew has one "
+                                f"({self.lead}); plan it without `review`")
+            for pattern in task.writes:
+                for guarded in self.ctx.crew.protected:
+                    if overlaps(pattern, guarded):
+                        problems.append(f"task {task.id}: writes {pattern!r}, which reaches the protected path "
+                                        f"{guarded!r} (no role may write it); narrow the task's writes")
             role = self.ctx.crew.roles.get(task.assignee)
             if role is None or role.writes is None:
                 continue
@@ -97,7 +113,7 @@ class HierarchicalMode(ModeDriver[HierarchicalState]):
         for planned in plan.tasks:
             task = Task(id=planned.id, assignee=planned.assignee, brief=planned.brief,
                         acceptance=[Acceptance(id=a.id, criterion=a.criterion) for a in planned.acceptance],
-                        writes=list(planned.writes), depends_on=list(planned.depends_on))
+                        writes=list(planned.writes), depends_on=list(planned.depends_on), review=planned.review)
             self.ctx.ledger.add_task(task, "from the lead's plan")
         self.update_state(phase="executing")
         self.release_dependents()

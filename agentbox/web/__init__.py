@@ -1,0 +1,1 @@
+"""The browser face: the dashboard served to a browser (`agentbox serve`)."""
