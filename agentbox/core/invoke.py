@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentbox.core import egress_turn, safe_io, sandbox, scopes, secrets
+from agentbox.core import egress_turn, safe_io, sandbox, scopes, secrets, tool_homes
 from agentbox.core.errors import AgentboxError, SandboxError, UsageError
 from agentbox.core.live import LiveWriter, live_dir_for
 from agentbox.core.process import (
@@ -40,7 +40,6 @@ from agentbox.core.profiles import ProfileInfo, ensure_state
 from agentbox.core.runtimes import adapter_for, find_executable
 from agentbox.core.runtimes.base import (
     CapturedOutput,
-    HomeBind,
     ParseError,
     ToolCommand,
     TurnRequest,
@@ -205,6 +204,8 @@ class Prepared:
     """Values the profile took from the environment: masked in everything the turn records."""
     egress: egress_turn.EgressPlan | None = None
     """The turn's network allowlist and proxy socket (a sandbox with `network: true`)."""
+    home_plan: tool_homes.HomePlan = field(default_factory=tool_homes.HomePlan)
+    """The tool's config home binds (`finish_turn` merges back what the tool may keep)."""
 
 
 def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bool = False,
@@ -227,7 +228,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     home = Path.home()
     runtime = profile.profile.runtime
     executable = find_executable(profile.tool, runtime.command)
-    _check_bind_source(profile.config_dir, profile.state_dir)  # before anything is written in it
+    tool_homes.check_bind_source(profile.config_dir, profile.state_dir)  # before anything is written in it
     # a shell sees none of the tool's config and credentials: it needs none of them
     homes, home_env = ([], {}) if command is not None else adapter.homes(profile.config_dir, home)
     created = getattr(adapter, "created_session", None)
@@ -254,22 +255,13 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     agentbox_env = {"AGENTBOX_SESSION_ID": record.id, "AGENTBOX_PROFILE": profile.name,
                     "AGENTBOX_ROLE": agent.role or ""}
     env = sandbox.sandbox_env(sandbox.host_env(), home, {**tool_env, **command.env, **agentbox_env})
-    ro_homes: list[tuple[Path, Path]] = []
-    for bind in homes:
-        _check_bind_source(bind.source, profile.state_dir)
-        if bind.is_file:
-            bind.source.parent.mkdir(parents=True, exist_ok=True)
-            if not bind.source.exists():
-                safe_io.write_new(bind.source, b"", 0o600)
-        else:
-            bind.source.mkdir(parents=True, exist_ok=True)
-            if not tool_at_keyboard:  # a person at the tool's keyboard may change its settings; a turn may not
-                ro_homes += _loaded_config(adapter.loaded_config, bind, profile.state_dir)
+    home_turn_dir = scratch.with_suffix(".home")
     if profile.profile.sandbox == "none":
+        home_plan = tool_homes.plan(adapter, homes, profile.state_dir, home_turn_dir, interactive=True)
         for bind in homes:  # without a sandbox the tool reads its config where the env points
             env.update({k: str(bind.source) if v == str(bind.target) else v for k, v in env.items()})
         return Prepared(record, request, command.argv, env, command.stdin, logs, scratch,
-                        secrets=hidden_values)
+                        secrets=hidden_values, home_plan=home_plan)
     policy = profile.profile.sandbox
     if home == agent.cwd or home.is_relative_to(agent.cwd):
         raise SandboxError(
@@ -291,7 +283,9 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     scope_plan = scopes.plan(source, list(agent.writes) if agent.writes is not None else None,
                              scratch.with_suffix(".stage"), agent.protected_paths)
     tool_argv, egress_plan = command.argv, None
+    home_plan = tool_homes.HomePlan()
     try:
+        home_plan = tool_homes.plan(adapter, homes, profile.state_dir, home_turn_dir, interactive=tool_at_keyboard)
         state_dirs = sandbox.run_state_dirs(agent.cwd)
         if policy.network is True:  # the bridge (run by this Python) starts the tool; its proxy env points there
             egress_plan = egress_turn.plan(profile, runtime_env)
@@ -310,8 +304,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
             pinned=scope_plan.pinned,
             protected=tuple(dict.fromkeys((*agent.protected, *metadata, *scope_plan.protected))),
             extra_rw=(*agent.extra_rw, scratch),
-            homes=tuple(homes),
-            ro_homes=tuple(ro_homes),
+            homes=tuple(home_plan.binds),
+            ro_homes=tuple(home_plan.read_only),
             hidden=(*hidden, *state_dirs),
             ro_binds=sandbox.binds_needed(needs, hidden) + tuple(Path(p).expanduser() for p in policy.ro_binds if Path(p).expanduser().exists()),
             rw_binds=tuple(Path(p).expanduser() for p in policy.rw_binds),
@@ -325,42 +319,19 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         argv = sandbox.bwrap_argv(spec, tool_argv, sandbox.require_bwrap())
     except BaseException:
         scopes.finish(scope_plan, logs / f"turn-{turn}.discarded")  # no turn: nothing made for it stays
+        tool_homes.remove(home_plan)
         if egress_plan is not None:
             egress_plan.remove()
         raise
     return Prepared(record, request, argv, {"PATH": env.get("PATH", "/usr/bin:/bin")}, command.stdin, logs, scratch,
-                    scope_plan, secrets=hidden_values, egress=egress_plan)
-
-
-def _check_bind_source(source: Path, state_dir: Path) -> None:
-    """A profile path bound into the sandbox must be what agentbox made, not a link an agent planted."""
-    for path in (source, *source.parents):
-        if path == state_dir or not path.is_relative_to(state_dir):
-            break
-        if path.is_symlink():
-            raise SandboxError(f"{path} is a symlink; agentbox binds only real files and dirs of a profile "
-                               "(an agent may have planted it)", f"inspect and remove {path}")
-
-
-def _loaded_config(names: tuple[str, ...], bind: HomeBind, state_dir: Path) -> list[tuple[Path, Path]]:
-    """The config files and dirs a tool loads, made if missing, as (host path, sandbox path) to bind read-only."""
-    pairs: list[tuple[Path, Path]] = []
-    for name in names:
-        relative = name.rstrip("/")
-        source = bind.source / relative
-        _check_bind_source(source, state_dir)
-        if name.endswith("/"):
-            source.mkdir(parents=True, exist_ok=True)
-        elif not os.path.lexists(source):
-            safe_io.write_new(source, b"{}\n" if source.suffix == ".json" else b"", 0o600)
-        pairs.append((source, bind.target / relative))
-    return pairs
+                    scope_plan, secrets=hidden_values, egress=egress_plan, home_plan=home_plan)
 
 
 def finish_turn(prepared: Prepared, turn: int) -> list[str]:
     """After a turn's process: carry staged scope changes back; notes on what was kept aside."""
     notes = scopes.finish(prepared.scopes, prepared.logs / f"turn-{turn}.discarded")
     shutil.rmtree(prepared.scratch.with_suffix(".stage"), ignore_errors=True)
+    tool_homes.finish(prepared.home_plan)  # what the tool may keep of its per-turn config copies
     return notes
 
 
@@ -380,8 +351,10 @@ def _mask_file(path: Path, values: tuple[str, ...]) -> None:
 
 
 def remove_scratch(prepared: Prepared) -> None:
-    """Remove the turn's scratch dir (never reused: the next turn gets a fresh one) and its proxy socket's dir."""
+    """Remove the turn's scratch dir and per-turn config home (never reused: the next turn gets fresh ones)
+    and its proxy socket's dir."""
     shutil.rmtree(prepared.scratch, ignore_errors=True)
+    tool_homes.remove(prepared.home_plan)
     if prepared.egress is not None:
         prepared.egress.remove()
 

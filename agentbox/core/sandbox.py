@@ -21,9 +21,11 @@ Layout inside the sandbox, mounted in this order (later mounts cover earlier one
    run and session state under `.agent-box/` hidden (so no agent can read other sessions or
    hold the engine's locks), hidden roots inside the project hidden again, then the run's
    artifact dir and the turn's scratch dir read-write;
-6. the profile's tool config dirs read-write where the tool expects them, with what the tool
-   loads from them as settings or code (hooks, plugins, MCP servers, its bytecode) bound
-   read-only again for headless turns, so no turn plants what a later one runs.
+6. the profile's tool config dirs where the tool expects them (`agentbox.core.tool_homes`):
+   read-write with what the tool loads from them as settings or code (hooks, plugins, MCP
+   servers, instructions, its bytecode) bound read-only again for headless turns, or a
+   per-turn home with the profile's state dirs bound into it, so no turn plants what a
+   later one runs.
 
 Every capability is dropped (`--cap-drop ALL`, whoever runs agentbox, root included),
 `no_new_privs` is set, and a seccomp filter (`agentbox.core.seccomp`) refuses the syscalls

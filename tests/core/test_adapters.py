@@ -390,7 +390,8 @@ class TestOpencodeArgv:
         cmd = self.a.build(req("opencode"))
         assert cmd.argv == ["/opt/bin/opencode", "run", "--format", "json", "--auto"]
         assert cmd.stdin == b"do the thing"
-        assert set(cmd.env) == {"OPENCODE_CONFIG_CONTENT"}
+        assert set(cmd.env) == {"OPENCODE_CONFIG_CONTENT", "XDG_CACHE_HOME"}
+        assert Path(cmd.env["XDG_CACHE_HOME"]).parent == req("opencode").scratch  # a new cache every turn
 
     def test_resume_session_and_dir(self) -> None:
         cmd = self.a.build(req("opencode", native_id="ses_abc", first_turn=False, model="fake/fake-model",
@@ -420,7 +421,7 @@ class TestOpencodeArgv:
         """Its title request is a model call opencode leaves out of the turn's usage."""
         native = {"native_id": "ses_a", "first_turn": False} if resumed else {}
         config = json.loads(self.a.build(req("opencode", **native)).env["OPENCODE_CONFIG_CONTENT"])
-        assert config == {"agent": {"title": {"disable": True}}}
+        assert config == {"agent": {"title": {"disable": True}}, "snapshot": False}
 
     def test_homes_and_env(self) -> None:
         binds, env = self.a.homes(Path("/p/dot-opencode"), HOME)
@@ -429,7 +430,8 @@ class TestOpencodeArgv:
         assert env["XDG_CONFIG_HOME"] == str(HOME / ".config")
         for key in ("XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
             assert Path(env[key]).is_relative_to(target)  # sessions persist in the profile
-        assert OpencodeAdapter.env_defaults == {"OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1"}
+        assert OpencodeAdapter.env_defaults == {"OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
+                                                "OPENCODE_DISABLE_LSP_DOWNLOAD": "1"}
 
     def test_interactive(self) -> None:
         argv = self.a.interactive(req("opencode", native_id="ses_a", first_turn=False)).argv

@@ -349,14 +349,14 @@ async def test_dev_is_read_only_and_host_secrets_are_masked(git_project: Project
 
 def test_home_binds_are_checked_not_followed(tmp_path: Path) -> None:
     """A config bind whose source an agent swapped for a link is refused before bwrap follows it."""
-    from agentbox.core.invoke import _check_bind_source
+    from agentbox.core.tool_homes import check_bind_source
 
     state = tmp_path / "profile"
     (state / "dot-tool").mkdir(parents=True)
-    _check_bind_source(state / "dot-tool", state)
+    check_bind_source(state / "dot-tool", state)
     (state / "dot-tool.json").symlink_to("/etc/passwd")
     with pytest.raises(SandboxError):
-        _check_bind_source(state / "dot-tool.json", state)
+        check_bind_source(state / "dot-tool.json", state)
 
 
 # ----------------------------------------------------------------------------- 7. shared profile state

@@ -8,6 +8,7 @@ command of a new or resumed turn, and how to read the tool's output back into a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
@@ -105,6 +106,28 @@ class HomeBind:
     """Path inside the sandbox (usually under the hidden $HOME)."""
     is_file: bool = False
     """Bind a single file rather than a directory."""
+
+
+@dataclass(frozen=True)
+class TurnHome:
+    """A config home rebuilt for every headless turn, for a tool that writes files it also loads.
+
+    Inside the sandbox the tool's home is a fresh per-turn directory. Only the `state` dirs
+    of the profile's config dir are bound into it read-write (made if missing); what the
+    tool loads (`Adapter.loaded_config`) and every other entry already in the profile are
+    bound read-only; each of `copies` is a private copy of the profile's file, and after
+    the turn `keep` decides what of the turn's copy goes back. Whatever else the turn made
+    in its home is dropped with it, so nothing a turn writes becomes settings or code of a
+    later one.
+    """
+
+    state: tuple[str, ...]
+    """Dirs the tool keeps its sessions in (nothing in them is loaded as settings or code)."""
+    copies: tuple[str, ...] = ()
+    """Files the tool both rewrites and loads, given to each turn as a copy."""
+    keep: Callable[[str, bytes | None, bytes | None], bytes | None] | None = None
+    """`keep(name, profile_bytes, turn_bytes)`: the new content of the profile's file after a
+    turn (None: leave it as it is). Sees the profile's current file and the turn's copy."""
 
 
 def bound_home(config_dir: Path, target: Path, variable: str) -> tuple[list[HomeBind], dict[str, str]]:

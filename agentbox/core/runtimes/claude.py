@@ -10,6 +10,7 @@ The prompt goes on stdin and the role's instructions in a file of the turn's scr
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,6 +22,7 @@ from agentbox.core.runtimes.base import (
     ParsedTurn,
     ParseError,
     ToolCommand,
+    TurnHome,
     TurnRequest,
     Usage,
     optional_int,
@@ -43,6 +45,73 @@ DENY_WRITE_TOOLS = f"--disallowedTools={WRITE_TOOLS}"
 #: The role's instructions, in the turn's scratch dir.
 SYSTEM_PROMPT_FILE = "claude-system-prompt.md"
 
+#: `$CLAUDE_CONFIG_DIR/.claude.json` is claude's global config: claude rewrites it on every run
+#: (start counts, per-project entries) and also loads from it `mcpServers` (commands it starts),
+#: per-project `mcpServers`, `allowedTools` and MCP approvals, `awsAuthRefresh`,
+#: `awsCredentialExport` and `gcpAuthRefresh` (commands it runs), custom API key approvals.
+#: Of what a turn wrote there, only these bookkeeping scalars go back into the profile; the
+#: rest of the file stays as the person (or an attached session) left it.
+KEPT_GLOBAL_KEYS: dict[str, type | tuple[type, ...]] = {
+    "numStartups": int, "firstStartTime": str, "userID": str, "anonymousId": str, "installMethod": str,
+    "hasCompletedOnboarding": bool, "lastOnboardingVersion": str, "lastReleaseNotesSeen": str,
+    "changelogLastFetched": (int, float), "claudeCodeFirstTokenDate": str,
+}
+#: `.credentials.json` holds a claude.ai login: claude refreshes its tokens during a turn, and a
+#: refresh token may work only once, so the refreshed login goes back when the profile had one.
+CREDENTIALS_KEY = "claudeAiOauth"
+
+
+def _json_object(raw: bytes | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _kept_value(value: Any, kind: type | tuple[type, ...]) -> bool:
+    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+
+
+def kept_state(name: str, profile: bytes | None, turn: bytes | None) -> bytes | None:
+    """What goes back into the profile's `name` after a turn (None: the profile's file stays).
+
+    `.claude.json`: the profile's file plus the `KEPT_GLOBAL_KEYS` the turn's copy has with the
+    right type; a profile file that is not a JSON object is left alone. `.credentials.json`:
+    the turn's refreshed `claudeAiOauth` login, when the profile had one.
+    """
+    before = _json_object(profile)
+    after = _json_object(turn)
+    if profile is not None and before is None:
+        return None
+    if name == ".claude.json":
+        merged = dict(before or {})
+        for key, kind in KEPT_GLOBAL_KEYS.items():
+            if after is not None and key in after and _kept_value(after[key], kind):
+                merged[key] = after[key]
+        if merged == before or (before is None and not merged):
+            return None
+        return (json.dumps(merged, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    if name == ".credentials.json":
+        login = (after or {}).get(CREDENTIALS_KEY)
+        if before is None or CREDENTIALS_KEY not in before or not isinstance(login, dict):
+            return None
+        if login == before[CREDENTIALS_KEY]:
+            return None
+        return (json.dumps({**before, CREDENTIALS_KEY: login}, indent=2) + "\n").encode("utf-8")
+    return None
+
+
+TURN_HOME = TurnHome(
+    # sessions (resume reads projects/<cwd>/<id>.jsonl), plans and file checkpoints; what else a
+    # turn makes in its home (session-env/, shell-snapshots/, cache/, backups/…) is dropped with it
+    state=("projects", "sessions", "plans", "tasks", "file-history"),
+    copies=(".claude.json", ".credentials.json"),
+    keep=kept_state,
+)
+
 
 class ClaudeAdapter:
     """Claude Code. The profile's `dot-claude/` is `CLAUDE_CONFIG_DIR` inside the sandbox."""
@@ -56,9 +125,15 @@ class ClaudeAdapter:
         "DISABLE_ERROR_REPORTING": "1",
         # bubblewrap is the boundary: lets bypassPermissions work when agentbox runs as root
         "IS_SANDBOX": "1",
+        # auto-memory lives in projects/<cwd>/memory/, which every turn writes and later turns
+        # would load as instructions: a reviewer could plant them for a writer
+        "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",
     }
-    loaded_config: ClassVar[tuple[str, ...]] = ("settings.json", "settings.local.json", "CLAUDE.md", "commands/", "agents/", "hooks/",
-                                                  "plugins/", "skills/", "output-styles/")
+    loaded_config: ClassVar[tuple[str, ...]] = (
+        "settings.json", "settings.local.json", "CLAUDE.md", "keybindings.json", "loop.md",
+        "commands/", "agents/", "hooks/", "plugins/", "skills/", "output-styles/", "rules/", "themes/",
+        "workflows/")
+    turn_home: ClassVar[TurnHome | None] = TURN_HOME
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """dot-claude/ → ~/.claude; a v1 `dot-claude.json` is copied into it on first use."""

@@ -16,6 +16,7 @@ from agentbox.core.runtimes.base import (
     ParsedTurn,
     ParseError,
     ToolCommand,
+    TurnHome,
     TurnRequest,
     Usage,
     bound_home,
@@ -33,8 +34,11 @@ class CodexAdapter:
     tool: ClassVar[str] = "codex"
     executable_name: ClassVar[str] = "codex"
     env_defaults: ClassVar[dict[str, str]] = {}
-    loaded_config: ClassVar[tuple[str, ...]] = ("config.toml", "AGENTS.md", "AGENTS.override.md", "instructions.md",
-                                                  "prompts/", "rules/")
+    loaded_config: ClassVar[tuple[str, ...]] = (
+        "config.toml", "requirements.toml", "hooks.json", "AGENTS.md", "AGENTS.override.md", "instructions.md",
+        "prompts/", "rules/", "skills/", "agents/", "hooks/", "plugins/", "memories/", "themes/",
+        "shell_snapshots/")  # shell state it sources before the commands it runs
+    turn_home: ClassVar[TurnHome | None] = None
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """dot-codex/ → ~/.codex."""

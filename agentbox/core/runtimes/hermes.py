@@ -31,6 +31,7 @@ from agentbox.core.runtimes.base import (
     ParsedTurn,
     ParseError,
     ToolCommand,
+    TurnHome,
     TurnRequest,
     Usage,
     bound_home,
@@ -79,7 +80,14 @@ class HermesAdapter(LineDisplay):
     tool: ClassVar[str] = "hermes"
     executable_name: ClassVar[str] = "hermes"
     env_defaults: ClassVar[dict[str, str]] = {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    loaded_config: ClassVar[tuple[str, ...]] = ("config.yaml", ".env", "SOUL.md", "skills/", "plugins/", "hooks/")
+    loaded_config: ClassVar[tuple[str, ...]] = (
+        "config.yaml", ".env", "SOUL.md", "honcho.json", "mem0.json",
+        "skills/", "optional-skills/", "skill-bundles/", "plugins/", "hooks/", "memories/", "hindsight/",
+        "scripts/", "cron/", "skins/", "mcp-installs/", "optional-mcps/", "node/", "node_modules/", "profiles/",
+        "checkpoints/",  # git dirs it runs git on with the project as work tree, when checkpoints are on
+        "bin/", "lsp/", "lsp/bin/",  # binaries it installs there and runs (tirith, uv, language servers)
+        ".skills_prompt_snapshot.json")  # its skills prompt, reused while the skill files look unchanged
+    turn_home: ClassVar[TurnHome | None] = None
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """dot-hermes/ → ~/.hermes."""

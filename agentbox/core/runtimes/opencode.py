@@ -13,6 +13,7 @@ from agentbox.core.runtimes.base import (
     ParsedTurn,
     ParseError,
     ToolCommand,
+    TurnHome,
     TurnRequest,
     Usage,
     optional_int,
@@ -22,8 +23,10 @@ from agentbox.core.runtimes.common import input_summary, json_lines, json_object
 
 #: Config merged over the profile's own on every headless turn (`OPENCODE_CONFIG_CONTENT`):
 #: the built-in `title` agent is removed, so a new session makes no extra title-generation
-#: model request, which opencode would not count in the turn's usage.
-HEADLESS_CONFIG: dict[str, Any] = {"agent": {"title": {"disable": True}}}
+#: model request, which opencode would not count in the turn's usage; snapshots are off:
+#: opencode keeps them in a git dir of its data dir and runs git on it with the project as
+#: work tree, so a config planted there (an fsmonitor, a filter) would run in a later turn.
+HEADLESS_CONFIG: dict[str, Any] = {"agent": {"title": {"disable": True}}, "snapshot": False}
 #: Extra config for read-only roles (opencode's own permission rules, on top of the mount).
 READ_ONLY_CONFIG = {"permission": {"edit": "deny", "bash": {"*": "allow"}}}
 
@@ -32,6 +35,10 @@ PRIVATE_DIR = ".agentbox"
 """Under opencode's config dir: its XDG data, state and cache (so sessions persist in the profile)."""
 DATABASE = Path(PRIVATE_DIR) / "data" / "opencode" / "opencode.db"
 """opencode's session database, relative to its config dir."""
+CACHE_DIR = "opencode-cache"
+"""opencode's cache, in the turn's scratch dir (new every turn): it runs binaries from there
+(ripgrep, language servers) and loads skills it downloaded there, so a cache kept in the
+profile would be code one turn leaves for the next."""
 
 
 def step_tokens(tokens: Any) -> dict[str, int]:
@@ -57,10 +64,15 @@ class OpencodeAdapter:
     env_defaults: ClassVar[dict[str, str]] = {
         "OPENCODE_DISABLE_MODELS_FETCH": "1",
         "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",  # its bin/ is read-only: nothing to download into
     }
-    loaded_config: ClassVar[tuple[str, ...]] = ("opencode.json", "opencode.jsonc", "config.json", "AGENTS.md", "agent/", "agents/",
-                                                  "command/", "commands/", "plugin/", "plugins/", "mode/", "modes/",
-                                                  "tool/", "tools/")
+    loaded_config: ClassVar[tuple[str, ...]] = (
+        "opencode.json", "opencode.jsonc", "config.json", "tui.json", "AGENTS.md", "package.json",
+        "agent/", "agents/", "command/", "commands/", "plugin/", "plugins/", "mode/", "modes/", "tool/", "tools/",
+        "skill/", "skills/", "themes/", "node_modules/",
+        f"{PRIVATE_DIR}/data/opencode/snapshot/")  # the git dirs of its snapshots (see HEADLESS_CONFIG)
+
+    turn_home: ClassVar[TurnHome | None] = None
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """dot-opencode/ → ~/.config/opencode; XDG data/state/cache under it so sessions persist."""
@@ -82,7 +94,7 @@ class OpencodeAdapter:
             config.update(READ_ONLY_CONFIG)
         else:
             argv.append("--auto")
-        env = {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}
+        env = {"OPENCODE_CONFIG_CONTENT": json.dumps(config), "XDG_CACHE_HOME": str(request.scratch / CACHE_DIR)}
         if request.native_id is not None:
             argv += ["-s", request.native_id, "--dir", str(request.cwd)]
         if request.model:
@@ -98,7 +110,7 @@ class OpencodeAdapter:
             argv += ["-s", request.native_id]
         if request.model:
             argv += ["-m", request.model]
-        return ToolCommand([*argv, *request.extra_args])
+        return ToolCommand([*argv, *request.extra_args], env={"XDG_CACHE_HOME": str(request.scratch / CACHE_DIR)})
 
     def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
         """Text of the last step that did not end in tool calls; tokens summed over steps."""

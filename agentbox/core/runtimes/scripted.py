@@ -20,6 +20,7 @@ from agentbox.core.runtimes.base import (
     ParsedTurn,
     ParseError,
     ToolCommand,
+    TurnHome,
     TurnRequest,
     Usage,
     bound_home,
@@ -86,6 +87,7 @@ class ScriptedAdapter:
     executable_name: ClassVar[str] = "python3"
     env_defaults: ClassVar[dict[str, str]] = {}
     loaded_config: ClassVar[tuple[str, ...]] = ()
+    turn_home: ClassVar[TurnHome | None] = None
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """The profile's dot-scripted/ becomes SCRIPTED_HOME (sessions, counters); the agent's bytecode is compiled."""
