@@ -172,8 +172,8 @@ def test_a_reader_ignores_what_is_not_a_live_log(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("raw, shown_as", [
-    ("\x1b[2J\x1b]0;title\x07", "\\x1b[2J\\x1b]0;title\\x07"),
-    ("a\rb\u202ec\x9b", "a\\x0db\\u202ec\\x9b"),
+    ("\x1b[2J\x1b]0;title\x07", "␛[2J␛]0;title␇"),  # the one rule of termtext.for_terminal
+    ("a\rb\u202ec\x9b", "a␍b\\u202ec\\x9b"),
     ("tab\tand\nnewline stay", "tab\tand\nnewline stay"),
 ])
 def test_visible_shows_control_characters(raw: str, shown_as: str) -> None:

@@ -114,7 +114,7 @@ def test_send_command_applies_directly_when_no_engine_runs(paths: ProjectPaths) 
     assert ok and "paused" in message
     state = RunStore(paths).load(run.id)
     assert state.paused
-    (event,) = RunStore(paths).events(run.id)[0]
+    (event,) = [e for e in RunStore(paths).events(run.id)[0] if e["type"] == "command"]
     assert event["type"] == "command" and event["ok"] is True
     assert not (RunStore(paths).dir(run.id) / "inbox.jsonl").exists()
 
@@ -123,7 +123,7 @@ def test_send_command_refusal_is_reported_and_logged(paths: ProjectPaths) -> Non
     run = runs.create_run(paths, "answer nothing")
     ok, message = runs.send_command(paths, run.id, {"action": "answer", "checkpoint": "cp-9", "text": "hi"})
     assert not ok and "cp-9" in message
-    (event,) = RunStore(paths).events(run.id)[0]
+    (event,) = [e for e in RunStore(paths).events(run.id)[0] if e["type"] == "command"]
     assert event["ok"] is False
     ok, message = runs.send_command(paths, run.id, {"action": "approve", "task": "nope"})
     assert not ok and "no task 'nope'" in message
