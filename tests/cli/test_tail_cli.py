@@ -73,7 +73,7 @@ def test_follow_shows_events_as_they_happen_and_ends_with_the_turn(project: Path
             seen.append(line.rstrip("\n"))
         assert turn.poll() is None  # all of it was shown while the turn still ran
         assert seen == ["reading the tree", "→ Bash: ls src", "  ← main.py",
-                        "now in \\x1b[31mred\\x1b[0m\\x07 and \\u202eevil"]
+                        "now in ␛[31mred␛[0m␇ and \\u202eevil"]
         (project / GATE).write_text("go")
         rest, err = follower.communicate(timeout=60)
         assert follower.returncode == 0, err

@@ -59,7 +59,7 @@ async def test_live_view_follows_the_members_turn(project: ProjectPaths, tmp_pat
         writer.feed_stdout(event("tool_result", "main.py") + event("text", "now \u001b[2J\u001b[31mred\u0007"))
         await wait_for(pilot, lambda: any("red" in line for line in lines_of(log)), "the new events")
         assert "  ← main.py" in lines_of(log)
-        assert "now \\x1b[2J\\x1b[31mred\\x07" in lines_of(log)
+        assert "now ␛[2J␛[31mred␇" in lines_of(log)
         assert not any("\x1b" in line or "\x07" in line for line in lines_of(log))
 
         # a flood: the view keeps MAX_LINES, and arrives in a few reads, not one update per event
