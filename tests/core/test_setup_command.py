@@ -50,7 +50,8 @@ def test_a_flood_of_output_costs_bounded_memory_and_is_logged_capped(tmp_path: P
     assert outcome["ok"] is False
     assert "exited 4" in str(outcome["detail"]) and str(outcome["detail"]).endswith("the end")
     assert (tmp_path / "setup.log").stat().st_size == LOG_CAP_BYTES
-    assert float(outcome["peak_mb"]) < 150, outcome["peak_mb"]  # type: ignore[arg-type]
+    # held whole the output alone is 300 MB; bounded, the peak is the interpreter and its imports (~150 MB)
+    assert float(outcome["peak_mb"]) < 220, outcome["peak_mb"]  # type: ignore[arg-type]
 
 
 def test_a_hanging_command_is_killed_with_everything_it_started(tmp_path: Path) -> None:
