@@ -140,17 +140,20 @@ def run_digest(project: ProjectPaths, run: Run, *, engine_running: bool, now: fl
         lines.append(f"  {stamp(event.get('at'))} {event.get('type')}" + (f": {what}" if what else ""))
     counts = Counter(str(t.state) for t in run.tasks.values())
     summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no tasks"
-    red = sum(1 for t in run.tasks.values() for c in _checks_of(t) if "FAILED" in c or "could not run" in c)
+    red = sum(1 for t in run.tasks.values() for c in _latest_checks(t).values() if not c.passed)
     lines.append(f"Summary: {summary}; {len(open_cps)} waiting for the human; {red} red check(s); engine "
                  f"{'not needed' if run.status in TERMINAL_RUN_STATES else ('running' if engine_running else 'NOT running')}.")
     return Digest("\n".join(lines), now, run.id)
 
 
+def _latest_checks(task: Any) -> dict[tuple[str, str], CheckResult]:
+    """The task's latest check of each name and stage."""
+    return {(check.name, check.stage): check for check in task.checks}
+
+
 def _checks_of(task: Any) -> list[str]:
     """The task's checks, the latest of each name and stage: passed, or FAILED with its exit and time."""
-    latest: dict[tuple[str, str], CheckResult] = {}
-    for check in task.checks:
-        latest[(check.name, check.stage)] = check
+    latest = _latest_checks(task)
     shown = []
     for (name, stage), check in latest.items():
         if check.passed:
@@ -174,7 +177,7 @@ def runs_digest(project: ProjectPaths, now: float | None = None) -> Digest:
              f"Runs ({len(listed)}, newest first):" if listed else "Runs: none yet."]
     for run in listed[:RUNS_SHOWN]:
         if not isinstance(run, Run):
-            lines.append(f"  {getattr(run, 'run_id', '?')}: damaged, cannot be read")
+            lines.append(f"  {run.id}: damaged, cannot be read")
             continue
         done = sum(1 for t in run.tasks.values() if str(t.state) == "approved")
         alive = run.status not in TERMINAL_RUN_STATES and runs.engine_alive(project, run.id)
