@@ -192,7 +192,7 @@ class RunLedger:
                         task=task, role=role, created=self.clock(), data=data or CheckpointData())
         self.run.checkpoints[cp.id] = cp
         self.changes.checkpoints.add(cp.id)
-        self.event("checkpoint", f"{cp.id} ({kind}) waits for the human", question[:300], task=task, role=role,
+        self.event("checkpoint", f"{cp.id} ({kind}) waits for the human", _headline(question), task=task, role=role,
                    human_required=True, checkpoint=cp.id)
         return cp
 
@@ -407,3 +407,12 @@ class RunLedger:
         for name, value in changes.items():
             setattr(state, name, value)
         self.dirty = True
+
+
+def _headline(text: str, limit: int = 300) -> str:
+    """The first line of a checkpoint's question, for the one-line event (the checkpoint keeps it whole)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first = lines[0][:limit]
+    return first + " …" if len(lines) > 1 or len(lines[0]) > limit else first
