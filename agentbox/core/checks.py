@@ -35,6 +35,7 @@ from typing import Literal
 
 from agentbox.core import sandbox, scopes
 from agentbox.core.config import Check
+from agentbox.core.errors import SandboxError
 from agentbox.core.paths import agent_box_home
 from agentbox.core.process import CappedStream, wait_captured
 
@@ -172,7 +173,7 @@ def run_check(name: str, check: Check, *, root: Path, tree: Path, views: tuple[t
                 on_spawn(proc.pid)
             with proc:
                 timed_out = wait_captured(proc, None, output, output, check.timeout_s)
-    except (OSError, sandbox.SandboxError) as exc:
+    except (OSError, SandboxError) as exc:
         output.close()
         message = getattr(exc, "message", None) or str(exc)
         return CheckOutcome("error", None, time.monotonic() - started, log_path, safe_text(message)[-TAIL_CHARS:],

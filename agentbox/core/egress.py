@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-DEFAULT_PORTS = (443, 80)
+DEFAULT_PORTS: tuple[int, ...] = (443, 80)
 """Ports an entry without a port allows."""
 
 _LABEL = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentbox.core import paths, profiles
-from agentbox.core.config import NAME_PATTERN, NAME_RULE, Crew, Role, validate_document
+from agentbox.core.config import NAME_RULE, Crew, Role, validate_document
 from agentbox.core.errors import (
     AlreadyExistsError,
     ConfigError,
@@ -29,6 +29,7 @@ from agentbox.core.errors import (
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.safe_io import UnsafeFileError, describe_mode, read_bounded
 from agentbox.core.store import atomic_write_text
+from agentbox.core.validation import NAME_PATTERN
 from agentbox.core.yaml_io import (
     new_map,
     parse_yaml,

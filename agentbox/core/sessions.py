@@ -10,6 +10,7 @@ are read bounded and validated (a damaged one is a StateError naming its file).
 
 from __future__ import annotations
 
+import builtins
 import os
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -182,7 +183,7 @@ class SessionStore:
         """Add one turn line (called under the session's turn lock: one writer at a time)."""
         store.append_jsonl(self.turns_path(record), turn, durable=False, single_writer=True)
 
-    def turns(self, record: SessionRecord) -> list[dict[str, Any]]:
+    def turns(self, record: SessionRecord) -> builtins.list[dict[str, Any]]:
         """Every turn of a session, oldest first."""
         lines, _ = store.read_jsonl(self.turns_path(record))
         return lines

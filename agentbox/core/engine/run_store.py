@@ -48,9 +48,9 @@ from pydantic import ValidationError
 
 from agentbox.core import store
 from agentbox.core.engine.changes import Changes
-from agentbox.core.engine.models import MAX_SEQ, TERMINAL_RUN_STATES, Run, check_id, is_valid_id
+from agentbox.core.engine.models import MAX_SEQ, TERMINAL_RUN_STATES, Run
 from agentbox.core.errors import NotFoundError, StateError, UsageError
-from agentbox.core.ids import by_prefix
+from agentbox.core.ids import by_prefix, check_id, is_valid_id
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.safe_io import UnsafeFileError, read_bounded, write_all
 

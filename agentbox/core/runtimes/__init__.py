@@ -17,7 +17,8 @@ from agentbox.core.tools import TOOL_TABLE
 def adapter_for(tool: str) -> Adapter:
     """The adapter instance of `tool` (imported on first use)."""
     module_name, _, class_name = TOOL_TABLE[tool].adapter.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)()
+    adapter: Adapter = getattr(importlib.import_module(module_name), class_name)()
+    return adapter
 
 
 def find_executable(tool: str, command: str | None = None) -> Path | None:

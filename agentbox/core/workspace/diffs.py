@@ -84,8 +84,8 @@ def changed_files(root: Path, base: str, head: str) -> list[ChangedFile]:
                 index += 1
                 raw.append((_CHANGES.get(letter, Change.MODIFIED), path, None))
         else:
-            added, removed, path = field.split(b"\t", 2)
-            if not path:  # a rename: the two paths follow
+            added, removed, named = field.split(b"\t", 2)
+            if not named:  # a rename: the two paths follow
                 index += 2
             counts.append((_count(added), _count(removed)))
     return [ChangedFile(path, change, added, removed, old)

@@ -238,9 +238,9 @@ def _ensure_task_refs(root: Path, run_id: str, task_id: str) -> str:
         assert base is not None
         update_refs(root, [f"create {branch_ref} {base}"], message="agentbox: task branch")
         return base
-    found = git(root, "merge-base", head, integration).text
-    update_refs(root, [f"create {base_ref} {found}"])
-    return found
+    fork = git(root, "merge-base", head, integration).text
+    update_refs(root, [f"create {base_ref} {fork}"])
+    return fork
 
 
 def _attached(path: Path, branch: str) -> bool:
