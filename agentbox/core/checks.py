@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from agentbox.core import sandbox, scopes
+from agentbox.core import egress_turn, sandbox, scopes
 from agentbox.core.config import Check
 from agentbox.core.errors import SandboxError
 from agentbox.core.paths import agent_box_home
@@ -140,7 +140,7 @@ def _limit_memory(limit: int) -> None:
 
 def run_check(name: str, check: Check, *, root: Path, tree: Path, views: tuple[tuple[Path, Path], ...],
               view_hidden: tuple[Path, ...], log_path: Path,
-              on_spawn: Callable[[int], None] | None = None) -> CheckOutcome:
+              on_spawn: Callable[[int], None] | None = None, attempt: int = 1) -> CheckOutcome:
     """Run `check` over `tree` (seen at `root`) in its sandbox; blocking, never raises for the check's failure.
 
     `on_spawn` gets the pid of the sandbox's process group leader once it runs (a caller may kill the group).
@@ -150,21 +150,30 @@ def run_check(name: str, check: Check, *, root: Path, tree: Path, views: tuple[t
     metadata = scopes.worktree_metadata_paths(tree) if tree != root else scopes.metadata_paths(root)
     scratch = tuple(root / p.relative_to(tree) for p in _scratch_dirs(tree, check.scratch))
     env = sandbox.sandbox_env(sandbox.host_env(), home, {
-        "AGENTBOX_CHECK": name, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/tmp/.pycache",
+        "AGENTBOX_CHECK": name, "AGENTBOX_CHECK_ATTEMPT": str(attempt), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/tmp/.pycache",
         "XDG_CACHE_HOME": "/tmp/.cache", "CI": "1",
     })
+    # a check with network goes out through the egress proxy only: the registries and its `allow`
+    network = egress_turn.plan_for(egress_turn.crew_rules(check.allow, f"checks.{name}.allow")) \
+        if check.network else None
     spec = sandbox.SandboxSpec(
         project_root=tree, mount_at=root if tree != root else None, views=views,
         view_hidden=(*view_hidden, *scratch), writable=(), protected=(box, *metadata), extra_rw=(), homes=(),
-        hidden=(*sandbox.private_paths(home, agent_box_home()), *sandbox.run_state_dirs(root)), ro_binds=(),
-        network=check.network, cwd=root, env=env, **sandbox.host_layout(),  # type: ignore[arg-type]
+        hidden=(*sandbox.private_paths(home, agent_box_home()), *sandbox.run_state_dirs(root)),
+        # the bridge is run by this Python, which may live under the hidden home
+        ro_binds=sandbox.binds_needed(sandbox.python_roots(), sandbox.private_paths(home, agent_box_home()))
+        if network else (),
+        network=False, cwd=root, env={**env, **(network.env if network else {})},
+        egress_socket=(network.socket, egress_turn.SANDBOX_SOCKET) if network else None,
+        **sandbox.host_layout(),  # type: ignore[arg-type]
     )
     log_path.parent.mkdir(parents=True, exist_ok=True)
     output = _Flood(log_path, check.output_mb << 20)
     started = time.monotonic()
+    command = ["/bin/sh", "-c", check.run]
     try:
-        argv = sandbox.bwrap_argv(spec, ["/bin/sh", "-c", check.run], sandbox.require_bwrap())
-        with sandbox.launch(argv) as launched:
+        argv = sandbox.bwrap_argv(spec, network.wrap(command) if network else command, sandbox.require_bwrap())
+        with egress_turn.serving(network), sandbox.launch(argv) as launched:
             proc = subprocess.Popen(launched.argv, pass_fds=launched.pass_fds, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                     preexec_fn=lambda: _limit_memory(check.memory_mb << 20))
@@ -180,6 +189,8 @@ def run_check(name: str, check: Check, *, root: Path, tree: Path, views: tuple[t
                             "sandbox")
     finally:
         output.close()
+        if network is not None:
+            network.remove()
     duration = time.monotonic() - started
     tail = safe_text(output.text()[-TAIL_CHARS:])
     code = proc.returncode

@@ -175,6 +175,19 @@ AllowEntry = Annotated[str, AfterValidator(_allow_entry)]
 """One `sandbox.allow` entry, checked by `agentbox.core.egress.parse_entry`."""
 
 
+def _crew_allow_entry(value: str) -> str:
+    from agentbox.core.egress import parse_entry
+
+    if parse_entry(value).loopback:
+        raise ValueError(f"{value!r} is on this machine's loopback: crew.yaml comes with the repository, so "
+                         "its commands never reach this machine's own services (a profile's sandbox.allow may)")
+    return value
+
+
+CrewAllowEntry = Annotated[str, AfterValidator(_crew_allow_entry)]
+"""A host crew.yaml's setup command or a check may reach (never loopback: crew.yaml is the repository's)."""
+
+
 class Runtime(Strict):
     """How the profile's agent runs."""
 
@@ -385,6 +398,9 @@ class WorkspaceSetup(Strict):
     """A shell command run once in each new worktree, inside the sandbox (e.g. `npm ci`)."""
     timeout_s: float = Field(default=600, ge=MIN_SECONDS, le=MAX_SECONDS)
     """Longest the setup command may take, in seconds (1 to 604800)."""
+    allow: list[CrewAllowEntry] = Field(default_factory=list, max_length=100)
+    """Hosts the setup command may reach besides the package registries (`host`, `host:port`,
+    `*.domain`), through the egress proxy; this machine's loopback and private networks never."""
 
     @field_validator("copy_")
     @classmethod
@@ -426,7 +442,10 @@ class Check(Strict):
     """Globs relative to the project: the check runs only when the work changed a file matching one
     (absent: always)."""
     network: bool = False
-    """Let the check reach the network (off by default: a check judges the work, it fetches nothing)."""
+    """Let the check reach the package registries and the hosts in `allow`, through the egress proxy
+    (off by default: a check judges the work, it fetches nothing). Never this machine's loopback."""
+    allow: list[CrewAllowEntry] = Field(default_factory=list, max_length=100)
+    """More hosts a `network: true` check may reach (`host`, `host:port`, `*.domain`)."""
     flaky: Literal["deny", "allow"] = "deny"
     """A red check runs once more; red then green is flaky. `allow` lets a flaky check pass (recorded
     as flaky); `deny` keeps it red."""

@@ -36,6 +36,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def never_reached(address: str) -> bool:
+    """An address no non-loopback rule may connect to: loopback, unspecified or link-local (the cloud
+    metadata service), IPv4-mapped IPv6 (`::ffff:127.0.0.1`) and NAT64/6to4 forms read as the IPv4
+    address they carry."""
+    ip = ipaddress.ip_address(address.strip("[]").split("%", 1)[0])
+    carried: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [ip]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            carried.append(ip.ipv4_mapped)
+        if ip.sixtofour is not None:
+            carried.append(ip.sixtofour)
+        if ip in ipaddress.IPv6Network("64:ff9b::/96"):
+            carried.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return any(a.is_loopback or a.is_unspecified or a.is_link_local for a in carried)
+
+
 def is_ip(host: str) -> bool:
     """The host is an IP literal (v4, or v6 with or without brackets)."""
     try:

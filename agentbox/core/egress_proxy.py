@@ -15,7 +15,6 @@ The socket listens from `start()` on; the thread imports asyncio while the sandb
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import re
 import socket
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentbox.core.egress import Allowlist, Rule, is_ip, is_loopback
+from agentbox.core.egress import Allowlist, Rule, is_ip, is_loopback, never_reached
 
 if TYPE_CHECKING:
     import asyncio
@@ -234,14 +233,14 @@ class EgressProxy:
                 return [first, "127.0.0.1" if first == "::1" else "::1"]
             return [rule.host]
         if is_ip(host):
-            return [] if is_loopback(host) or ipaddress.ip_address(host.strip("[]")).is_unspecified else [host.strip("[]")]
+            return [] if is_loopback(host) or never_reached(host) else [host.strip("[]")]
         assert self._loop is not None
         try:
             infos = await self._loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:
             raise _Refused(502, f"cannot resolve {host}: {exc}") from None
         found = list(dict.fromkeys(str(info[4][0]) for info in infos))
-        if any(ipaddress.ip_address(a).is_loopback or ipaddress.ip_address(a).is_unspecified for a in found):
+        if any(never_reached(a) for a in found):
             return []
         return found
 

@@ -128,9 +128,31 @@ def profile_rules(info: ProfileInfo, runtime_env: Mapping[str, str]) -> Allowlis
     return allowlist([*model_rules(info, runtime_env), *extra])
 
 
+PACKAGE_REGISTRIES: tuple[str, ...] = (
+    "pypi.org", "files.pythonhosted.org", "registry.npmjs.org", "registry.yarnpkg.com", "crates.io",
+    "static.crates.io", "index.crates.io", "proxy.golang.org", "sum.golang.org", "rubygems.org",
+    "repo.maven.apache.org", "github.com", "codeload.github.com", "objects.githubusercontent.com",
+)
+"""What crew.yaml's setup command and a `network: true` check reach without asking: the public
+package registries (https), so `npm ci` or `pip install -e .` works; `allow:` adds more."""
+
+
+def crew_rules(allow: list[str], source: str) -> Allowlist:
+    """The allowlist of a command crew.yaml gives (setup, check): the registries and its `allow`.
+
+    Its entries were checked when crew.yaml loaded (never loopback, which the proxy also
+    refuses for any name that is not an explicit loopback entry)."""
+    rules = [Rule(host, (443,), "package registry") for host in PACKAGE_REGISTRIES]
+    return allowlist([*rules, *(parse_entry(entry, source) for entry in allow)])
+
+
 def plan(info: ProfileInfo, runtime_env: Mapping[str, str]) -> EgressPlan:
     """A turn's network plan, with its private socket dir made (`remove()` takes it away)."""
-    rules = profile_rules(info, runtime_env)
+    return plan_for(profile_rules(info, runtime_env))
+
+
+def plan_for(rules: Allowlist) -> EgressPlan:
+    """A network plan serving `rules`, with its private socket dir made (`remove()` takes it away)."""
     port = PROXY_PORT
     while port in rules.loopback_ports:
         port += 1

@@ -2,9 +2,10 @@
 
 It runs with the worktree seen at the project's path and writable (it is there to install
 what the work needs: `npm ci`, `uv sync`), git metadata and `.agent-box/` read-only, the
-person's home and AGENT_BOX_HOME hidden, and the network of a default sandbox. A crew.yaml
-comes with the repository, so its command is as untrusted as an agent: it never runs on
-the host.
+person's home and AGENT_BOX_HOME hidden, and a network namespace of its own whose only way
+out is the egress proxy: the public package registries and `workspace_setup.allow`, never
+this machine's loopback or the cloud metadata address. A crew.yaml comes with the
+repository, so its command is as untrusted as an agent: it never runs on the host.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentbox.core import sandbox, scopes
+from agentbox.core import egress_turn, sandbox, scopes
 from agentbox.core.paths import agent_box_home
 from agentbox.core.process import CappedStream, wait_captured
 
@@ -31,7 +32,8 @@ class SetupOutcome:
 
 
 def run_setup(root: Path, worktree: Path, views: tuple[tuple[Path, Path], ...], view_hidden: tuple[Path, ...],
-              command: str, timeout_s: float, log_path: Path, protected_paths: tuple[str, ...] = ()) -> SetupOutcome:
+              command: str, timeout_s: float, log_path: Path, protected_paths: tuple[str, ...] = (),
+              allow: tuple[str, ...] = ()) -> SetupOutcome:
     """Run `command` with `sh -c` in the sandboxed worktree; never raises for the command's own failure.
 
     crew.yaml's `protected_paths` stay read-only to it as to every role (what it creates
@@ -47,18 +49,21 @@ def run_setup(root: Path, worktree: Path, views: tuple[tuple[Path, Path], ...], 
     state = sandbox.run_state_dirs(root)
     metadata = scopes.worktree_metadata_paths(worktree)
     scope_plan = scopes.plan(worktree, None, None, protected_paths)
+    network = egress_turn.plan_for(egress_turn.crew_rules(list(allow), "workspace_setup.allow"))
     try:
         spec = sandbox.SandboxSpec(
             project_root=worktree, mount_at=root, views=views, view_hidden=view_hidden, writable=(worktree,),
             protected=(box, *metadata, *scope_plan.protected), pinned=scope_plan.pinned, extra_rw=(), homes=(),
-            hidden=(*hidden, *state), ro_binds=(), network=True, cwd=root,
-            env=sandbox.sandbox_env(sandbox.host_env(), home, {"AGENTBOX_SETUP": "1"}),
+            hidden=(*hidden, *state), ro_binds=sandbox.binds_needed(sandbox.python_roots(), hidden),  # the bridge's Python
+            network=False, cwd=root,
+            env=sandbox.sandbox_env(sandbox.host_env(), home, {"AGENTBOX_SETUP": "1", **network.env}),
+            egress_socket=(network.socket, egress_turn.SANDBOX_SOCKET),
             **sandbox.host_layout(),  # type: ignore[arg-type]
         )
-        argv = sandbox.bwrap_argv(spec, ["/bin/sh", "-c", command], sandbox.require_bwrap())
+        argv = sandbox.bwrap_argv(spec, network.wrap(["/bin/sh", "-c", command]), sandbox.require_bwrap())
         output = CappedStream(log_path)
         try:
-            with sandbox.launch(argv) as launched:
+            with egress_turn.serving(network), sandbox.launch(argv) as launched:
                 proc = subprocess.Popen(launched.argv, pass_fds=launched.pass_fds, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
                 with proc:
@@ -66,6 +71,7 @@ def run_setup(root: Path, worktree: Path, views: tuple[tuple[Path, Path], ...], 
         finally:
             output.close()
     finally:
+        network.remove()
         scopes.finish(scope_plan, log_path.with_suffix(".discarded"))
     if timed_out:
         return SetupOutcome(False, f"`{command[:200]}` did not finish in {timeout_s:g} s (killed); "

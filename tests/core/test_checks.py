@@ -77,3 +77,70 @@ def test_output_cannot_steer_a_terminal() -> None:
     assert safe_text("ok\x1b[2J\x07\tx\n") == "ok\\x1b[2J\\x07\tx\n"
 
 
+
+
+NETWORK_PROBE = """
+import os, socket, sys
+port = int(sys.argv[1])
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=3).close()
+    print("direct: reached")
+except OSError:
+    print("direct: unreachable")
+proxy = os.environ.get("HTTPS_PROXY", "")
+print("proxy:", proxy)
+if proxy:
+    host, _, proxy_port = proxy.removeprefix("http://").partition(":")
+    with socket.create_connection((host, int(proxy_port)), timeout=5) as s:
+        s.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\nHost: 127.0.0.1:{port}\\r\\n\\r\\n".encode())
+        print("connect:", s.recv(200).split(b"\\r\\n")[0].decode())
+"""
+
+
+def test_a_network_check_goes_out_through_the_proxy_and_never_reaches_this_machines_loopback(tmp_path: Path) -> None:
+    import socket
+    import sys
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    reached: list[bool] = []
+    server.settimeout(0.2)
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                continue
+            reached.append(True)
+            connection.close()
+
+    stop = threading.Event()
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    root = tree(tmp_path)
+    (root / "probe.py").write_text(NETWORK_PROBE)
+    try:
+        outcome = check(root, tmp_path, f"{sys.executable} probe.py {port}", network=True, allow=["example.org"])
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    log = (tmp_path / "logs" / "smoke.log").read_text()
+    assert outcome.status == "passed", log
+    assert "direct: unreachable" in log and "proxy: http://127.0.0.1:" in log
+    assert "connect: HTTP/1.1 403" in log, log
+    assert reached == []
+
+
+@pytest.mark.parametrize("entry", ["127.0.0.1:5432", "localhost:8080", "[::1]:6379"])
+def test_crew_yaml_may_not_open_this_machines_loopback(entry: str) -> None:
+    from pydantic import ValidationError
+
+    from agentbox.core.config import WorkspaceSetup
+
+    with pytest.raises(ValidationError, match="loopback"):
+        Check(run="true", network=True, allow=[entry])
+    with pytest.raises(ValidationError, match="loopback"):
+        WorkspaceSetup(run="npm ci", allow=[entry])

@@ -317,3 +317,15 @@ def test_no_turn_can_write_a_file_the_allowlist_is_read_from(tool: str) -> None:
     from agentbox.core.runtimes import adapter_for
 
     assert set(egress_turn.CONFIG_FILES[tool]) <= set(adapter_for(tool).loaded_config)
+
+
+@pytest.mark.parametrize(("address", "refused"), [
+    ("127.0.0.1", True), ("::1", True), ("::ffff:127.0.0.1", True), ("::ffff:7f00:1", True),
+    ("169.254.169.254", True), ("fe80::1", True), ("::ffff:169.254.169.254", True), ("64:ff9b::7f00:1", True),
+    ("2002:7f00:1::", True), ("0.0.0.0", True), ("::", True),
+    ("93.184.215.14", False), ("2606:2800:21f:cb07:6820:80da:af6b:8b2c", False), ("10.1.2.3", False),
+])
+def test_names_never_resolve_into_this_machine_or_the_metadata_service(address: str, refused: bool) -> None:
+    from agentbox.core.egress import never_reached
+
+    assert never_reached(address) is refused

@@ -71,3 +71,28 @@ def test_a_command_that_succeeds_says_so_with_the_end_of_its_output(tmp_path: Pa
     assert outcome.ok and outcome.detail.endswith("exited 0: to out\nto err")
     assert (worktree / "made").exists()  # the worktree, seen at the project's path, is writable
     assert (tmp_path / "setup.log").read_text() == "to out\nto err\n"
+
+
+def test_the_setup_command_goes_out_through_the_proxy_and_never_reaches_this_machines_loopback(
+        tmp_path: Path) -> None:
+    import socket
+
+    from tests.core.test_checks import NETWORK_PROBE
+
+    root, worktree = project(tmp_path)
+    (worktree / "probe.py").write_text(NETWORK_PROBE)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(0)
+        port = server.getsockname()[1]
+        outcome = run_setup(root, worktree, (), (), f"{sys.executable} probe.py {port}", 60, tmp_path / "setup.log",
+                            allow=("example.org",))
+        try:
+            server.accept()
+            reached = True
+        except BlockingIOError:
+            reached = False
+    log = (tmp_path / "setup.log").read_text()
+    assert outcome.ok, log
+    assert "direct: unreachable" in log and "proxy: http://127.0.0.1:" in log
+    assert "connect: HTTP/1.1 403" in log, log
+    assert not reached

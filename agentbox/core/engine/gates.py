@@ -217,16 +217,16 @@ class GateRunner:
         if outcome.status != "failed":
             return Flown(gate.id, name, gate.commit, outcome)
         again = run_check(name, check, root=self.root, tree=tree, views=views, view_hidden=hidden,
-                          log_path=self._log(gate, name, rerun=True), on_spawn=spawned)
+                          log_path=self._log(gate, name, rerun=True), on_spawn=spawned, attempt=2)
         if again.status == "passed":
             return Flown(gate.id, name, gate.commit, again if check.flaky == "allow" else outcome, flaky=True)
         return Flown(gate.id, name, gate.commit, outcome)
 
     def _tree(self, gate: PendingGate) -> tuple[Path, tuple[tuple[Path, Path], ...], tuple[Path, ...]]:
         """The tree a gate's checks judge and the git view it needs (the task's worktree at the gate's commit)."""
-        if not self.workspaces.active or gate.task is None:
+        if not self.workspaces.active or (gate.task is None and gate.stage != "run_end"):
             return self.root, (), ()
-        if gate.stage != "submission":  # the run's view at the head the gate judges
+        if gate.stage != "submission" or gate.task is None:  # the run's view at the head the gate judges
             mount = self.workspaces.view(self.run.contract.workspace_setup.copy_)
             head = rev(self.root, f"refs/heads/{git.integration_branch(self.run.id)}")
             if head != gate.commit:

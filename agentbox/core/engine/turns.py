@@ -113,7 +113,7 @@ class TurnRunner:
         """crew.yaml's setup command, once per worktree (an AgentboxError when it fails: the turn cannot start)."""
         log_path = self.store.dir(self.ledger.run.id) / f"setup-{mount.key}.log"
         outcome = run_setup(self.project.root, mount.path, mount.views, mount.hidden, command, timeout_s, log_path,
-                            tuple(self.crew.protected))
+                            tuple(self.crew.protected), tuple(self.ledger.run.contract.workspace_setup.allow))
         if not outcome.ok:
             raise AgentboxError(f"workspace setup failed in {mount.key}'s worktree: {outcome.detail}",
                                 "fix crew.yaml's workspace_setup.run, then answer the escalation with retry")
