@@ -85,6 +85,38 @@ def test_a_tree_naming_the_configs_drivers_runs_none_of_them(hostile: tuple[Path
     assert gitcmd.git(root, "cat-file", "blob", f"{commit}:a.txt").text == "two"  # byte for byte
 
 
+def test_a_driver_whose_name_holds_an_equals_sign_is_overridden_too(hostile: tuple[Path, Path]) -> None:
+    root, markers = hostile
+    git(root, "config", "filter.a=b.clean", f"touch {markers}/equals; cat")  # `-c filter.a=b.clean=` would miss it
+    (root / ".gitattributes").write_text("*.txt filter=a=b\n")
+    (root / "a.txt").write_text("three\n")
+    gitcmd.git(root, "add", "-A")
+    gitcmd.git(root, "status", "--porcelain")
+    assert sorted(p.name for p in markers.iterdir()) == []
+
+
+def test_no_gpg_program_a_repository_names_runs_to_show_a_signature(hostile: tuple[Path, Path]) -> None:
+    root, markers = hostile
+    program = markers.parent / "fake-gpg"
+    program.write_text(f"#!/bin/sh\ntouch {markers}/gpg\nexit 1\n")
+    program.chmod(0o755)
+    git(root, "config", "log.showSignature", "true")
+    git(root, "config", "gpg.program", str(program))
+    git(root, "-c", f"gpg.program={program}", "-c", "user.name=P", "-c", "user.email=p@x", "commit", "-q",
+        "--allow-empty", "-m", "signed?", "--no-gpg-sign")
+    # a signed-looking commit: its header names a signature, which showSignature would ask gpg to check
+    body = git(root, "cat-file", "commit", "HEAD")
+    head, _, message = body.partition("\n\n")
+    fake = head + "\ngpgsig -----BEGIN PGP SIGNATURE-----\n \n -----END PGP SIGNATURE-----\n\n" + message
+    signed = subprocess.run(["git", "-C", str(root), "hash-object", "-t", "commit", "-w", "--stdin"],
+                            input=fake, capture_output=True, text=True, check=True).stdout.strip()
+    gitcmd.git(root, "log", "-1", "--format=%s", signed)
+    gitcmd.git(root, "show", "-s", signed)
+    assert not (markers / "gpg").exists()
+    subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%s", signed], capture_output=True)
+    assert (markers / "gpg").exists()  # the control: plain git does run it
+
+
 def test_a_driver_added_to_the_config_later_is_overridden_too(hostile: tuple[Path, Path]) -> None:
     root, _ = hostile
     first = gitcmd.driver_overrides(root)

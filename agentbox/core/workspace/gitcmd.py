@@ -8,9 +8,10 @@ Every git agentbox starts goes through `git()` here, which makes all of that ine
 - system and global config are not read (`GIT_CONFIG_NOSYSTEM`, `GIT_CONFIG_GLOBAL=/dev/null`),
   nor the system and global attributes files; of the person's own config only their global
   ignore file is kept (patterns, no command);
-- hooks, fsmonitor, signing, background gc, colour and submodule recursion are switched off
-  on the command line (which outranks every config file, and reaches the git processes git
-  itself starts through `GIT_CONFIG_PARAMETERS`);
+- hooks, fsmonitor, signing and signature checks, background gc, colour and submodule
+  recursion are switched off through `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n` (command-line
+  scope: it outranks every config file and reaches the git processes git itself starts;
+  unlike `-c`, a key is taken whole, so a driver named `a=b` is overridden too);
 - every filter, textconv and merge driver the repository's own config defines is overridden
   (`driver_overrides`: no filter, `cat`, git's own text merge), and diffs never use an
   external diff, so whatever attribute a tree holds, git runs nothing it names: files go in
@@ -52,9 +53,15 @@ SAFE_CONFIG = (
     "color.ui=false",
     "submodule.recurse=false",
     "core.attributesFile=/dev/null",
+    "log.showSignature=false",
+    "gpg.program=false",
+    "gpg.ssh.program=false",
+    "gpg.x509.program=false",
 )
-"""Config forced on every call: no hook, fsmonitor, signing, background gc, colour or global
-attributes."""
+"""Config forced on every call: no hook, fsmonitor, signing or signature check (no gpg
+program a repository names ever runs), background gc, colour or global attributes. Passed
+as `GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n`, never `-c`: `-c` splits at the first `=`, so a
+driver a repository names `a=b` could not be overridden with it."""
 
 FIXED_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
@@ -164,7 +171,8 @@ def git(
     (for commands that are safe to repeat, such as `worktree add`). A repository owned by
     someone else is opened when the person's own config trusts it (`safe.directory`)."""
     argv = _argv(cwd, args)
-    full_env = clean_env(env)
+    base_env = clean_env(env)
+    full_env = {**base_env, **_config_env(cwd)}
     trusted_asked = False
     for attempt in (1, 2, 3, 4):
         result = _run(argv, full_env, stdin, timeout, args, hint)
@@ -172,7 +180,7 @@ def git(
             trusted_asked = True
             trusted = _person_safe_directories()
             if trusted:  # the person told their git to trust this repository: so does agentbox
-                argv = _argv(cwd, args, extra=tuple(f"safe.directory={d}" for d in trusted))
+                full_env = {**base_env, **_config_env(cwd, tuple(f"safe.directory={d}" for d in trusted))}
                 continue
         if result.returncode in ok:
             return result
@@ -195,11 +203,20 @@ def _run(argv: list[str], env: Mapping[str, str], stdin: bytes | None, timeout: 
     return GitOutput(proc.returncode, proc.stdout, proc.stderr)
 
 
-def _argv(cwd: Path, args: tuple[str, ...], extra: tuple[str, ...] = ()) -> list[str]:
-    argv = ["git", "-C", str(cwd)]
-    for setting in (*SAFE_CONFIG, *_person_excludes(), *driver_overrides(cwd), *extra):
-        argv += ["-c", setting]
-    return argv + _hardened(args)
+def _argv(cwd: Path, args: tuple[str, ...]) -> list[str]:
+    return ["git", "-C", str(cwd), *_hardened(args)]
+
+
+def _config_env(cwd: Path, extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Every forced setting as `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n`: a key
+    taken whole, so a driver whose name holds `=` is overridden too."""
+    pairs = [setting.partition("=")[::2] for setting in (*SAFE_CONFIG, *_person_excludes())]
+    pairs += [*driver_pairs(cwd), *(setting.partition("=")[::2] for setting in extra)]
+    env = {"GIT_CONFIG_COUNT": str(len(pairs))}
+    for index, (key, value) in enumerate(pairs):
+        env[f"GIT_CONFIG_KEY_{index}"] = key
+        env[f"GIT_CONFIG_VALUE_{index}"] = value
+    return env
 
 
 def _hardened(args: tuple[str, ...]) -> list[str]:
@@ -211,7 +228,7 @@ def _hardened(args: tuple[str, ...]) -> list[str]:
 
 @dataclass(frozen=True)
 class _Drivers:
-    overrides: tuple[str, ...]
+    overrides: tuple[tuple[str, str], ...]
     files: tuple[Path, ...]
     signature: tuple[tuple[int, int, int] | None, ...]
 
@@ -222,7 +239,12 @@ _ORIGIN_KEYS = r"^(core\.repositoryformatversion|include(if\..+)?\.path)$"
 
 
 def driver_overrides(cwd: Path) -> tuple[str, ...]:
-    """`KEY=` settings emptying every filter, textconv, diff and merge driver command the
+    """`driver_pairs` as `KEY=VALUE` text (for people and tests; git gets the pairs)."""
+    return tuple(f"{key}={value}" for key, value in driver_pairs(cwd))
+
+
+def driver_pairs(cwd: Path) -> tuple[tuple[str, str], ...]:
+    """(key, value) settings emptying every filter, textconv, diff and merge driver command the
     repository's own config (and what it includes) defines for git run in `cwd`.
 
     Asked of git once per directory, then again only when one of the config files it
@@ -240,7 +262,7 @@ def driver_overrides(cwd: Path) -> tuple[str, ...]:
     if proc.returncode not in (0, 1) and b"not a git repository" not in proc.stderr:
         raise GitError(query, proc.returncode, proc.error_text, "git cannot read this repository's config")
     fields = proc.stdout.split(b"\0")
-    overrides: list[str] = []
+    overrides: list[tuple[str, str]] = []
     files: list[Path] = []
     for origin, entry in zip(fields[0::2], fields[1::2], strict=False):
         name, _, value = os.fsdecode(entry).partition("\n")
@@ -250,9 +272,9 @@ def driver_overrides(cwd: Path) -> tuple[str, ...]:
             if name.startswith("include") and name.endswith(".path"):
                 files.append(source.parent / Path(value).expanduser())
         if re.match(DRIVER_KEYS, name):
-            overrides.append(f"{name}={_NEUTRAL.get(name.rsplit('.', 1)[1], '')}")
+            overrides.append((name, _NEUTRAL.get(name.rsplit(".", 1)[1], "")))
             if name.startswith("filter."):
-                overrides.append(f"{name.rsplit('.', 1)[0]}.required=false")
+                overrides.append((f"{name.rsplit('.', 1)[0]}.required", "false"))
     found = _Drivers(tuple(dict.fromkeys(overrides)), tuple(dict.fromkeys(files)), ())
     if found.files:  # outside a repository nothing is read, and nothing worth keeping
         found = _Drivers(found.overrides, found.files, _signature(found.files))
@@ -310,7 +332,7 @@ def git_bounded(cwd: Path, *args: str, max_bytes: int, timeout: float = GIT_TIME
     with tempfile.TemporaryFile() as errors:
         try:
             proc = subprocess.Popen(_argv(cwd, args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=errors, env=clean_env())
+                                    stderr=errors, env={**clean_env(), **_config_env(cwd)})
         except FileNotFoundError:
             raise StateError("git is not installed (or not on PATH)", "install git, then try again") from None
         timer = threading.Timer(timeout, proc.kill)
