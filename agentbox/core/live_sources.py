@@ -72,7 +72,8 @@ def find_source(project: ProjectPaths, target: str, run_id: str | None = None) -
 def _task_source(project: ProjectPaths, task_id: str, run_id: str | None) -> LiveSource:
     from agentbox.core import runs
 
-    run = runs.load(project, runs.find_task_run(project, task_id, run_id))
+    found_run, task_id = runs.resolve_task(project, task_id, run_id)  # a prefix names its task
+    run = runs.load(project, found_run)
     task = run.tasks.get(task_id)
     if task is None:
         raise NotFoundError(f"run {run.id} has no task {task_id!r}", f"`agentbox status {run.id}` lists its tasks")

@@ -46,7 +46,8 @@ def task_place(project: ProjectPaths, task_id: str, run_id: str | None = None) -
     from agentbox.core import workspace as git
     from agentbox.core.workspace.layout import common_dir, task_worktree_path
 
-    run = runs.load(project, runs.find_task_run(project, task_id, run_id))
+    found_run, task_id = runs.resolve_task(project, task_id, run_id)  # a prefix names its task
+    run = runs.load(project, found_run)
     task = run.tasks.get(task_id)
     if task is None:
         raise NotFoundError(f"run {run.id} has no task {task_id!r}", f"`agentbox status {run.id}` lists its tasks")
@@ -84,6 +85,7 @@ def sandboxed_shell(agent: Agent, argv: list[str]) -> Iterator[InteractiveComman
     Run it inside the block; staged write scopes are carried back when the block ends.
     The shell is no turn of the role: no session is recorded.
     """
+    from agentbox.core import egress_turn
     from agentbox.core.invoke import _prepare_session, finish_turn, prepare, remove_scratch
     from agentbox.core.runtimes.base import ToolCommand
     from agentbox.core.sandbox import launch
@@ -92,7 +94,8 @@ def sandboxed_shell(agent: Agent, argv: list[str]) -> Iterator[InteractiveComman
     record = _prepare_session(agent, None)
     prepared = prepare(agent, "", record, interactive=True, command=ToolCommand(argv))
     try:
-        with launch(prepared.argv) as launched:
+        # a network profile's shell goes out through the same proxy as its turns (the socket exists while it serves)
+        with egress_turn.serving(prepared.egress), launch(prepared.argv) as launched:
             yield InteractiveCommand(launched.argv, prepared.env, launched.pass_fds, record.id)
     finally:
         finish_turn(prepared, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -68,6 +69,13 @@ def test_shell_opens_in_the_tasks_worktree_within_its_scopes(project: Path) -> N
 
         # the exit status is the command's
         assert run_cli("shell", "t1", "-c", "exit 3", cwd=project).code == 3
+
+        # a network profile's shell goes out through the egress proxy, as its turns do; a prefix names the task
+        profile = Path(os.environ["AGENT_BOX_HOME"]) / "profiles" / "t-worker" / "profile.yaml"
+        profile.write_text(profile.read_text().replace('"network": false', '"network": true'))
+        networked = run_cli("shell", "t", "-c", 'pwd; echo "proxy=$HTTPS_PROXY"', cwd=project)
+        assert networked.code == 0, networked.err
+        assert networked.out.splitlines()[0] == str(project) and "proxy=http://127.0.0.1:" in networked.out
 
         # --host: the person's own shell on the host, in the worktree's real directory
         host = run_cli("shell", "t1", "--host", "-c", "pwd", cwd=project)
