@@ -12,10 +12,13 @@ from agentbox.core.termtext import for_terminal
 
 
 def _split(project: object, words: list[str]) -> tuple[str | None, str]:
-    """A first word naming one of the project's runs is the run; the rest is the question."""
+    """A first word naming one of the project's runs is the run; the rest is the question.
+
+    Only a whole run id, `latest`, or a prefix of one starting `run-` counts: a question's first
+    word ("add", "be", "2") must never be taken for the end of some run's id."""
     from agentbox.core.engine.run_store import RunStore
 
-    if len(words) > 1:
+    if len(words) > 1 and (words[0] == "latest" or words[0].startswith("run-")):
         try:
             return RunStore(project).resolve_id(words[0]), " ".join(words[1:])  # type: ignore[arg-type]
         except AgentboxError:

@@ -216,8 +216,9 @@ def liaison_agent(project: ProjectPaths) -> Any:
     if role not in crew.roles:
         role = next(iter(crew.roles))
     agent = services.role_agent(project, role, crew=crew)
-    label = role if crew.liaison else LIAISON_OWNER
-    return replace(agent, label=label, role=label, writes=(), instructions=None)
+    # sessions of its own, whichever role lends the profile: `liaison: lead` must never continue the
+    # lead's planning conversation (nor run in it beside the lead's own turn)
+    return replace(agent, label=LIAISON_OWNER, role=LIAISON_OWNER, writes=(), instructions=None)
 
 
 def prompt_for(digest: Digest, question: str) -> str:

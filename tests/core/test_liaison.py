@@ -111,3 +111,21 @@ async def test_the_mcp_ask_tool(waiting: ProjectPaths) -> None:
         answer = await client.ok("ask", question="where are we?")
     assert answer["run"] == RUN_ID and answer["answer"].startswith(f"As of {answer['data_as_of']}:")
     assert answer["tokens"] == 960
+
+
+def test_a_questions_first_word_is_never_taken_for_the_end_of_a_run_id(waiting: ProjectPaths) -> None:
+    from agentbox.cli.ask import _split
+
+    tail = RUN_ID.rsplit("-", 1)[1]  # run ids end in four hex digits, which a word may spell
+    assert _split(waiting, [tail, "is", "it", "done?"]) == (None, f"{tail} is it done?")
+    assert _split(waiting, [RUN_ID[:12], "is", "it", "done?"]) == (RUN_ID, "is it done?")
+    assert _split(waiting, ["latest", "where?"]) == (RUN_ID, "where?")
+
+
+def test_a_crew_liaison_role_lends_its_profile_never_its_sessions(waiting: ProjectPaths) -> None:
+    crew = waiting.root / ".agent-box" / "crew.yaml"
+    text = crew.read_text()
+    lines = [line for line in text.splitlines() if not line.startswith("liaison:")]
+    crew.write_text("\n".join(lines) + "\nliaison: lead\n")
+    agent = liaison.liaison_agent(waiting)
+    assert agent.label == liaison.LIAISON_OWNER and agent.writes == ()
