@@ -93,7 +93,24 @@ def plan(adapter: Adapter, homes: list[HomeBind], state_dir: Path, turn_dir: Pat
         view.mkdir(mode=0o700, parents=True)
         result.turn_dirs.append(view)
         _turn_home(adapter.turn_home, bind, view, state_dir, loaded, result)
+    result.binds += _pins(result)
     return result
+
+
+def _pins(result: HomePlan) -> list[HomeBind]:
+    """The directories between a read-write bind and a read-only entry inside it, each bound onto
+    itself: a mount point cannot be renamed, so no turn moves a nested entry's parent aside and
+    puts a planted directory where the next turn binds the entry (`data/opencode/snapshot/`)."""
+    pins: dict[Path, HomeBind] = {}
+    for source, _target in result.read_only:
+        for bind in result.binds:
+            if bind.is_file or source == bind.source or not source.is_relative_to(bind.source):
+                continue
+            for parent in source.parents:
+                if parent == bind.source or not parent.is_relative_to(bind.source):
+                    break
+                pins[parent] = HomeBind(parent, bind.target / parent.relative_to(bind.source))
+    return sorted(pins.values(), key=lambda pin: len(pin.target.parts))
 
 
 def _turn_home(home: TurnHome, bind: HomeBind, view: Path, state_dir: Path,

@@ -157,3 +157,35 @@ def test_a_person_at_the_keyboard_gets_the_config_dir_as_it_is(adapter: object, 
     bind = HomeBind(state / "dot-x", HOME / ".x")
     plan = tool_homes.plan(adapter, [bind], state, tmp_path / "turn.home", interactive=True)  # type: ignore[arg-type]
     assert plan.binds == [bind] and not plan.read_only and not plan.turn_dirs
+
+
+def test_the_parents_of_a_nested_read_only_entry_are_pinned_so_no_turn_can_move_them(tmp_path: Path) -> None:
+    from agentbox.core.runtimes.opencode import PRIVATE_DIR, OpencodeAdapter
+
+    state = tmp_path / "p"
+    bind = HomeBind(state / "dot-opencode", HOME / ".opencode")
+    plan = tool_homes.plan(OpencodeAdapter(), [bind], state, tmp_path / "turn.home", interactive=False)
+    snapshot = bind.source / PRIVATE_DIR / "data" / "opencode" / "snapshot"
+    assert dict(plan.read_only)[snapshot] == bind.target / PRIVATE_DIR / "data" / "opencode" / "snapshot"
+    pins = [(b.source, b.target) for b in plan.binds[1:]]
+    parents = [bind.source / PRIVATE_DIR, bind.source / PRIVATE_DIR / "data", bind.source / PRIVATE_DIR / "data" / "opencode"]
+    assert [source for source, _ in pins if source in parents] == parents  # shallowest first, after the home
+    assert all(target == bind.target / source.relative_to(bind.source) for source, target in pins)
+
+
+@pytest.mark.bwrap
+def test_a_pinned_parent_cannot_be_renamed_inside_the_sandbox(tmp_path: Path) -> None:
+    import subprocess
+
+    from agentbox.core.sandbox import require_bwrap
+
+    home = tmp_path / "home"
+    (home / "data" / "opencode" / "snapshot").mkdir(parents=True)
+    script = "mv /tmp/h/data/opencode /tmp/h/data/moved && echo moved || echo refused"
+    base = [require_bwrap(), "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", str(home), "/tmp/h"]
+    snapshot = ["--ro-bind", str(home / "data" / "opencode" / "snapshot"), "/tmp/h/data/opencode/snapshot"]
+    pinned = [*base, "--bind", str(home / "data" / "opencode"), "/tmp/h/data/opencode", *snapshot]
+    unpinned = [*base, *snapshot]
+    assert subprocess.run([*pinned, "sh", "-c", script], capture_output=True, text=True).stdout.strip() == "refused"
+    assert (home / "data" / "opencode" / "snapshot").is_dir()
+    assert subprocess.run([*unpinned, "sh", "-c", script], capture_output=True, text=True).stdout.strip() == "moved"
