@@ -133,9 +133,19 @@ def short_id(value: str | None) -> str:
     return (value or "")[:8] or "—"
 
 
-def cost(value: float | None) -> str:
-    """$0.061, or "unknown" when no tool reported a cost."""
-    return "cost unknown" if value is None else f"${value:.3f}"
+def cost(value: float | None, unknown_turns: int = 0) -> str:
+    """$0.061, "$0.061 + 2 unknown" when some turns' cost is unknown, or "cost unknown" when none is known."""
+    if value is None:
+        return "cost unknown"
+    return f"${value:.3f}" + (f" + {unknown_turns} unknown" if unknown_turns else "")
+
+
+def role_cost(run: Run | None, role: str) -> str:
+    """` · $0.012` after a member's tokens when its turns' cost is known ("" otherwise: the header says unknown)."""
+    spend = run.spend_by_role.get(role) if run is not None else None
+    if spend is None or spend.cost_usd is None:
+        return ""
+    return f" · {cost(spend.cost_usd, spend.unknown_cost_turns)}"
 
 
 # ----------------------------------------------------------------------------- run summary
@@ -156,7 +166,7 @@ def budget_line(run: Run) -> str:
     if budget:
         text += f" / {count(int(budget))} ({100 * totals.tokens / int(budget):.0f}%)"
     if totals.turns:
-        text += f" · {cost(totals.cost_usd)}"
+        text += f" · {cost(totals.cost_usd, totals.unknown_cost_turns)}"
     if totals.unknown_usage_turns:
         text += f" · {totals.unknown_usage_turns} turn(s) usage unknown"
     return text
@@ -271,7 +281,7 @@ def member_rows(crew: CrewInfo | None, run: Run | None, sessions: Mapping[str, A
         rows.append(MemberRow(
             role=info.role, profile=info.profile, tool=info.tool, state=state, task=task or "—",
             session=short_id(session_id), session_id=session_id,
-            tokens=tokens(known_tokens, unknown_turns, sum(r.turns for r in mine)),
+            tokens=tokens(known_tokens, unknown_turns, sum(r.turns for r in mine)) + role_cost(run, info.role),
             cpu=f"{sample.cpu_percent:.0f}%" if sample else "—",
             memory=size(sample.rss_bytes) if sample else "—",
         ))
