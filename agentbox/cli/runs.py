@@ -261,8 +261,10 @@ def run(args: argparse.Namespace) -> int:
 def spend_line(run: Any) -> str:
     """The run's cost so far, against its money budget when it has one."""
     totals = run.totals
-    line = usd(totals.cost_usd, totals.unknown_cost_turns, totals.subscription_turns)
-    return line + (f" / {usd(run.usd_budget)}" if run.usd_budget is not None else "")
+    line = usd(totals.cost_usd) + (f" / {usd(run.usd_budget)}" if run.usd_budget is not None else "")
+    if totals.cost_usd is not None and totals.unknown_cost_turns:
+        line += f" + {totals.unknown_cost_turns} turn{'s' if totals.unknown_cost_turns != 1 else ''} unknown"
+    return line + (" (subscription)" if totals.subscription_turns else "")
 
 
 def status(args: argparse.Namespace) -> int:
