@@ -305,7 +305,7 @@ def compute(history: Iterable[tuple[Run, Sequence[Mapping[str, Any]]]], *, since
                  timeline=timeline)
 
 
-def live_health(run: Run, now: float) -> tuple[float | None, float | None, float | None]:
+def live_health(run: Run) -> tuple[float | None, float | None, float | None]:
     """A running run's cost so far, its cost projected at the current burn, and its first-pass rate.
 
     The projection assumes the tasks not yet approved cost what the approved ones cost on
