@@ -140,12 +140,16 @@ def cost(value: float | None, unknown_turns: int = 0) -> str:
     return f"${value:.3f}" + (f" + {unknown_turns} unknown" if unknown_turns else "")
 
 
-def role_cost(run: Run | None, role: str) -> str:
-    """` · $0.012` after a member's tokens when its turns' cost is known ("" otherwise: the header says unknown)."""
-    spend = run.spend_by_role.get(role) if run is not None else None
-    if spend is None or spend.cost_usd is None:
+def health_line(run: Run) -> str:
+    """A live run's health: its cost projected at the current burn and its first-pass rate ("" before either is known)."""
+    from agentbox.core.stats import live_health
+
+    if run.status in TERMINAL_RUN_STATES:
         return ""
-    return f" · {cost(spend.cost_usd, spend.unknown_cost_turns)}"
+    _cost, projected, first_pass = live_health(run)
+    parts = ([f"projected {cost(projected)}"] if projected is not None else []) + (
+        [f"first pass {100 * first_pass:.0f}%"] if first_pass is not None else [])
+    return "health: " + " · ".join(parts) if parts else ""
 
 
 # ----------------------------------------------------------------------------- run summary
@@ -166,7 +170,8 @@ def budget_line(run: Run) -> str:
     if budget:
         text += f" / {count(int(budget))} ({100 * totals.tokens / int(budget):.0f}%)"
     if totals.turns:
-        text += f" · {cost(totals.cost_usd, totals.unknown_cost_turns)}"
+        # turns of unknown usage are called out below; these are the others nobody could price
+        text += f" · {cost(totals.cost_usd, max(0, totals.unknown_cost_turns - totals.unknown_usage_turns))}"
     if totals.unknown_usage_turns:
         text += f" · {totals.unknown_usage_turns} turn(s) usage unknown"
     return text
@@ -281,7 +286,7 @@ def member_rows(crew: CrewInfo | None, run: Run | None, sessions: Mapping[str, A
         rows.append(MemberRow(
             role=info.role, profile=info.profile, tool=info.tool, state=state, task=task or "—",
             session=short_id(session_id), session_id=session_id,
-            tokens=tokens(known_tokens, unknown_turns, sum(r.turns for r in mine)) + role_cost(run, info.role),
+            tokens=tokens(known_tokens, unknown_turns, sum(r.turns for r in mine)),
             cpu=f"{sample.cpu_percent:.0f}%" if sample else "—",
             memory=size(sample.rss_bytes) if sample else "—",
         ))
