@@ -166,3 +166,12 @@ def test_live_health_projects_the_cost_at_the_current_burn() -> None:
     assert (cost, projected, first_pass) == (0.5, pytest.approx(2.0), 1.0)
     run.totals.cost_usd = None
     assert stats_mod.live_health(run)[:2] == (None, None)
+
+
+def test_stats_imports_no_textual(project: Path, tmp_path: Path) -> None:
+    """`agentbox stats` is a non-TUI command: it loads neither textual nor the TUI."""
+    from tests.core.test_import_bounds import loaded_by
+
+    modules = loaded_by("stats", project, tmp_path)
+    assert "agentbox.cli.stats" in modules and "agentbox.core.stats" in modules
+    assert not [m for m in modules if m == "textual" or m.startswith(("textual.", "agentbox.tui"))]

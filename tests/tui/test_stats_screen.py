@@ -85,3 +85,17 @@ def test_stats_screen_snapshot(tmp_path: Path, snap_compare: Callable[..., bool]
     """Cost and first-pass sparklines over three runs, the figures by role and model, each run's role costs."""
     assert snap_compare(frozen_app(project_with_history(tmp_path / "repo")), terminal_size=(140, 40),
                         run_before=stats_open)
+
+
+def test_the_header_shows_a_live_runs_projected_cost_and_first_pass_rate(tmp_path: Path) -> None:
+    """Waiting on a question, two of three tasks approved (one after a rework): projected from the burn so far."""
+    from agentbox.tui import model
+
+    project = copy_example(tmp_path / "repo")
+    run = build_run(project, "waiting")
+    approved = [t for t in run.tasks.values() if t.state == "approved"]
+    assert len(approved) == 2 and run.totals.cost_usd is not None
+    projected = run.totals.cost_usd * 3 / 2
+    assert model.health_line(run) == f"health: projected {model.cost(projected)} · first pass 50%"
+    run.status = "done"
+    assert model.health_line(run) == ""
