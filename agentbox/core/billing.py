@@ -95,6 +95,25 @@ def _opencode(config_dir: Path, env: Mapping[str, str], model: str | None) -> Bi
 _BY_TOOL = {"claude": _claude, "codex": _codex, "opencode": _opencode}
 
 
+def configured_model(tool: str, config_dir: Path) -> str | None:
+    """The model the tool's own config names (codex's `config.toml`, opencode's `opencode.json`), if any.
+
+    A turn whose profile names no model runs this one, and its tool may not say so in its
+    output (codex does not): the price is looked up under it.
+    """
+    if tool == "codex":
+        try:
+            config = tomllib.loads((config_dir / "config.toml").read_text("utf-8")[:MAX_LOGIN_FILE_BYTES])
+        except (OSError, ValueError, UnicodeDecodeError):
+            return None
+        model = config.get("model")
+    elif tool == "opencode":
+        model = (_json(config_dir / "opencode.json") or {}).get("model")
+    else:
+        return None
+    return model if isinstance(model, str) and model else None
+
+
 def login_kind(tool: str, config_dir: Path, env: Mapping[str, str], model: str | None = None) -> Billing | None:
     """How `tool` is logged in with the profile's config home `config_dir` and the turn's `env`."""
     find = _BY_TOOL.get(tool)

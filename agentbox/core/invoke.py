@@ -228,12 +228,15 @@ class TurnPricing:
 
     table: pricing.PriceTable
     billing: billing.Billing | None
+    model: str | None = None
+    """The model the turn runs when the profile names none: the one the tool's own config names."""
 
 
 def _turn_pricing(profile: ProfileInfo, runtime_env: dict[str, str], model: str | None) -> TurnPricing:
     """The price table (the user's config.yaml over the shipped one) and the login of `profile`."""
     return TurnPricing(pricing.price_table(),
-                       billing.login_kind(profile.tool, profile.config_dir, runtime_env, model))
+                       billing.login_kind(profile.tool, profile.config_dir, runtime_env, model),
+                       None if model else billing.configured_model(profile.tool, profile.config_dir))
 
 
 def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bool = False,
@@ -685,12 +688,13 @@ def _conclude(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepar
     if parsed.native_id:
         record.native_id = parsed.native_id
     record.adapter_state = parsed.adapter_state or record.adapter_state
-    usage = parsed.usage
+    usage, asked = parsed.usage, prepared.request.model
     if prepared.pricing is not None:
-        usage = pricing.priced(usage, tool=agent.profile.tool, model=parsed.model or prepared.request.model,
+        asked = asked or prepared.pricing.model
+        usage = pricing.priced(usage, tool=agent.profile.tool, model=parsed.model or asked,
                                table=prepared.pricing.table, billing=prepared.pricing.billing)
     common = dict(base, native_id=record.native_id, usage=usage, text=parsed.text, model=parsed.model,
-                  model_asked=prepared.request.model)
+                  model_asked=asked)
     if parsed.is_error:
         result = InvokeResult(status="error", error_kind="tool_error", error=parsed.error or parsed.text, **common)
     elif exit_kind is not None:
