@@ -181,8 +181,8 @@ def history(project: ProjectPaths) -> tuple[list[tuple[Run, list[dict[str, Any]]
             damaged.append(run)
             continue
         logged, _ = store.events(run.id)
-        readable.append((run, [*logged, *(e for e in run.outbox if e.get("seq", 0) > max(
-            (x.get("seq", 0) for x in logged), default=0))]))
+        last = max((e.get("seq", 0) for e in logged), default=0)  # events saved with the state, not yet logged
+        readable.append((run, [*logged, *(e for e in run.outbox if e.get("seq", 0) > last)]))
     return readable, damaged
 
 
