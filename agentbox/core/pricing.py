@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,10 @@ if TYPE_CHECKING:  # the faces format costs with this module without loading the
     from agentbox.core.runtimes.base import Usage
 
 PRICES_FILE = "prices.json"
+RELEASE_SUFFIX = re.compile(r"[-@:](\d{8}|\d{4}-\d{2}-\d{2}|latest)([-:]v\d+(:\d+)?)?")
+"""What may follow a table entry's id in a model id and still be that model: a release date or tag
+(`-20250929`, `@20250929`, `-2025-08-07`, `-latest`, `-20250929-v1:0`); a newer model of the
+family (`claude-opus-4-6` after `claude-opus-4`) is not the older one's price."""
 TOOL_VENDORS: dict[str, tuple[str, ...]] = {
     "claude": ("anthropic",),
     "codex": ("openai",),
@@ -68,7 +73,7 @@ class PriceTable:
     def find(self, tool: str, model: str | None) -> Price | None:
         """The price of `model` as run by `tool` (None: not in the table).
 
-        A model id is matched exactly, else by the longest table entry it starts with
+        A model id is matched exactly, else as a table entry followed by a release date or tag
         (`claude-sonnet-4-5-20250929` is `claude-sonnet-4-5`); a `provider/` prefix names the
         vendor, and `[1m]`-style suffixes are dropped.
         """
@@ -88,7 +93,7 @@ class PriceTable:
             if name in models:
                 return models[name]
             for key in sorted(models, key=len, reverse=True):
-                if name.startswith(key) and name[len(key)] in "-@:.":
+                if name.startswith(key) and RELEASE_SUFFIX.fullmatch(name, len(key)):
                     return models[key]
         return None
 

@@ -53,7 +53,10 @@ def test_the_shipped_table_is_dated_and_says_it_is_a_snapshot() -> None:
     ("claude", "claude-sonnet-4-5-20250929", "claude-sonnet-4-5"),  # a dated id is its family's entry
     ("claude", "sonnet", "claude-sonnet-4-5"),  # claude's alias
     ("claude", "claude-opus-4-5[1m]", "claude-opus-4-5"),
-    ("codex", "gpt-5-codex", "gpt-5-codex"),  # not gpt-5: the longest entry wins
+    ("codex", "gpt-5-codex", "gpt-5-codex"),  # not gpt-5
+    ("codex", "gpt-5-2025-08-07", "gpt-5"),
+    ("claude", "claude-opus-4-6", None),  # a newer model of a family is not the older one's price
+    ("codex", "gpt-5.2", None),
     ("opencode", "openai/gpt-5-mini", "gpt-5-mini"),  # the provider prefix names the vendor
     ("codex", "fake-model", None),
     ("codex", None, None),
