@@ -175,3 +175,17 @@ def test_stats_imports_no_textual(project: Path, tmp_path: Path) -> None:
     modules = loaded_by("stats", project, tmp_path)
     assert "agentbox.cli.stats" in modules and "agentbox.core.stats" in modules
     assert not [m for m in modules if m == "textual" or m.startswith(("textual.", "agentbox.tui"))]
+
+
+def test_check_failure_and_flaky_rates_are_of_the_checks_run_on_the_tasks_work() -> None:
+    from agentbox.core.engine.models import CheckResult
+
+    def check(status: str, flaky: bool = False) -> CheckResult:
+        return CheckResult(name="unit", stage="submission", commit=None, passed=status == "passed",
+                           status=status, flaky=flaky, log="/dev/null")  # type: ignore[arg-type]
+
+    run = _run_with({"t1": TaskState.APPROVED, "t2": TaskState.APPROVED})
+    run.tasks["t1"].checks = [check("failed"), check("passed")]
+    run.tasks["t2"].checks = [check("passed", flaky=True), check("error")]
+    overall = stats_mod.compute([(run, [])]).overall
+    assert (overall.check_failure_rate, overall.flaky_rate) == (0.25, 0.25)  # a check that could not run is no red
