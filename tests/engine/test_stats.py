@@ -106,8 +106,10 @@ def test_role_and_since_narrow_the_runs_and_tasks(history: tuple[Path, list[str]
     root, run_ids = history
     testers = stats_json(root, "--role", "tester")
     assert {g["role"] for g in testers["groups"]} == {"tester"} and testers["overall"]["tasks"] == 4
-    run_b = RunStore(ProjectPaths(root)).load(run_ids[1])
-    since = dt.datetime.fromtimestamp(run_b.created).isoformat()
+    store = RunStore(ProjectPaths(root))
+    run_a, run_b = store.load(run_ids[0]), store.load(run_ids[1])
+    assert run_a.created < run_b.created
+    since = dt.datetime.fromtimestamp((run_a.created + run_b.created) / 2).isoformat()  # between A and B
     later = stats_json(root, "--since", since)
     assert later["runs"] == 2 and later["overall"]["tasks"] == 33 and later["model_changes"] == []
     assert stats_json(root, "--since", "2999-01-01")["runs"] == 0
