@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _cmd(sub, "runs", "agentbox.cli.runs_list:runs",
              "list the project's runs: goal, status, age, tasks done, tokens, cost, merged")
     _json(p)
+    p = _cmd(sub, "stats", "agentbox.cli.stats:stats",
+             "how well the crew works across runs: first pass, repair rounds, escalations, cost, by role and model")
+    p.add_argument("--since", metavar="DATE", help="only runs created on or after this date (YYYY-MM-DD)")
+    p.add_argument("--role", metavar="ROLE", help="only the tasks of this role")
+    _json(p)
     p = _cmd(sub, "status", "agentbox.cli.runs:status", "show a run (default: the latest)")
     p.add_argument("run", nargs="?")
     _json(p)

@@ -11,6 +11,7 @@ from typing import Any
 
 from agentbox.cli.common import print_json, print_table, project_from
 from agentbox.core.errors import UsageError
+from agentbox.core.pricing import usd
 from agentbox.core.termtext import for_block, for_line, for_terminal
 
 APPROVED_BY_DEFAULT = "approved by a human"
@@ -257,6 +258,15 @@ def run(args: argparse.Namespace) -> int:
     return 0 if final.status == "done" else 1
 
 
+def spend_line(run: Any) -> str:
+    """The run's cost so far, against its money budget when it has one."""
+    totals = run.totals
+    line = usd(totals.cost_usd) + (f" / {usd(run.usd_budget)}" if run.usd_budget is not None else "")
+    if totals.cost_usd is not None and totals.unknown_cost_turns:
+        line += f" + {totals.unknown_cost_turns} turn{'s' if totals.unknown_cost_turns != 1 else ''} unknown"
+    return line + (" (subscription)" if totals.subscription_turns else "")
+
+
 def status(args: argparse.Namespace) -> int:
     """Show one run: status, tasks, checkpoints, totals."""
     from agentbox.core import runs as runs_mod
@@ -281,7 +291,7 @@ def status(args: argparse.Namespace) -> int:
     print(f"goal: {for_line(run.contract.goal)}")
     print(f"mode: {run.contract.mode} · engine: {engine.replace('stopped', 'not running')} · "
           f"tokens: {totals.tokens:,}{' / ' + format(budget, ',') if budget else ''}{unknown}"
-          + (f" · cost ${totals.cost_usd:.4f}" if totals.cost_usd is not None else ""))
+          + f" · cost {spend_line(run)}")
     if run.git is not None:
         from agentbox.core.run_changes import merge_hint
 
@@ -295,14 +305,19 @@ def status(args: argparse.Namespace) -> int:
         print()
         worktree = run.git is not None
         checking = run.checking()
-        print_table(["task", "state", "assignee", "deps", "attempts", "tokens", "verdict", *(["files"] if worktree else [])],
+        print_table(["task", "state", "assignee", "deps", "attempts", "tokens", "cost", "verdict",
+                     *(["files"] if worktree else [])],
                     [[t.id, t.state_label + (" (checking)" if t.id in checking else ""), t.assignee,
                       ",".join(t.depends_on) or "-", str(t.attempts),
                       f"{t.tokens:,}" + ("+?" if t.unknown_usage_turns else ""),
+                      usd(t.cost_usd, t.unknown_cost_turns),
                       t.verdicts[-1].verdict + f" ({t.verdicts[-1].by})" if t.verdicts else "-",
                       *([(str(len(t.changed_files)) + (" merged" if t.merged else "")) if t.changed_files
                          else "none"] if worktree else [])]
                      for t in run.tasks.values()])
+    if run.spend_by_role:
+        print("\nby role: " + " · ".join(f"{for_line(role)} {usd(spend.cost_usd, spend.unknown_cost_turns)}"
+                                         for role, spend in sorted(run.spend_by_role.items())))
     open_cps = run.open_checkpoints()
     if open_cps:
         print("\nwaiting for you:")

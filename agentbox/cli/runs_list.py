@@ -7,6 +7,7 @@ import sys
 import time
 
 from agentbox.cli.common import print_json, print_table, project_from
+from agentbox.core.pricing import usd
 
 
 def runs(args: argparse.Namespace) -> int:
@@ -30,7 +31,7 @@ def runs(args: argparse.Namespace) -> int:
                 continue
             s = summarise(entry, now)
             tokens = "unknown" if s.tokens is None else f"{s.tokens:,}" + ("+?" if s.unknown_usage_turns else "")
-            cost = "unknown" if s.cost_usd is None else f"${s.cost_usd:.4f}"
+            cost = usd(s.cost_usd, s.unknown_cost_turns, s.subscription_turns)
             merged = "(shared)" if s.merged is None else (f"into {s.merged_into or 'a detached HEAD'}" if s.merged
                                                            else "no")
             rows.append([s.id, s.status, age_text(s.age_s), f"{s.tasks_done}/{s.tasks}", tokens, cost, merged,

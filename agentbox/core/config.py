@@ -294,12 +294,16 @@ class Role(Strict):
 
 
 class Budget(Strict):
-    """Token budgets enforced by the engine."""
+    """Token and money budgets enforced by the engine."""
 
     tokens_per_task: int | None = Field(default=None, gt=0)
     """Tokens one task may use; over 120% the task is paused for a human."""
     tokens_total: int | None = Field(default=None, gt=0)
     """Tokens the whole run may use; when exhausted no new work is dispatched."""
+    usd_per_task: float | None = Field(default=None, gt=0, le=1_000_000)
+    """US dollars one task may cost; over 120% the task is paused for a human (turns of unknown cost not counted)."""
+    usd_total: float | None = Field(default=None, gt=0, le=1_000_000)
+    """US dollars the whole run may cost; when spent no new work is dispatched (turns of unknown cost not counted)."""
 
 
 class Limits(Strict):

@@ -23,7 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentbox.core import egress_turn, safe_io, sandbox, scopes, secrets, tool_homes
+from agentbox.core import (
+    billing,
+    egress_turn,
+    pricing,
+    safe_io,
+    sandbox,
+    scopes,
+    secrets,
+    tool_homes,
+)
 from agentbox.core.errors import AgentboxError, SandboxError, UsageError
 from agentbox.core.live import LiveWriter, live_dir_for
 from agentbox.core.process import (
@@ -114,6 +123,8 @@ class InvokeResult:
     truncated: bool = False
     model: str | None = None
     """The model the tool reported it used for this turn (None when its output does not say)."""
+    model_asked: str | None = None
+    """The model the turn asked for (the role's or profile's `model`; None: the tool's default)."""
     network: dict[str, Any] | None = None
     """What the turn's network did through the egress proxy (connections, refused targets); None without one."""
 
@@ -147,6 +158,7 @@ class InvokeResult:
             "tool": self.tool,
             "sandboxed": self.sandboxed,
             "truncated": self.truncated,
+            "model": self.model or self.model_asked,
             "network": self.network,
         }
 
@@ -206,6 +218,25 @@ class Prepared:
     """The turn's network allowlist and proxy socket (a sandbox with `network: true`)."""
     home_plan: tool_homes.HomePlan = field(default_factory=tool_homes.HomePlan)
     """The tool's config home binds (`finish_turn` merges back what the tool may keep)."""
+    pricing: TurnPricing | None = None
+    """How the turn's cost is settled when it ends (None: the tool's own figure only)."""
+
+
+@dataclass(frozen=True)
+class TurnPricing:
+    """What a turn's cost is computed with: the price table and the profile's kind of login."""
+
+    table: pricing.PriceTable
+    billing: billing.Billing | None
+    model: str | None = None
+    """The model the turn runs when the profile names none: the one the tool's own config names."""
+
+
+def _turn_pricing(profile: ProfileInfo, runtime_env: dict[str, str], model: str | None) -> TurnPricing:
+    """The price table (the user's config.yaml over the shipped one) and the login of `profile`."""
+    return TurnPricing(pricing.price_table(),
+                       billing.login_kind(profile.tool, profile.config_dir, runtime_env, model),
+                       None if model else billing.configured_model(profile.tool, profile.config_dir))
 
 
 def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bool = False,
@@ -220,6 +251,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     runtime_env = secrets.resolve_env(profile)  # an unset ${VAR} stops the turn before anything is made
     hidden_values = tuple(secrets.secret_values(profile))
     ensure_state(profile)
+    turn_pricing = _turn_pricing(profile, runtime_env, agent.model or profile.profile.runtime.model)
     turn = record.turns + 1
     logs = agent.sessions.logs_dir(record)
     logs.mkdir(mode=0o700, parents=True, exist_ok=True)  # turn logs may echo a secret
@@ -261,7 +293,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         for bind in homes:  # without a sandbox the tool reads its config where the env points
             env.update({k: str(bind.source) if v == str(bind.target) else v for k, v in env.items()})
         return Prepared(record, request, command.argv, env, command.stdin, logs, scratch,
-                        secrets=hidden_values, home_plan=home_plan)
+                        secrets=hidden_values, home_plan=home_plan, pricing=turn_pricing)
     policy = profile.profile.sandbox
     if home == agent.cwd or home.is_relative_to(agent.cwd):
         raise SandboxError(
@@ -324,7 +356,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
             egress_plan.remove()
         raise
     return Prepared(record, request, argv, {"PATH": env.get("PATH", "/usr/bin:/bin")}, command.stdin, logs, scratch,
-                    scope_plan, secrets=hidden_values, egress=egress_plan, home_plan=home_plan)
+                    scope_plan, secrets=hidden_values, egress=egress_plan, home_plan=home_plan,
+                    pricing=turn_pricing)
 
 
 def finish_turn(prepared: Prepared, turn: int) -> list[str]:
@@ -655,7 +688,13 @@ def _conclude(agent: Agent, prompt: str, record: SessionRecord, prepared: Prepar
     if parsed.native_id:
         record.native_id = parsed.native_id
     record.adapter_state = parsed.adapter_state or record.adapter_state
-    common = dict(base, native_id=record.native_id, usage=parsed.usage, text=parsed.text, model=parsed.model)
+    usage, asked = parsed.usage, prepared.request.model
+    if prepared.pricing is not None:
+        asked = asked or prepared.pricing.model
+        usage = pricing.priced(usage, tool=agent.profile.tool, model=parsed.model or asked,
+                               table=prepared.pricing.table, billing=prepared.pricing.billing)
+    common = dict(base, native_id=record.native_id, usage=usage, text=parsed.text, model=parsed.model,
+                  model_asked=asked)
     if parsed.is_error:
         result = InvokeResult(status="error", error_kind="tool_error", error=parsed.error or parsed.text, **common)
     elif exit_kind is not None:
@@ -737,6 +776,7 @@ def _finish(store: SessionStore, record: SessionRecord, prompt: str, result: Inv
         "text": result.text, "status": result.status, "error_kind": result.error_kind,
         "error": result.error, "usage": result.usage.as_dict(), "duration_s": round(result.duration_s, 3),
         "exit_code": result.exit_code, "native_id": result.native_id, "log_path": result.log_path,
+        "model": result.model or result.model_asked,
         **({"network": result.network} if result.network is not None else {}),
     })
     store.save(record)

@@ -32,7 +32,11 @@ class RunSummary:
     unknown_usage_turns: int
     """Turns whose usage the tool did not report (their tokens are not in `tokens`)."""
     cost_usd: float | None
-    """Money the tools reported; None when none did."""
+    """What the turns cost where known (the tools' figures, else the price table); None when none is known."""
+    unknown_cost_turns: int
+    """Turns whose cost is unknown (not in `cost_usd`)."""
+    subscription_turns: int
+    """Turns run on a subscription login (their cost is what the tokens would cost, not a bill)."""
     workspace: str
     merged: bool | None
     """A worktree run's work is in the person's branch; None for a shared run (its work is in the tree)."""
@@ -57,6 +61,7 @@ def summarise(run: Run, now: float) -> RunSummary:
         age_s=max(0.0, now - run.created) if run.created else 0.0, tasks=len(run.tasks),
         tasks_done=sum(1 for t in run.tasks.values() if t.state == TaskState.APPROVED),
         tokens=tokens, unknown_usage_turns=totals.unknown_usage_turns, cost_usd=totals.cost_usd,
+        unknown_cost_turns=totals.unknown_cost_turns, subscription_turns=totals.subscription_turns,
         workspace="worktree" if git is not None else "shared",
         merged=None if git is None else delivered is not None,
         merged_into=(git.delivered_into or git.branch) if git is not None and delivered else None,

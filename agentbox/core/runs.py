@@ -172,6 +172,20 @@ def list_runs(project: ProjectPaths) -> list[Run | DamagedRun]:
     return RunStore(project).scan()
 
 
+def history(project: ProjectPaths) -> tuple[list[tuple[Run, list[dict[str, Any]]]], list[DamagedRun]]:
+    """Every readable run of the project with its decision log, oldest first (`agentbox stats`), and the damaged ones."""
+    store = RunStore(project)
+    readable, damaged = [], []
+    for run in store.scan():
+        if isinstance(run, DamagedRun):
+            damaged.append(run)
+            continue
+        logged, _ = store.events(run.id)
+        last = max((e.get("seq", 0) for e in logged), default=0)  # events saved with the state, not yet logged
+        readable.append((run, [*logged, *(e for e in run.outbox if e.get("seq", 0) > last)]))
+    return readable, damaged
+
+
 def find_task_run(project: ProjectPaths, task_id: str, run_id: str | None) -> str:
     """The run holding `task_id` (the given run, else the latest run that has it)."""
     return resolve_task(project, task_id, run_id)[0]

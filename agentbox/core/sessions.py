@@ -47,6 +47,9 @@ class Totals:
     reasoning_tokens: int = 0
     cost_usd: float | None = None
     unknown_usage_turns: int = 0
+    unknown_cost_turns: int = 0
+    subscription_turns: int = 0
+    """Turns run on a subscription login (their cost is what the tokens would cost, not a bill)."""
 
     def add(self, usage: Usage) -> None:
         """Add one turn's usage."""

@@ -109,8 +109,34 @@ class Hooks(Strict):
     """How long a hook may run, in seconds (1 to 3600); then its whole process group is killed (and that is logged)."""
 
 
+PerMillion = Annotated[float, Field(ge=0, le=100_000)]
+"""US dollars per million tokens."""
+
+
+class ModelPrice(Strict):
+    """What one model costs, in US dollars per million tokens (corrects or adds to the shipped price table)."""
+
+    input: PerMillion
+    """Input tokens not served from the prompt cache."""
+    output: PerMillion
+    """Output tokens."""
+    cached_input: PerMillion | None = None
+    """Input tokens read from the prompt cache (default: the `input` price)."""
+    cache_write: PerMillion | None = None
+    """Input tokens written to the prompt cache (default: the `input` price)."""
+    reasoning: PerMillion | None = None
+    """Reasoning tokens, when the tool reports them apart (default: the `output` price)."""
+
+
+ModelName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")]
+
+
 class UserConfig(Strict):
     """$AGENT_BOX_HOME/config.yaml: the person's own settings (never read from a project)."""
+
+    prices: dict[ModelName, dict[ModelName, ModelPrice]] = Field(default_factory=dict)
+    """Vendor (anthropic, openai, or any name) → model id → its price per million tokens, over the price
+    table shipped with agentbox (a dated snapshot): `anthropic: {claude-sonnet-4-5: {input: 3, output: 15}}`."""
 
     notify: Notify = Field(default_factory=Notify)
     """Notifications: terminal bell, desktop, webhook."""

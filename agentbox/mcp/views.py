@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentbox.core import profiles, runs
+from agentbox.core import pricing, profiles, runs
 from agentbox.core import project as project_mod
 from agentbox.core.engine.models import Checkpoint, Run
 from agentbox.core.engine.run_store import RunStore
@@ -80,11 +80,16 @@ def run_status(project: ProjectPaths, run: Run) -> dict[str, Any]:
         "mode": run.contract.mode, "engine_running": alive, **view,
         "tasks": [{"task": t.id, "state": str(t.state), "assignee": t.assignee, "brief": t.brief[:300],
                    "attempts": t.attempts, "tokens": t.tokens,
+                   **pricing.cost_view(t.cost_usd, t.unknown_cost_turns),
                    "verdict": t.verdicts[-1].verdict if t.verdicts else None, "checking": t.id in checking,
                    "checks": [c.listing() for c in t.checks]} for t in run.tasks.values()],
         "gates": run.contract.gates.model_dump(), "run_end_checks": [c.listing() for c in run.checks],
         "open_checkpoints": [checkpoint(run, cp) for cp in run.open_checkpoints()],
-        "tokens": run.totals.tokens, "token_budget": run.token_budget, "cost_usd": run.totals.cost_usd,
+        "tokens": run.totals.tokens, "token_budget": run.token_budget,
+        **pricing.cost_view(run.totals.cost_usd, run.totals.unknown_cost_turns, run.totals.subscription_turns),
+        "usd_budget": run.usd_budget,
+        "cost_by_role": {role: pricing.cost_view(spend.cost_usd, spend.unknown_cost_turns)
+                         for role, spend in run.spend_by_role.items()},
         "result": run.result.model_dump(exclude_none=True) if run.result else None,
         "created": run.created, "finished": run.finished,
     }
@@ -96,7 +101,9 @@ def run_list(project: ProjectPaths) -> list[dict[str, Any]]:
     for run in runs.list_runs(project):
         if isinstance(run, Run):
             listed.append({"run": run.id, "status": run.status, "mode": run.contract.mode,
-                           "goal": run.contract.goal, "tasks": len(run.tasks), "tokens": run.totals.tokens})
+                           "goal": run.contract.goal, "tasks": len(run.tasks), "tokens": run.totals.tokens,
+                           **pricing.cost_view(run.totals.cost_usd, run.totals.unknown_cost_turns,
+                                               run.totals.subscription_turns)})
         else:
             listed.append({"run": run.id, "status": "damaged", "error": run.error.message})
     return listed

@@ -71,6 +71,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("edit_artifact", "e", "edit artifact", show=False),
     ActionSpec("view_artifact", "v", "view artifact", show=False),
     ActionSpec("profiles", "f", "profiles", show=False),
+    ActionSpec("stats", "i", "stats", "cost and first-pass rate per run, figures by role and model", show=False),
     ActionSpec("ask", "k", "ask", "ask the liaison where things stand", show=False),
 )
 

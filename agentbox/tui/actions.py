@@ -525,6 +525,12 @@ class RunActions:
         editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
         self._suspended_call([*shlex.split(editor), str(entry["path"])], None, f"editing {entry['path']}")
 
+    def action_stats(self) -> None:
+        """How the crew does across runs: cost and first-pass sparklines, figures by role and model."""
+        from agentbox.tui.screens.stats import StatsScreen
+
+        self.app.push_screen(StatsScreen(self.project, self.run))
+
     def action_profiles(self) -> None:
         """The profiles agentbox knows."""
         from agentbox.tui.screens.profiles import ProfilesScreen

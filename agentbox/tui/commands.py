@@ -83,6 +83,8 @@ def dashboard_commands(board: DashboardScreen) -> Iterator[Command]:
         yield f"View artifact {shown}", partial(board.action_view_artifact, entry["path"]), f"by {entry.get('role')}"
         yield f"Edit artifact {shown} in $EDITOR", partial(board.action_edit_artifact, entry["path"]), "then come back"
     yield "Profiles", board.action_profiles, "the profiles agentbox knows"
+    yield ("Stats across runs", board.action_stats,
+           "cost and first-pass rate per run, figures by role and model against their health lines")
 
 
 class AgentboxCommands(Provider):

@@ -133,9 +133,23 @@ def short_id(value: str | None) -> str:
     return (value or "")[:8] or "—"
 
 
-def cost(value: float | None) -> str:
-    """$0.061, or "unknown" when no tool reported a cost."""
-    return "cost unknown" if value is None else f"${value:.3f}"
+def cost(value: float | None, unknown_turns: int = 0) -> str:
+    """$0.061, "$0.061 + 2 unknown" when some turns' cost is unknown, or "cost unknown" when none is known."""
+    if value is None:
+        return "cost unknown"
+    return f"${value:.3f}" + (f" + {unknown_turns} unknown" if unknown_turns else "")
+
+
+def health_line(run: Run) -> str:
+    """A live run's health: its cost projected at the current burn and its first-pass rate ("" before either is known)."""
+    from agentbox.core.stats import live_health
+
+    if run.status in TERMINAL_RUN_STATES:
+        return ""
+    _cost, projected, first_pass = live_health(run)
+    parts = ([f"projected {cost(projected)}"] if projected is not None else []) + (
+        [f"first pass {100 * first_pass:.0f}%"] if first_pass is not None else [])
+    return "health: " + " · ".join(parts) if parts else ""
 
 
 # ----------------------------------------------------------------------------- run summary
@@ -156,7 +170,8 @@ def budget_line(run: Run) -> str:
     if budget:
         text += f" / {count(int(budget))} ({100 * totals.tokens / int(budget):.0f}%)"
     if totals.turns:
-        text += f" · {cost(totals.cost_usd)}"
+        # turns of unknown usage are called out below; these are the others nobody could price
+        text += f" · {cost(totals.cost_usd, max(0, totals.unknown_cost_turns - totals.unknown_usage_turns))}"
     if totals.unknown_usage_turns:
         text += f" · {totals.unknown_usage_turns} turn(s) usage unknown"
     return text

@@ -125,7 +125,7 @@ async def test_one_turn_line_per_turn(proj: ProjectPaths, builder: Agent) -> Non
         assert {"started", "finished", "usage", "duration_s", "exit_code", "native_id", "log_path"} <= set(turn)
         assert turn["finished"] >= turn["started"] and turn["duration_s"] >= 0
         assert Path(turn["log_path"]).is_file()
-    assert turns[0]["usage"] == Usage(100, 20, None, 30, None, 0.01).as_dict()
+    assert turns[0]["usage"] == Usage(100, 20, None, 30, None, 0.01, "tool").as_dict()
     assert turns[1]["exit_code"] == 2 and second.error_kind == "nonzero_exit"
     assert (record.last_status, record.last_error_kind) == ("ok", None)
 

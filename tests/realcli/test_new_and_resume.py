@@ -4,6 +4,7 @@ native id, usage parsed (codex: per-turn deltas of its cumulative counts)."""
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from pathlib import Path
@@ -80,6 +81,7 @@ def test_claude_new_then_resume_by_session(make_profile, fake: FakeView, workdir
     assert r1["native_id"] == session  # claude takes agentbox's UUID as its own
     _usage_is(r1["usage"], {**FAKE_USAGE, "cache_write_tokens": 2})
     assert r1["usage"]["cost_usd"] is not None and r1["usage"]["cost_usd"] > 0
+    assert (r1["usage"]["cost_source"], r1["usage"]["billing"]) == ("tool", "api_key")  # claude's own figure
 
     t2 = box.invoke(f"profile:{name}", second, "--session", session)
     r2 = _check_ok(t2, second)
@@ -129,6 +131,13 @@ def test_codex_new_then_continue(make_profile, fake: FakeView, workdir: Path, ho
     _check_homes(host_home, profile_config(name, "codex"), f"sessions/**/rollout-*-{native}.jsonl")
     # what an attached session is recorded from: codex's own rollout of the thread
     _check_typed_turns("codex", profile_config(name, "codex"), native, first, second, input_tokens=9)
+    # the fake model is in no shipped table: unknown; priced in the person's config.yaml, tokens × price
+    assert r1["usage"]["cost_source"] is None and r1["model"] == "fake-model"
+    (Path(os.environ["AGENT_BOX_HOME"]) / "config.yaml").write_text(
+        "prices:\n  openai:\n    fake-model: {input: 1, cached_input: 0.5, output: 10}\n")
+    r3 = _check_ok(box.invoke(f"profile:{name}", "priced now", "--continue"), "priced now")
+    assert r3["usage"]["cost_source"] == "price_table"
+    assert r3["usage"]["cost_usd"] == pytest.approx((9 * 1 + 4 * 0.5 + 6 * 10) / 1e6)
 
 
 def test_opencode_new_then_continue(make_profile, fake: FakeView, workdir: Path, host_home: Path) -> None:

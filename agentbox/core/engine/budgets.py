@@ -1,7 +1,9 @@
-"""Budgets: when a task or the run must stop for a person to decide about more tokens.
+"""Budgets: when a task or the run must stop for a person to decide about more tokens or money.
 
-A task far over its token budget is paused for a human before its next work turn, or before
-the review of the work that took it there; a run whose budget is spent starts nothing new.
+A task far over its token or money budget is paused for a human before its next work turn, or
+before the review of the work that took it there; a run whose budget is spent starts nothing
+new. Money is counted where a turn's cost is known (the tool's figure or the price table's):
+a turn of unknown cost adds nothing to it, and the question says so.
 The `check_*` functions read the run and return a decision (None: go on); `pause` and
 `ask` carry a decision out on the ledger. What each turn cost is recorded by the ledger
 (`RunLedger.account`).
@@ -16,7 +18,7 @@ from agentbox.core.engine.models import Job, Run, Task
 from agentbox.core.tasks import TaskEvent, TaskState
 
 BUDGET_PAUSE_RATIO = 1.2
-"""A task over this share of its token budget is paused for a human."""
+"""A task over this share of its token or money budget is paused for a human."""
 
 
 @dataclass(frozen=True)
@@ -37,10 +39,39 @@ class AskForRunBudget:
     options: tuple[str, ...] = ("raise 1000000", "cancel")
 
 
-def over_budget(run: Run, task: Task) -> bool:
+def _usd(value: float) -> str:
+    return f"${value:.4f}" if value < 100 else f"${value:,.2f}"
+
+
+def over_tokens(run: Run, task: Task) -> bool:
     """Whether `task` used more than `BUDGET_PAUSE_RATIO` of its token budget."""
     budget = run.task_budget(task)
     return budget is not None and task.tokens > BUDGET_PAUSE_RATIO * budget
+
+
+def over_money(run: Run, task: Task) -> bool:
+    """Whether `task` cost more than `BUDGET_PAUSE_RATIO` of its money budget (known costs only)."""
+    budget = run.task_usd_budget(task)
+    return budget is not None and (task.cost_usd or 0.0) > BUDGET_PAUSE_RATIO * budget
+
+
+def over_budget(run: Run, task: Task) -> bool:
+    """Whether `task` is over its token or its money budget."""
+    return over_tokens(run, task) or over_money(run, task)
+
+
+def _spent(run: Run, task: Task) -> tuple[str, str]:
+    """What `task` spent past its budget: a short why and the sentence of the question."""
+    if over_tokens(run, task):
+        return (f"{task.tokens} tokens > {BUDGET_PAUSE_RATIO:.0%} of its budget",
+                f"Task {task.id} used {task.tokens} tokens, over {BUDGET_PAUSE_RATIO:.0%} of its budget "
+                f"({run.task_budget(task)})")
+    cost, budget = task.cost_usd or 0.0, run.task_usd_budget(task) or 0.0
+    unknown = (f"; {task.unknown_cost_turns} turn(s) of unknown cost are not counted"
+               if task.unknown_cost_turns else "")
+    return (f"{_usd(cost)} > {BUDGET_PAUSE_RATIO:.0%} of its money budget",
+            f"Task {task.id} cost {_usd(cost)}, over {BUDGET_PAUSE_RATIO:.0%} of its money budget "
+            f"({_usd(budget)}{unknown})")
 
 
 def check_work(run: Run, job: Job) -> PauseForBudget | None:
@@ -51,10 +82,8 @@ def check_work(run: Run, job: Job) -> PauseForBudget | None:
     task = run.tasks.get(job.task or "")
     if task is None or not job.works_on_task or not over_budget(run, task) or task.state == TaskState.PAUSED_FOR_BUDGET:
         return None
-    return PauseForBudget(
-        task.id, f"{task.tokens} tokens > {BUDGET_PAUSE_RATIO:.0%} of its budget",
-        f"Task {task.id} used {task.tokens} tokens, over {BUDGET_PAUSE_RATIO:.0%} of its budget "
-        f"({run.task_budget(task)}). Answer 'continue' to add one more budget, or 'cancel'.")
+    why, spent = _spent(run, task)
+    return PauseForBudget(task.id, why, f"{spent}. Answer 'continue' to add one more budget, or 'cancel'.")
 
 
 def check_review(run: Run, task: Task) -> PauseForBudget | None:
@@ -66,17 +95,30 @@ def check_review(run: Run, task: Task) -> PauseForBudget | None:
     """
     if not over_budget(run, task):
         return None
+    why, spent = _spent(run, task)
     return PauseForBudget(
-        task.id, f"{task.tokens} tokens > {BUDGET_PAUSE_RATIO:.0%} of its budget: paused before review",
-        f"Task {task.id} used {task.tokens} tokens, over {BUDGET_PAUSE_RATIO:.0%} of its budget "
-        f"({run.task_budget(task)}), and its work is submitted. Answer 'continue' to add one more "
+        task.id, f"{why}: paused before review",
+        f"{spent}, and its work is submitted. Answer 'continue' to add one more "
         "budget and send the work to review, or 'cancel'.", before_review=True)
+
+
+def money_spent(run: Run) -> bool:
+    """Whether the run's money budget (not its token budget) is what is spent."""
+    budget = run.usd_budget
+    tokens = run.token_budget
+    return (budget is not None and (run.totals.cost_usd or 0.0) >= budget
+            and (tokens is None or run.totals.tokens < tokens))
 
 
 def check_run(run: Run) -> AskForRunBudget | None:
     """Ask for more run budget, unless a run-budget checkpoint already waits for the human."""
     if any(c.kind == "run_budget" for c in run.open_checkpoints()):
         return None
+    if money_spent(run):
+        step = run.contract.limits.budget.usd_total or 0.0
+        return AskForRunBudget(
+            f"The run's money budget is spent ({_usd(run.totals.cost_usd or 0.0)} of {_usd(run.usd_budget or 0.0)}). "
+            f"Answer 'raise $N' to add N US dollars, or 'cancel'.", (f"raise ${step:g}", "cancel"))
     return AskForRunBudget()
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from agentbox.core.engine import reviews
+from agentbox.core.engine import budgets, reviews
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Run, Task, Verdict
@@ -282,16 +282,18 @@ class RetryEscalated:
 
 @dataclass(frozen=True)
 class RaiseTaskBudget:
-    """Decision: add `tokens` to the paused task's budget and resume it (0 tokens: nothing to resume)."""
+    """Decision: add `tokens` (and `usd`) to the paused task's budget and resume it (nothing added: nothing to resume)."""
 
     tokens: int
+    usd: float = 0.0
 
 
 @dataclass(frozen=True)
 class RaiseRunBudget:
-    """Decision: add `tokens` to the run's budget."""
+    """Decision: add `tokens` to the run's token budget and `usd` to its money budget."""
 
     tokens: int
+    usd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -366,10 +368,15 @@ def decide_answer(run: Run, cp: Checkpoint, text: str) -> AnswerDecision:
         return RetryEscalated(fp, note, how)
     if cp.kind == "budget":
         if task is not None and task.state == TaskState.PAUSED_FOR_BUDGET:
-            return RaiseTaskBudget(_number(text) or _one_more_budget(run, task))
+            return RaiseTaskBudget(_number(text) or _one_more_budget(run, task), _one_more_usd(run, task))
         return RaiseTaskBudget(0)
     if cp.kind == "run_budget":
-        return RaiseRunBudget(_number(text) or run.contract.limits.budget.tokens_total or 0)
+        dollars = _dollars(text)
+        if dollars is not None:
+            return RaiseRunBudget(0, dollars)
+        money = run.contract.limits.budget.usd_total
+        return RaiseRunBudget(_number(text) or run.contract.limits.budget.tokens_total or 0,
+                              money if money is not None and budgets.money_spent(run) else 0.0)
     if cp.kind == "review_disagreement":
         said = word.strip(":,.;!")
         rest = text.split(None, 1)[1].strip() if len(text.split(None, 1)) > 1 else ""
@@ -428,16 +435,18 @@ def _answer(ctx: CommandContext, command: Answer) -> str:
                                data=spec.data)
         return f"{cp.id}: retrying"
     if isinstance(decision, RaiseTaskBudget):
-        if task is not None and decision.tokens:
-            ledger.raise_task_budget(task, decision.tokens)
+        if task is not None and (decision.tokens or decision.usd):
+            ledger.raise_task_budget(task, decision.tokens, decision.usd)
             ledger.transition(task, TaskEvent.RESUME, f"budget raised by {decision.tokens} at {cp.id}", human=True)
             ctx.mode.requeue(task)
         return f"{cp.id}: task budget raised"
     if isinstance(decision, DeliverLater):
         return f"{cp.id}: the run's branch waits for `agentbox merge {ctx.run.id}`"
     if isinstance(decision, RaiseRunBudget):
-        ledger.raise_run_budget(decision.tokens)
-        return f"{cp.id}: run budget raised by {decision.tokens}"
+        ledger.raise_run_budget(decision.tokens, decision.usd)
+        raised = " and ".join(part for part in (f"{decision.tokens}" if decision.tokens else "",
+                                                 f"${decision.usd:g}" if decision.usd else "") if part)
+        return f"{cp.id}: run budget raised by {raised or 0}"
     if isinstance(decision, SettleReview) and task is not None:
         return f"{cp.id}: " + _settle_review(ctx, task, decision, cp.id)
     if isinstance(decision, PassAnswer) and task is not None:
@@ -476,6 +485,21 @@ def _one_more_budget(run: Run, task: Task) -> int:
     budget = run.task_budget(task) or 0
     base = budget - task.budget_extra
     return max(budget, task.tokens + base - budget)
+
+
+def _one_more_usd(run: Run, task: Task) -> float:
+    """US dollars to add so the task may spend one more money budget from where it is now (0: no money budget)."""
+    budget = run.task_usd_budget(task)
+    if budget is None:
+        return 0.0
+    base = budget - task.budget_extra_usd
+    return max(budget, (task.cost_usd or 0.0) + base - budget)
+
+
+def _dollars(text: str) -> float | None:
+    """The amount of `$N` in an answer (None: it names no dollars)."""
+    match = re.search(r"\$\s*(\d[\d_,]*(?:\.\d+)?)", text)
+    return float(match.group(1).replace(",", "").replace("_", "")) if match else None
 
 
 def _number(text: str) -> int | None:

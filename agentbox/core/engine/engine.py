@@ -168,14 +168,16 @@ class Engine:
         ledger = self.ledger
         task = self.run.tasks.get(job.task or "")
         ledger.forget_job(job.id)
-        ledger.account(task, result.usage)
+        ledger.account(task, result.usage, job.role)
         if turn_git is not None:
             self.workspaces.record(turn_git, job)
         ledger.event("turn", f"{job.kind} turn of {job.role} ended: {result.status}"
                      + (f" ({result.error_kind})" if result.error_kind else ""),
                      result.error if not result.ok else None, task=job.task, role=job.role,
                      session=result.session_id, tokens=result.usage.total_tokens, job=job.id,
-                     duration_s=round(result.duration_s, 2), turn=result.turn)
+                     duration_s=round(result.duration_s, 2), turn=result.turn,
+                     cost_usd=result.usage.cost_usd, model=result.model or result.model_asked,
+                     profile=result.profile, tool=result.tool, kind=job.kind)
         refused = denied_line(result.network)
         if refused is not None:
             ledger.event("network", refused, task=job.task, role=job.role, session=result.session_id, turn=result.turn)
@@ -232,7 +234,8 @@ class Engine:
         if run.paused:
             new, why = "paused", "paused by the human"
         elif not self.run.run_budget_left():
-            new, why = ("circuit_broken", "run token budget exhausted") if not self.in_flight() else ("running", "budget spent: finishing running turns")
+            spent = "run money budget spent" if budgets.money_spent(run) else "run token budget exhausted"
+            new, why = ("circuit_broken", spent) if not self.in_flight() else ("running", "budget spent: finishing running turns")
         elif self.in_flight() or self._dispatchable() or self.gates.busy():
             new, why = "planning" if run.mode_state.phase == "planning" else "running", idle_why
         elif self.run.open_checkpoints():

@@ -30,6 +30,7 @@ from agentbox.core.engine.models import (
     NoteAuthor,
     PendingGate,
     ReviewPanel,
+    RoleSpend,
     Run,
     RunResult,
     RunStatus,
@@ -262,16 +263,17 @@ class RunLedger:
         """The inbox command `command_id` was applied (never again)."""
         self.run.applied_commands.append(command_id)
 
-    def raise_task_budget(self, task: Task, tokens: int) -> None:
-        """Add `tokens` to the task's token budget."""
+    def raise_task_budget(self, task: Task, tokens: int, usd: float = 0.0) -> None:
+        """Add `tokens` to the task's token budget and `usd` to its money budget."""
         self._task(task).budget_extra += tokens
+        task.budget_extra_usd += usd
 
     def hold_review(self, task: Task, held: bool) -> None:
         """The task's submitted work waits for a budget decision before its review (or no longer does)."""
         self._task(task).review_pending = held
 
-    def account(self, task: Task | None, usage: Usage) -> None:
-        """Add a finished turn's usage to the run's totals and to its task."""
+    def account(self, task: Task | None, usage: Usage, role: str | None = None) -> None:
+        """Add a finished turn's usage and cost to the run's totals, to its task and to its role."""
         totals = self.run.totals
         totals.turns += 1
         tokens = usage.total_tokens
@@ -285,6 +287,16 @@ class RunLedger:
                 task.tokens += tokens
             if usage.cost_usd is not None:
                 task.cost_usd = (task.cost_usd or 0.0) + usage.cost_usd
+            else:
+                task.unknown_cost_turns += 1
+        if role is not None:
+            spend = self.run.spend_by_role.setdefault(role, RoleSpend())
+            spend.turns += 1
+            spend.tokens += tokens or 0
+            if usage.cost_usd is not None:
+                spend.cost_usd = (spend.cost_usd or 0.0) + usage.cost_usd
+            else:
+                spend.unknown_cost_turns += 1
 
     def count_retry(self, fingerprint: str) -> None:
         """One more automatic retry of the failure `fingerprint`."""
@@ -294,9 +306,10 @@ class RunLedger:
         """A human said retry: the failure `fingerprint` may be retried automatically again."""
         self.run.retries[fingerprint] = 0
 
-    def raise_run_budget(self, tokens: int) -> None:
-        """Add `tokens` to the run's token budget."""
+    def raise_run_budget(self, tokens: int, usd: float = 0.0) -> None:
+        """Add `tokens` to the run's token budget and `usd` to its money budget."""
         self.run.budget_extra += tokens
+        self.run.budget_extra_usd += usd
 
     # ------------------------------------------------------------------ gates and checks
     def open_gate(self, gate: PendingGate, why: str) -> PendingGate:

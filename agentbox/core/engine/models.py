@@ -295,8 +295,13 @@ class Task(Model):
     tokens: int = 0
     unknown_usage_turns: int = 0
     cost_usd: float | None = None
+    """What its turns cost in US dollars, where known (see `unknown_cost_turns`)."""
+    unknown_cost_turns: int = 0
+    """Its turns whose cost is unknown (not in `cost_usd`)."""
     budget_extra: int = 0
     """Tokens a person added to this task's budget after a budget checkpoint."""
+    budget_extra_usd: float = 0.0
+    """US dollars a person added to this task's money budget after a budget checkpoint."""
     review_pending: bool = False
     """Its submitted work was paused for budget before review: resuming sends that work to review."""
     note: str | None = None
@@ -489,6 +494,19 @@ class Totals(Model):
     cost_usd: float | None = None
     turns: int = 0
     unknown_usage_turns: int = 0
+    unknown_cost_turns: int = 0
+    """Turns whose cost neither the tool nor the price table knew (not in `cost_usd`)."""
+    subscription_turns: int = 0
+    """Turns run on a subscription login (their cost is what the tokens would cost, not a bill)."""
+
+
+class RoleSpend(Model):
+    """What one role's turns used in a run: tokens and cost (unknown cost counted, never added as 0)."""
+
+    turns: int = 0
+    tokens: int = 0
+    cost_usd: float | None = None
+    unknown_cost_turns: int = 0
 
 
 class _OldRunKeys(Model):
@@ -563,6 +581,10 @@ class Run(Model):
     """The mode's start has run (a resumed run does not start it again)."""
     budget_extra: int = 0
     """Tokens a person added to the run's token budget after a run_budget checkpoint."""
+    budget_extra_usd: float = 0.0
+    """US dollars a person added to the run's money budget after a run_budget checkpoint."""
+    spend_by_role: dict[str, RoleSpend] = Field(default_factory=dict)
+    """Role → what its turns used."""
     sessions: dict[str, SessionId] = Field(default_factory=dict)
     """Named sessions of the run (e.g. the lead's) → agentbox session id."""
     engine: EngineHolder | None = None
@@ -587,10 +609,29 @@ class Run(Model):
         total = self.contract.limits.budget.tokens_total
         return None if total is None else total + self.budget_extra
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def usd_budget(self) -> float | None:
+        """The run's money budget now: crew.yaml's `usd_total` plus what a person added; None is unlimited."""
+        total = self.contract.limits.budget.usd_total
+        return None if total is None else total + self.budget_extra_usd
+
     def run_budget_left(self) -> bool:
-        """False once the run's token budget (with what a person added) is spent."""
+        """False once the run's token or money budget (with what a person added) is spent.
+
+        Turns of unknown cost are not in the money spent: a run whose tools report no cost
+        and whose models are not priced is held by its token budget only.
+        """
         budget = self.token_budget
-        return budget is None or self.totals.tokens < budget
+        if budget is not None and self.totals.tokens >= budget:
+            return False
+        money = self.usd_budget
+        return money is None or (self.totals.cost_usd or 0.0) < money
+
+    def task_usd_budget(self, task: Task) -> float | None:
+        """The task's money budget (crew.yaml's `usd_per_task` plus what a person added), None when unlimited."""
+        per_task = self.contract.limits.budget.usd_per_task
+        return None if per_task is None else per_task + task.budget_extra_usd
 
     def task_budget(self, task: Task) -> int | None:
         """The task's token budget (crew.yaml's `tokens_per_task` plus what a person added), None when unlimited."""

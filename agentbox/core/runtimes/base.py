@@ -29,7 +29,13 @@ class Usage:
     reasoning_tokens: int | None = None
     """Reasoning tokens, when the tool reports them."""
     cost_usd: float | None = None
-    """Cost reported by the tool; None when it reports none."""
+    """What the turn cost in US dollars: the tool's figure, else priced from its tokens
+    (`core.pricing`); None when neither is known (unknown, never 0)."""
+    cost_source: str | None = None
+    """Where `cost_usd` came from: `tool` (the tool reported it) or `price_table` (tokens × price)."""
+    billing: str | None = None
+    """How the profile is logged in: `subscription` (a plan, not billed per token: the cost is what
+    the tokens would cost), `api_key`, or None when it cannot be told."""
 
     @property
     def known(self) -> bool:
@@ -56,6 +62,8 @@ class Usage:
             "output_tokens": self.output_tokens,
             "reasoning_tokens": self.reasoning_tokens,
             "cost_usd": self.cost_usd,
+            "cost_source": self.cost_source,
+            "billing": self.billing,
         }
 
     @classmethod
@@ -72,8 +80,8 @@ TOKEN_FIELDS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "ou
 def add_usage(totals: Any, usage: Usage) -> None:
     """Add one turn's usage to running sums (a session's or a run's).
 
-    A turn whose usage is unknown is counted in `totals.unknown_usage_turns`; it is never
-    summed as 0.
+    A turn whose usage is unknown is counted in `totals.unknown_usage_turns`, one whose cost
+    is unknown in `totals.unknown_cost_turns`; neither is ever summed as 0.
     """
     if not usage.known:
         totals.unknown_usage_turns += 1
@@ -83,6 +91,10 @@ def add_usage(totals: Any, usage: Usage) -> None:
             setattr(totals, key, getattr(totals, key) + value)
     if usage.cost_usd is not None:
         totals.cost_usd = (totals.cost_usd or 0.0) + usage.cost_usd
+    else:
+        totals.unknown_cost_turns += 1
+    if usage.billing == "subscription":
+        totals.subscription_turns += 1
 
 
 def optional_int(value: Any) -> int | None:

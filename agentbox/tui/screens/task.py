@@ -41,7 +41,7 @@ def task_summary(task: Task) -> Group:
     head = Text.assemble((task.id, "bold"), "  ", (for_line(task.assignee), "cyan"), "  ",
                          (task.state_label, model.STATE_STYLE.get(task.state_label) or "bold"),
                          f"  · attempts {task.attempts} · round {task.round} · tokens ",
-                         model.tokens(task.tokens, task.unknown_usage_turns), f" · {model.cost(task.cost_usd)}")
+                         model.tokens(task.tokens, task.unknown_usage_turns), f" · {model.cost(task.cost_usd, task.unknown_cost_turns)}")
     parts: list[Any] = [head, section("Brief"), safe_text(task.brief)]
     parts.append(section("Acceptance criteria"))
     for criterion in task.acceptance:

@@ -63,6 +63,9 @@ class RunHeader(Widget):
                 _append_if_fits(status, Text(f"  {gates}", style="dim"), width)
             if run.status_reason and run.status not in ("running", "planning"):
                 _append_if_fits(status, Text(f"  {for_line(run.status_reason)}", style="dim italic"), width)
+            health = model.health_line(run)  # after the reason: what waits for the person comes first
+            if health:
+                _append_if_fits(status, Text(f"  {health}", style="dim"), width)
         for line in (title, status):
             line.no_wrap = True
             line.overflow = "ellipsis"
