@@ -271,6 +271,26 @@ async def test_a_red_integration_check_between_two_approved_tasks_undoes_the_mer
     assert len(approvals) == 1 and "integration checks passed" in approvals[0]["why"]
 
 
+async def test_an_approval_no_check_applies_to_waits_for_the_integration_check_before_it(project: Path) -> None:
+    make_repo(project)
+    worker = [work_rule(task_id="t1", rule_id="w1", write={"src/t1/a.txt": "a\n"}),
+              work_rule(task_id="t2", rule_id="w2", write={"src/t2/b.txt": "b\n"})]
+    reviewer = [review_rule("approve", task_id="t2", delay=1.0)]  # approved while t1's check still runs
+    paths = setup_crew(project, worker=worker, reviewer=reviewer,
+                       tasks=[task("t1", "builder", writes=["src/t1/**"]), task("t2", "tester", writes=["src/t2/**"])],
+                       checks={"slow": {"run": "sleep 4", "paths": ["src/t1/**"]}}, gates={"integration": ["slow"]},
+                       deliver="manual")
+    run_id = create(paths)
+    final = await drive(paths, run_id, timeout=180)
+    assert final.status == "done", final.status_reason
+    t1, t2 = final.tasks["t1"], final.tasks["t2"]
+    assert t1.merged and t2.merged and [c.stage for c in t1.checks] == ["integration"] and t2.checks == []
+    # t2 was merged on top of t1's checked merge, never under it while its check ran
+    assert t1.merged in git(project, "rev-list", t2.merged).split()
+    (queued,) = [e for e in of_type(events(paths, run_id), "gate.opened", "t2")]
+    assert "merged after the integration checks before it" in str(queued.get("why"))
+
+
 async def test_a_red_run_end_check_is_never_merged_without_saying_so(project: Path) -> None:
     paths = crew(project, checks={"smoke": {"run": GOOD}, "final": {"run": "echo 'FAILED final suite'; exit 2"}},
                  submission=["smoke"], worker=[work_rule(task_id="t1", write={"src/t1/good.txt": "good\n"})],

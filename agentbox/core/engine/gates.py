@@ -128,13 +128,17 @@ class GateRunner:
         changed = [p for c in task.changed_files for p in (c.path, c.old_path) if p]
         names = [n for n in self.run.contract.gates.integration
                  if n in self.run.contract.checks and applies(self.run.contract.checks[n], changed)]
-        if not names:
+        queued = any(g.stage == "integration" for g in self.run.gates.values())
+        if not names and not queued:
             return False
         if any(g.stage == "integration" and g.task == task.id for g in self.run.gates.values()):
             return True  # approved twice (a person and the reviewer): one merge, checked once
         gate = PendingGate(id=self.ledger.next_id("gate"), stage="integration", task=task.id, checks=names,
                            approved_commit=at, evidence=list(evidence), approved_by=by)
-        self.ledger.open_gate(gate, f"approved by {by}: merged into the run's branch, then checked there")
+        # with no check of its own it still waits its turn: a merge under a checked one would make that one's
+        # undo impossible and move the view its checks read
+        self.ledger.open_gate(gate, f"approved by {by}: merged into the run's branch, then checked there" if names
+                              else f"approved by {by}: merged after the integration checks before it")
         return True
 
     # ------------------------------------------------------------------ the loop's side
