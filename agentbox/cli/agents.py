@@ -57,7 +57,8 @@ def invoke(args: argparse.Namespace) -> int:
     trace = telemetry.settings()
     if trace is not None:  # a one-span trace; claude and codex export their own under it
         ids, started = telemetry.new_invoke_ids(), time.time()
-        agent = telemetry.traced_agent(agent, trace, telemetry.traceparent(*ids), {"agentbox.role": agent.role})
+        agent = telemetry.traced_agent(agent, trace, telemetry.traceparent(*ids),
+                                       {"agentbox.role": agent.role, "agentbox.profile": agent.profile.name})
     result = invoke_sync(agent, prompt, session_id, timeout_s=args.timeout)  # one turn: no event loop to start
     if trace is not None:
         telemetry.export_invoke(trace, ids, result, started, time.time())

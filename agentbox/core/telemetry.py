@@ -100,17 +100,31 @@ def turn_environment(trace: TraceSettings, tool: str, parent: str, resource: Map
     """The variables that make `tool` export its own telemetry under the span `parent` (a traceparent)."""
     if tool not in TOOLS_WITH_TELEMETRY or not trace.tool_telemetry:
         return {}
-    env = {"TRACEPARENT": parent, "OTEL_RESOURCE_ATTRIBUTES": resource_attributes(resource),
-           "OTEL_TRACES_EXPORTER": "otlp", "OTEL_LOGS_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "otlp",
-           "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
-    if trace.endpoint:
-        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = trace.endpoint
-    else:
-        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = trace.traces_url
-    if tool == "claude":  # its telemetry and its spans (beta) are each off unless asked for
+    env = {"TRACEPARENT": parent, "OTEL_RESOURCE_ATTRIBUTES": resource_attributes(resource)}
+    if tool == "claude":  # its telemetry, and its spans (beta), are each off unless asked for
         env.update(CLAUDE_CODE_ENABLE_TELEMETRY="1", CLAUDE_CODE_ENHANCED_TELEMETRY_BETA="1",
+                   OTEL_TRACES_EXPORTER="otlp", OTEL_LOGS_EXPORTER="otlp", OTEL_METRICS_EXPORTER="otlp",
+                   OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
                    OTEL_TRACES_EXPORT_INTERVAL="1000", OTEL_LOGS_EXPORT_INTERVAL="1000")
+        if trace.endpoint:
+            env["OTEL_EXPORTER_OTLP_ENDPOINT"] = trace.endpoint
+        else:
+            env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = trace.traces_url
     return env
+
+
+def turn_arguments(trace: TraceSettings, tool: str) -> tuple[str, ...]:
+    """Command-line settings `tool` needs to export its telemetry (codex reads no OTEL_* endpoint variable:
+    its exporters are config keys, given here as `-c` overrides)."""
+    if tool != "codex" or not trace.tool_telemetry:
+        return ()
+    import json
+
+    logs = f"{trace.endpoint}/v1/logs" if trace.endpoint else None
+    args = ["-c", f"otel.trace_exporter={{otlp-http={{endpoint={json.dumps(trace.traces_url)},protocol=\"binary\"}}}}"]
+    if logs:
+        args += ["-c", f"otel.exporter={{otlp-http={{endpoint={json.dumps(logs)},protocol=\"binary\"}}}}"]
+    return tuple(args)
 
 
 def traced_agent(agent: Agent, trace: TraceSettings | None, parent: str, resource: Mapping[str, str | None]) -> Agent:
@@ -129,7 +143,8 @@ def traced_agent(agent: Agent, trace: TraceSettings | None, parent: str, resourc
         except ValueError:  # a collector no allowlist can name (`0.0.0.0`): the tool's own export stays off
             return agent
     allow = (*agent.egress_allow, collector) if collector else agent.egress_allow
-    return dataclasses.replace(agent, env={**agent.env, **env}, egress_allow=allow)
+    return dataclasses.replace(agent, env={**agent.env, **env}, egress_allow=allow,
+                               extra_args=(*agent.extra_args, *turn_arguments(trace, agent.profile.tool)))
 
 
 # ----------------------------------------------------------------------------- exporters

@@ -57,6 +57,10 @@ def test_a_turns_trace_context_goes_to_claude_and_codex_only() -> None:
     assert env["CLAUDE_CODE_ENABLE_TELEMETRY"] == "1" and env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://127.0.0.1:4318"
     assert "OTEL_EXPORTER_OTLP_HEADERS" not in env  # the collector's credentials stay out of the sandbox
     assert telemetry.turn_environment(trace, "codex", parent, {})["TRACEPARENT"] == parent
+    assert telemetry.turn_arguments(trace, "codex") == (
+        "-c", 'otel.trace_exporter={otlp-http={endpoint="http://127.0.0.1:4318/v1/traces",protocol="binary"}}',
+        "-c", 'otel.exporter={otlp-http={endpoint="http://127.0.0.1:4318/v1/logs",protocol="binary"}}')
+    assert telemetry.turn_arguments(trace, "claude") == ()
     assert telemetry.turn_environment(trace, "opencode", parent, {}) == {}
     assert trace_id_for("r") == trace_id_for("r") != trace_id_for("s") and len(trace_id_for("r")) == 32
 

@@ -1,4 +1,4 @@
-"""The real claude CLI's own telemetry lands under its turn's span.
+"""The real claude and codex CLIs' own telemetry lands under their turn's span.
 
 A one-role crew (claude against the fake model server, in bwrap with its own network) runs with
 tracing on, pointed at a local OTLP receiver. agentbox hands the turn `TRACEPARENT` (the id of the
@@ -8,6 +8,11 @@ it sends its `claude_code.interaction` span (child of the turn span) with `claud
 spans under it, its events as OTLP logs (`claude_code.user_prompt`, `api_request` with `cost_usd`)
 and its metrics (`claude_code.token.usage`, `claude_code.cost.usage`), all with agentbox's resource
 attributes.
+
+codex 0.171.0 takes no OTEL_* endpoint variable (its exporters are config keys: agentbox gives them
+as `-c otel.trace_exporter=…` / `-c otel.exporter=…`) but honours `TRACEPARENT` and
+`OTEL_RESOURCE_ATTRIBUTES`: its `codex.exec` span is a child of the turn span, with a few hundred
+spans under it; a few of its spans (`auth`, `session_loop`, `get_model_info`) start traces of their own.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import pytest
 from agentbox.core.telemetry_model import trace_id_for
 from tests.conftest import run_cli
 from tests.fakes.otlp_receiver import OtlpReceiver, dumps
-from tests.realcli.conftest import TURN_TIMEOUT_S, FakeView, write_project
+from tests.realcli.conftest import TURN_TIMEOUT_S, Box, FakeView, write_project
 
 pytestmark = [pytest.mark.realcli, pytest.mark.bwrap]
 
@@ -73,3 +78,22 @@ def _turns(root: Path) -> list[dict]:
     for path in (root / ".agent-box" / "sessions").rglob("*.turns.jsonl"):
         found += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return found
+
+
+def test_codexs_spans_land_under_the_invoke_span(make_profile, fake: FakeView, workdir: Path,
+                                                 collector: OtlpReceiver) -> None:
+    name = make_profile("codex")
+    turn = Box(workdir).invoke(f"profile:{name}", "say hello")
+    assert turn.code == 0 and turn.result["status"] == "ok", str(turn)
+    spans = collector.received()
+    (ours,) = [s for s in spans if s.scope == "agentbox"]
+    assert ours.attributes["agentbox.tool"] == "codex" and ours.parent_id == ""
+    assert ours.attributes["agentbox.native_session.id"] == turn.result["native_id"]
+    execs = [s for s in spans if s.name == "codex.exec"]
+    assert execs and execs[0].trace_id == ours.trace_id and execs[0].parent_id == ours.span_id, collector.summary()
+    assert execs[0].resource["agentbox.profile"] == name
+    in_trace = [s for s in spans if s.trace_id == ours.trace_id]
+    assert len(in_trace) > 10  # its turn, sampling and tool spans are in the same trace
+    network = turn.result["network"]  # codex also tries a few of its vendor's hosts: those stay refused
+    assert f"127.0.0.1:{collector.port}" in network["allowed"], network
+    assert not [d for d in network["denied"] if str(collector.port) in d["target"]], network
