@@ -34,7 +34,21 @@ pytestmark = [pytest.mark.realcli, pytest.mark.bwrap]
 def collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
     with OtlpReceiver() as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"x-collector-token={TOKEN}")
         yield receiver
+
+
+TOKEN = "collector-s3cret"
+
+
+def _token_holders(receiver: OtlpReceiver) -> tuple[list[str], list[str]]:
+    """User agents of the exports that carried the collector's token, and of those that did not."""
+    carried, bare = [], []
+    for _, headers in receiver.requests:
+        agent = next((v for k, v in headers.items() if k.lower() == "user-agent"), "")
+        token = next((v for k, v in headers.items() if k.lower() == "x-collector-token"), None)
+        (carried if token == TOKEN else bare).append(agent)
+    return carried, bare
 
 
 def test_claudes_spans_land_under_its_turn_span(make_profile, fake: FakeView, tmp_path: Path,
@@ -69,6 +83,10 @@ def test_claudes_spans_land_under_its_turn_span(make_profile, fake: FakeView, tm
     network = [t.get("network") for t in _turns(root) if t.get("network")]
     assert network and all(n["denied_total"] == 0 for n in network), network
     assert any(str(collector.port) in rule for n in network for rule in n["allowed"]), network
+    # the collector's credentials went with agentbox's own exports only, never into the sandbox
+    carried, bare = _token_holders(collector)
+    assert carried and all("Python" in agent for agent in carried), (carried, bare)
+    assert bare, (carried, bare)
 
 
 def _turns(root: Path) -> list[dict]:
