@@ -92,10 +92,16 @@ class _Cursor(SpanExporter):
 
     def __init__(self, inner: SpanExporter, path: Path, seq: int, trace: TraceSettings) -> None:
         self.inner, self.path, self.seq, self.trace = inner, path, seq, trace
+        self.failed = False
+        self.closing = False
+        """Set when the engine lets go: after a failure the rest is not tried (the next engine sends it)."""
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self.closing and self.failed:
+            return SpanExportResult.FAILURE
         result = self.inner.export(spans)
-        if result is not SpanExportResult.SUCCESS:
+        self.failed = result is not SpanExportResult.SUCCESS
+        if self.failed:
             _say(self.trace)
             return result
         reached = max((int((s.attributes or {}).get("agentbox.event.seq", 0)) for s in spans), default=0)  # type: ignore[arg-type]
@@ -130,8 +136,8 @@ class RunExporter:
         self.offset = 0
         self.resource = Resource.create({"service.name": trace.service_name, "service.version": __version__,
                                          "agentbox.run.id": run_id})
-        self.processor = BatchSpanProcessor(_Cursor(_exporter(trace), cursor, saved, trace),
-                                            schedule_delay_millis=500)
+        self.cursor = _Cursor(_exporter(trace), cursor, saved, trace)
+        self.processor = BatchSpanProcessor(self.cursor, schedule_delay_millis=500, max_queue_size=16384)
 
     def after_save(self, run: Run) -> None:
         """Read what the save put in the log; hand on the spans it ended."""
@@ -150,6 +156,7 @@ class RunExporter:
 
     def close(self) -> None:
         """Send what is still queued (bounded by the exporter's timeout) and stop."""
+        self.cursor.closing = True
         self.processor.shutdown()
 
     def _turn_facts(self, role: str, session: str, number: int) -> Mapping[str, Any] | None:

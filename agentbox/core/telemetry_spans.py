@@ -93,7 +93,7 @@ class SpanBuilder:
         ended.append(span)
 
     def _run(self, at: float) -> None:
-        if RUN_KEY not in self.open:
+        if RUN_KEY not in self.open and not self._run_ended:
             self._open(RUN_KEY, None, "run", at, agentbox__run__id=self.run_id)
 
     def _parent_for(self, task: str | None, kind: str | None = None) -> str:
@@ -110,7 +110,10 @@ class SpanBuilder:
         for event in events:
             if event.get("run") not in (None, self.run_id):
                 continue
-            self._take(event, ended)
+            try:
+                self._take(event, ended)
+            except (TypeError, ValueError):  # a line of another shape than agentbox writes: it makes no span
+                continue
         return ended
 
     def _take(self, event: Mapping[str, Any], ended: list[SpanRecord]) -> None:
@@ -118,9 +121,7 @@ class SpanBuilder:
         at = float(event.get("at") or 0.0)
         seq = int(event.get("seq") or 0)
         task = event.get("task") if isinstance(event.get("task"), str) else None
-        if self._run_ended:
-            return
-        self._run(at)
+        self._run(at)  # what follows the run's end (its run_end checks, its delivery) still hangs under it
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, event, at, seq, task, ended)

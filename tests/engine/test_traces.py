@@ -14,7 +14,6 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -60,6 +59,8 @@ async def test_a_run_is_one_trace_of_its_plan_tasks_turns_checks_and_waits(proje
     paths = crew(project, checks={"smoke": {"run": GOOD, "timeout_s": 60}}, submission=["smoke"], worker=worker,
                  hierarchical={"plan_approval": True})
     _worker_model(project)
+    crew_file = project / ".agent-box" / "crew.yaml"
+    crew_file.write_text(crew_file.read_text().replace('"submission": [', '"run_end": ["smoke"], "submission": ['))
     run_id = create(paths)
     final = await drive(paths, run_id, answering(("plan_approval", "approve")), timeout=120, backoff=[0.1, 0.1])
     assert final.status == "done", final.status_reason
@@ -107,7 +108,10 @@ async def test_a_run_is_one_trace_of_its_plan_tasks_turns_checks_and_waits(proje
     assert green["agentbox.attempt"] >= 1 and "agentbox.cost_usd" not in red_turn.attributes
 
     # the checks: red (its failure on the span), then green; the rework is counted on the task
-    red_check, green_check = named["check smoke"]
+    red_check, green_check, final_check = named["check smoke"]
+    # the run_end check, after the run's end, hangs under the run
+    assert final_check.attributes["agentbox.check.stage"] == "run_end" and final_check.parent_id == run.span_id
+    assert final_check.attributes["agentbox.commit"] == final.checks[0].commit
     assert red_check.parent_id == green_check.parent_id == task.span_id
     assert red_check.attributes["agentbox.check.status"] == "failed" and red_check.status_code == 2
     assert red_check.attributes["agentbox.commit"] == t1.checks[0].commit
@@ -131,14 +135,10 @@ async def test_a_run_is_one_trace_of_its_plan_tasks_turns_checks_and_waits(proje
             assert parent.start_ns <= span.start_ns + 10**6, (span.name, parent.name)
     # the spans name the decision-log line that ended them, and the collector took them all
     saved = json.loads((RunStore(paths).dir(run_id) / "traced.json").read_text())
-    assert saved["seq"] == run.attributes["agentbox.event.seq"] == final.seq - _after_finish(paths, run_id)
-
-
-def _after_finish(paths: Any, run_id: str) -> int:
-    """Log lines written after `run.finished` (the delivery's)."""
     log = RunStore(paths).events(run_id)[0]
-    finished = max(e["seq"] for e in log if e["type"] == "run.finished")
-    return log[-1]["seq"] - finished
+    assert run.attributes["agentbox.event.seq"] == next(e["seq"] for e in log if e["type"] == "run.finished")
+    assert saved["seq"] == max(s.attributes["agentbox.event.seq"] for s in spans) == final_check.attributes[
+        "agentbox.event.seq"]
 
 
 async def test_an_engine_killed_mid_turn_and_resumed_goes_on_in_the_same_trace(project: Path,
