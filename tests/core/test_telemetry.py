@@ -109,3 +109,28 @@ def test_a_collector_that_is_down_costs_one_line(agent_box_home: Path, tmp_path:
     assert [line for line in result.err.splitlines() if "traces" in line] == [
         f"agentbox: traces could not be sent to {endpoint}/v1/traces (is the collector running?)"], result.err
     assert "Traceback" not in result.err
+
+
+def test_the_collector_and_only_it_joins_a_traced_turns_allowlist(agent_box_home: Path) -> None:
+    from agentbox.core import egress_turn, services
+
+    for tool in ("claude", "scripted"):
+        directory = agent_box_home / "profiles" / f"p-{tool}"
+        directory.mkdir(parents=True)
+        (directory / "profile.yaml").write_text(json.dumps({
+            "name": f"p-{tool}", "runtime": {"tool": tool, "env": {"ANTHROPIC_BASE_URL": "http://127.0.0.1:7001"}},
+            "sandbox": {"network": True}}))
+    trace = telemetry.settings({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+    parent = telemetry.traceparent(trace_id_for("r"), span_id_for("r", "k"))
+    claude = telemetry.traced_agent(services.resolve_agent("profile:p-claude", None), trace, parent, {})
+    assert claude.egress_allow == ("127.0.0.1:4318",) and claude.env["TRACEPARENT"] == parent
+    rules = egress_turn.profile_rules(claude.profile, {"ANTHROPIC_BASE_URL": "http://127.0.0.1:7001"},
+                                      claude.egress_allow)
+    assert [str(r) for r in rules.rules] == ["127.0.0.1:7001", "127.0.0.1:4318"]
+    assert sorted(rules.loopback_ports) == [4318, 7001]
+    scripted = services.resolve_agent("profile:p-scripted", None)
+    assert telemetry.traced_agent(scripted, trace, parent, {}) is scripted  # no telemetry of its own: nothing opened
+    assert telemetry.traced_agent(claude, None, parent, {}) is claude
+    wide = telemetry.settings({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://0.0.0.0:4318"})
+    plain = services.resolve_agent("profile:p-claude", None)
+    assert telemetry.traced_agent(plain, wide, parent, {}) is plain  # no allowlist may name every address
