@@ -134,3 +134,19 @@ def test_the_collector_and_only_it_joins_a_traced_turns_allowlist(agent_box_home
     wide = telemetry.settings({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://0.0.0.0:4318"})
     plain = services.resolve_agent("profile:p-claude", None)
     assert telemetry.traced_agent(plain, wide, parent, {}) is plain  # no allowlist may name every address
+
+
+def test_doctor_says_whether_runs_are_traced(agent_box_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentbox.core.doctor import check_traces
+
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED",
+                 "OTEL_TRACES_EXPORTER"):
+        monkeypatch.delenv(name, raising=False)
+    assert check_traces().detail == "off"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    on = check_traces()
+    assert on.status == "ok" and on.detail.endswith("spans go to http://127.0.0.1:4318/v1/traces")
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+    (agent_box_home / "config.yaml").write_text("telemetry:\n  endpoint: nowhere\n")
+    bad = check_traces()
+    assert bad.status == "warn" and "telemetry.endpoint" in bad.detail and not bad.required
