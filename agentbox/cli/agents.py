@@ -35,7 +35,9 @@ def check_timeout(seconds: float | None) -> float | None:
 
 def invoke(args: argparse.Namespace) -> int:
     """One headless turn; exit 0 on success, 1 on an agent failure (error on stderr)."""
-    from agentbox.core import services
+    import time
+
+    from agentbox.core import services, telemetry
     from agentbox.core.egress_turn import denied_line
     from agentbox.core.errors import NotFoundError, UsageError
     from agentbox.core.invoke import invoke_sync
@@ -52,7 +54,14 @@ def invoke(args: argparse.Namespace) -> int:
         if latest is None:
             raise NotFoundError(f"{agent.label} has no session to continue", "drop --continue to start one")
         session_id = latest.id
+    trace = telemetry.settings()
+    if trace is not None:  # a one-span trace; claude and codex export their own under it
+        ids, started = telemetry.new_invoke_ids(), time.time()
+        agent = telemetry.traced_agent(agent, trace, telemetry.traceparent(*ids),
+                                       {"agentbox.role": agent.role, "agentbox.profile": agent.profile.name})
     result = invoke_sync(agent, prompt, session_id, timeout_s=args.timeout)  # one turn: no event loop to start
+    if trace is not None:
+        telemetry.export_invoke(trace, ids, result, started, time.time())
     if args.json:
         print_json(result.as_dict())
     else:

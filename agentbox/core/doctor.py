@@ -271,6 +271,31 @@ def check_worktrees(start: Path | None) -> Check | None:
                  hint="`agentbox clean --dry-run` shows what can go; `agentbox clean` removes it")
 
 
+def check_traces() -> Check:
+    """Whether runs are sent as OpenTelemetry traces, where, and whether the SDK for it is installed."""
+    import importlib.util
+
+    from agentbox.core import telemetry
+    from agentbox.core.errors import AgentboxError
+
+    try:
+        trace = telemetry.settings()
+    except AgentboxError as exc:
+        return Check("traces", "warn", exc.message, required=False, hint=exc.hint)
+    if trace is None:
+        return Check("traces", "ok", "off", required=False,
+                     hint="OTEL_EXPORTER_OTLP_ENDPOINT or config.yaml `telemetry.endpoint` sends runs as traces")
+    try:
+        found = all(importlib.util.find_spec(name) is not None
+                    for name in ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"))
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return Check("traces", "warn", f"on ({trace.source}) but the OpenTelemetry SDK is not installed",
+                     required=False, hint="pip install 'agentbox[otel]'")
+    return Check("traces", "ok", f"on ({trace.source}): spans go to {trace.traces_url}", required=False)
+
+
 def run_checks(project_dir: Path | None = None) -> list[Check]:
     """All checks; the slow ones (bwrap, tool versions) run in parallel threads."""
     # import what the threads use first: two threads importing one module graph at once can
@@ -286,8 +311,9 @@ def run_checks(project_dir: Path | None = None) -> list[Check]:
         project_check = check_project(project_dir)
         secret_files = check_secret_files()
         network = check_network()
+        traces = check_traces()
         worktrees = check_worktrees(project_dir) if project_check.status == "ok" else None
-        return [bwrap.result(), enforced.result(), home, profiles_check, secret_files, network, project_check,
+        return [bwrap.result(), enforced.result(), home, profiles_check, secret_files, network, traces, project_check,
                 *([worktrees] if worktrees is not None else []), *(t.result() for t in tools)]
 
 

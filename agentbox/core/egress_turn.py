@@ -17,7 +17,7 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -121,10 +121,12 @@ def _urls_in(text: str, source: str) -> list[Rule]:
             if (rule := rule_for_url(match.group(1), source))]
 
 
-def profile_rules(info: ProfileInfo, runtime_env: Mapping[str, str]) -> Allowlist:
-    """The whole allowlist of a profile's sandbox (its entries were checked when it loaded)."""
+def profile_rules(info: ProfileInfo, runtime_env: Mapping[str, str], granted: Sequence[str] = ()) -> Allowlist:
+    """The whole allowlist of a profile's sandbox (its entries were checked when it loaded), with the
+    entries agentbox itself grants the turn (`granted`: the trace collector)."""
     policy = info.profile.sandbox
     extra = [parse_entry(entry, "sandbox.allow") for entry in (policy.allow if policy != "none" else [])]
+    extra += [parse_entry(entry, "telemetry") for entry in granted]
     return allowlist([*model_rules(info, runtime_env), *extra])
 
 
@@ -146,9 +148,9 @@ def crew_rules(allow: list[str], source: str) -> Allowlist:
     return allowlist([*rules, *(parse_entry(entry, source) for entry in allow)])
 
 
-def plan(info: ProfileInfo, runtime_env: Mapping[str, str]) -> EgressPlan:
+def plan(info: ProfileInfo, runtime_env: Mapping[str, str], granted: Sequence[str] = ()) -> EgressPlan:
     """A turn's network plan, with its private socket dir made (`remove()` takes it away)."""
-    return plan_for(profile_rules(info, runtime_env))
+    return plan_for(profile_rules(info, runtime_env, granted))
 
 
 def plan_for(rules: Allowlist) -> EgressPlan:

@@ -94,6 +94,8 @@ class Agent:
     """(source, dest) read-only binds after the project's: the worktree's git metadata."""
     view_hidden: tuple[Path, ...] = ()
     """Dirs inside `views` covered by an empty tmpfs (the other tasks' worktrees)."""
+    egress_allow: tuple[str, ...] = ()
+    """`host:port` entries agentbox adds to the sandbox's allowlist for this turn (the trace collector)."""
 
     @property
     def read_only(self) -> bool:
@@ -320,7 +322,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         home_plan = tool_homes.plan(adapter, homes, profile.state_dir, home_turn_dir, interactive=tool_at_keyboard)
         state_dirs = sandbox.run_state_dirs(agent.cwd)
         if policy.network is True:  # the bridge (run by this Python) starts the tool; its proxy env points there
-            egress_plan = egress_turn.plan(profile, runtime_env)
+            egress_plan = egress_turn.plan(profile, runtime_env, agent.egress_allow)
             needs |= sandbox.python_roots()
             env.update(egress_plan.env)
             tool_argv = egress_plan.wrap(command.argv)
@@ -778,6 +780,7 @@ def _finish(store: SessionStore, record: SessionRecord, prompt: str, result: Inv
         "exit_code": result.exit_code, "native_id": result.native_id, "log_path": result.log_path,
         "model": result.model or result.model_asked,
         **({"network": result.network} if result.network is not None else {}),
+        **({"model": result.model} if result.model else {}),
     })
     store.save(record)
     if result.native_id is None and record.native_id:

@@ -63,6 +63,12 @@ def _command(value: str | list[str]) -> str | list[str]:
     return value
 
 
+def _endpoint(value: str) -> str:
+    if has_control_character(value) or not value.startswith(("http://", "https://")) or value[-3:] == "://":
+        raise ValueError(f"{value[:60]!r} is not an http:// or https:// URL")
+    return value
+
+
 HookCommand = Annotated[str | list[str], AfterValidator(_command)]
 """A shell command line (run with /bin/sh -c), or an argv list run as it is."""
 
@@ -131,6 +137,20 @@ class ModelPrice(Strict):
 ModelName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")]
 
 
+class Telemetry(Strict):
+    """Where agentbox sends OpenTelemetry traces of runs and turns (the standard OTEL_* variables win)."""
+
+    endpoint: Annotated[str, AfterValidator(_endpoint), Field(max_length=2048)] | None = None
+    """The OTLP/HTTP collector's base URL (`http://127.0.0.1:4318`); spans go to its `/v1/traces`. None: off."""
+    headers: dict[str, Referencing] = Field(default_factory=dict)
+    """Request headers for agentbox's own exports (`Authorization: Bearer ${OTLP_TOKEN}`); never given to agents."""
+    service_name: str = Field(default="agentbox", min_length=1, max_length=200)
+    """The `service.name` of agentbox's spans."""
+    tool_telemetry: bool = True
+    """Let Claude Code and Codex export their own telemetry under each turn's span (through the sandbox's
+    allowlist, to the collector only)."""
+
+
 class UserConfig(Strict):
     """$AGENT_BOX_HOME/config.yaml: the person's own settings (never read from a project)."""
 
@@ -142,6 +162,8 @@ class UserConfig(Strict):
     """Notifications: terminal bell, desktop, webhook."""
     hooks: Hooks = Field(default_factory=Hooks)
     """Commands run on the host when a run needs the person, ends or fails."""
+    telemetry: Telemetry | None = None
+    """OpenTelemetry traces (off unless an endpoint is set here or in OTEL_EXPORTER_OTLP_ENDPOINT)."""
 
 
 def load_user_config(path: Path | None = None) -> UserConfig:

@@ -9,6 +9,8 @@ interpreter after the command ran (a real turn, in the real sandbox), never with
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -18,7 +20,11 @@ import pytest
 
 PROBE = textwrap.dedent(
     """
+    import os
     import sys
+
+    if os.environ.get("PROBE_WITHOUT_OTEL"):  # as if the `agentbox[otel]` extra were not installed
+        sys.modules["opentelemetry"] = None
 
     from agentbox.cli import main
 
@@ -41,7 +47,7 @@ HEAVY = ("textual", "agentbox.tui", "asyncio", "concurrent.futures", "ssl", "psu
 
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "--version": (*HEAVY, "agentbox.core", "pydantic", "pydantic_core", "ruamel", "json", "sqlite3"),
-    "invoke profile:noop hi": (*HEAVY, "sqlite3", "agentbox.core.project", "agentbox.core.runtimes.transcripts",
+    "invoke profile:noop hi": (*HEAVY, "sqlite3", "opentelemetry", "agentbox.core.telemetry_export", "agentbox.core.project", "agentbox.core.runtimes.transcripts",
                                "agentbox.core.runtimes.claude", "agentbox.core.runtimes.codex",
                                "agentbox.core.runtimes.opencode", "agentbox.core.runtimes.hermes",
                                "agentbox.core.schemas", "agentbox.core.doctor"),
@@ -50,14 +56,19 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 }
 
 
-def loaded_by(command: str, cwd: Path, tmp_path: Path) -> list[str]:
+def loaded_by(command: str, cwd: Path, tmp_path: Path, env: dict[str, str] | None = None,
+              stderr: list[str] | None = None) -> list[str]:
     """The modules in sys.modules after `agentbox COMMAND` ran in a fresh interpreter (it must succeed)."""
     report = tmp_path / "modules.json"
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(report), *command.split()], cwd=cwd,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(report), *shlex.split(command)], cwd=cwd,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                          env={**environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr
     result = json.loads(report.read_text())
     assert result["code"] in (0, None), (command, result["code"], proc.stderr)
+    if stderr is not None:
+        stderr.append(proc.stderr)
     return result["modules"]
 
 
@@ -77,3 +88,43 @@ def test_a_command_imports_only_what_it_uses(command: str, agent_box_home: Path,
     assert "agentbox.cli" in modules  # the probe really ran the CLI
     if command.startswith("invoke"):
         assert list((agent_box_home / "sessions").rglob("*.turns.jsonl")), "no turn was recorded"
+
+
+def _scripted_project(tmp_path: Path) -> Path:
+    """A project whose crew of scripted agents finishes a sequential run in a few turns."""
+    from tests.engine.support import setup_crew
+
+    root = tmp_path / "proj"
+    (root / ".agent-box").mkdir(parents=True)
+    for name in ("lead", "builder", "tester", "reviewer"):
+        (root / ".agent-box" / "roles").mkdir(exist_ok=True)
+        (root / ".agent-box" / "roles" / f"{name}.md").write_text(f"You are the {name}.\n")
+    setup_crew(root, mode="sequential")
+    return root
+
+
+TRACED_COMMANDS = ("run 'do it' --mode sequential --quiet", "status")
+
+
+@pytest.mark.bwrap
+def test_tracing_off_loads_no_opentelemetry(agent_box_home: Path, tmp_path: Path) -> None:
+    root = _scripted_project(tmp_path)
+    for command in TRACED_COMMANDS:
+        modules = loaded_by(command, root, tmp_path)
+        loaded = [m for m in modules if m.split(".")[0] == "opentelemetry" or m == "agentbox.core.telemetry_export"]
+        assert loaded == [], f"`agentbox {command}` with tracing off imported {loaded}"
+    assert "agentbox.core.engine.engine" in loaded_by(TRACED_COMMANDS[0], root, tmp_path)  # a run really ran
+
+
+@pytest.mark.bwrap
+def test_tracing_on_without_the_sdk_says_so_in_one_line(agent_box_home: Path, tmp_path: Path) -> None:
+    root = _scripted_project(tmp_path)
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "PROBE_WITHOUT_OTEL": "1"}
+    for command in (TRACED_COMMANDS[0], "invoke builder hi"):
+        said: list[str] = []
+        loaded_by(command, root, tmp_path, env=env, stderr=said)
+        lines = [line for line in said[0].splitlines() if "OpenTelemetry" in line]
+        assert lines == [f"agentbox: tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT) but the OpenTelemetry SDK is not "
+                         f"installed; install it with `pip install 'agentbox[otel]'` (this "
+                         f"{'run' if command.startswith('run') else 'turn'} goes on without traces)"], said[0]
+        assert "Traceback" not in said[0]

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentbox.core import project as project_mod
+from agentbox.core import telemetry
 from agentbox.core.config import Limits
 from agentbox.core.egress_turn import denied_line
 from agentbox.core.engine import budgets, commands, recovery, scheduler
@@ -84,6 +85,8 @@ class Engine:
         """Set by anything that should wake the loop at once (made by `execute`)."""
         self.notifier = Notifier(project, run.id, log=self.ledger.event)
         """Tells the person of what the saved log says needs them (user's config.yaml; see `notify`)."""
+        self.tracer: telemetry.RunTracer = telemetry.UNTRACED
+        """Turns the saved log into OpenTelemetry spans while this engine executes the run (see `telemetry`)."""
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -105,6 +108,7 @@ class Engine:
         """Persist the state and flush the decision log, then let the notifier read what is new in it."""
         self.store.save(self.run, self.ledger.changes)
         self.ledger.dirty = False
+        self.tracer.after_save(self.run)
         if self.notifier.after_save(self.run):  # it logged a delivery problem: persist that too
             self.save()
 
@@ -156,7 +160,8 @@ class Engine:
         session = self.ledger.start_job(job, dispatched)
         self.ledger.event("dispatch", f"{job.kind} turn of {job.role}" + (f" on {job.task}" if job.task else ""),
                    "scheduler: slot free, dependencies met, no write-scope overlap",
-                   task=job.task, role=job.role, session=session, job=job.id, attempt=job.attempt)
+                   task=job.task, role=job.role, session=session, job=job.id, attempt=job.attempt,
+                   kind=job.kind, started=job.started)  # the turn's span is keyed by its job and start
         self._flights[job.id] = asyncio.ensure_future(self._turn(job))
 
     # ------------------------------------------------------------------ turns and results
@@ -306,6 +311,7 @@ class Engine:
         self.ledger.reload(self.store.load_checked(self.run.id))
         self._check_roles()
         self.store.reserve(self.run.id)
+        self.tracer = telemetry.run_tracer(self.project, self.run.id)
         try:
             self.ledger.held_by(os.getpid())
             self.recover()
@@ -323,6 +329,7 @@ class Engine:
             self.ledger.held_by(None)
             with contextlib.suppress(DiskFullError):
                 self.save()
+            self.tracer.close()
             self.store.release_reserve(self.run.id)
         return self.run
 

@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from agentbox.core import services
+from agentbox.core import services, telemetry
 from agentbox.core.config import Crew
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import Job
@@ -37,6 +37,8 @@ class TurnRunner:
         self.workspaces = workspaces
         self._role_agents: dict[str, Any] = {}
         """Each role's agent, read once per run (profile and instructions)."""
+        self.trace = telemetry.settings()
+        """Where traces go (None: off): a claude or codex turn exports its own telemetry under its span."""
 
     def agent_for(self, job: Job) -> Any:
         """The role's agent for `job`, allowed to write the task's write scope and its handoff folder."""
@@ -87,6 +89,9 @@ class TurnRunner:
             return job, InvokeResult(status="error", session_id=session, error_kind="spawn_failed",
                                      error=exc.message, role=job.role), None
         exists = _session_exists(agent.sessions, session)
+        agent = telemetry.traced_agent(agent, self.trace, telemetry.turn_parent(run.id, job.id, job.started), {
+            "agentbox.run.id": run.id, "agentbox.role": job.role, "agentbox.session.id": session,
+            "agentbox.task.id": job.task})
 
         def spawned(record: Any, pid: int) -> None:
             self.ledger.learned_pid(job, pid, (record.running or {}).get("create_time"))
