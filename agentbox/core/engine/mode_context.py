@@ -38,6 +38,9 @@ class ModeContext:
     when its checks run on the run's branch first (the task is approved once they pass)."""
     gate: Callable[[Task, EscalatedTurn], bool] = lambda task, turn: False
     """Open the task's submission gate (its checks run before any review): False when no check applies."""
+    submitted: Callable[[Task, EscalatedTurn], bool] = lambda task, turn: True
+    """The failure ladder's look at a submission before its checks: False when it took it (a compromise
+    patch refused for want of its tag, an advisor's patch waiting for the human)."""
 
     @property
     def run(self) -> Run:

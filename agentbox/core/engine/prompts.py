@@ -10,6 +10,11 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 
+from agentbox.core.engine.ladder_briefs import (
+    advisor_section,
+    compromise_section,
+    rework_prompt_head,
+)
 from agentbox.core.engine.models import CheckResult, Run, Task, TaskNote
 from agentbox.core.engine.replies import FORMAT_HINTS, BlockingIssue
 
@@ -122,13 +127,20 @@ def work_prompt(run: Run, task: Task, artifacts_dir: str, upstream_text: str, no
     red = red_check(task)
     rejected = task.verdicts and task.verdicts[-1].verdict == "reject" and red is None
     kind = "rework" if rejected or red is not None else "work"
+    ladder_mode = task.ladder.mode.value if run.contract.ladder else "normal"
+    head = rework_prompt_head(task.id, ladder_mode)
+    advisor = ladder_mode == "advisor"
     parts = [
-        f"[agentbox:{kind} task={task.id} attempt={task.attempts + 1}]",
+        f"{head[:-1]} attempt={task.attempts + 1}]" if head else f"[agentbox:{kind} task={task.id} attempt={task.attempts + 1}]",
         f"Run goal: {run.contract.goal}",
         f"Task {task.id}: {task.brief}",
         f"Acceptance criteria:\n{_acceptance(task)}",
-        f"You may write: {_scope(task.writes)}. Put files you hand on in {artifacts_dir}/{task.id}/.",
+        f"You may write: {_scope([] if advisor else task.writes)}. Put files you hand on in {artifacts_dir}/{task.id}/.",
     ]
+    if ladder_mode == "compromise":
+        parts.append(compromise_section(task.id, artifacts_dir))
+    elif advisor:
+        parts.append(advisor_section(task.id, artifacts_dir))
     if upstream_text:
         parts.append(upstream_text)
     if red is not None:

@@ -133,6 +133,8 @@ class ModeDriver(Generic[StateT]):
     def to_review(self, task: Task, turn: EscalatedTurn) -> None:
         """The one place deciding checks green → review: the submission gate's checks run first (the
         engine calls `after_submit` once they pass); with no check to run the task goes to review now."""
+        if not self.ctx.submitted(task, turn):
+            return
         if not self.ctx.gate(task, turn):
             self.after_submit(task)
 
