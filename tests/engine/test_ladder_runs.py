@@ -5,11 +5,17 @@ Each run walks several transitions; `test_ladder.py` holds the pure (state, even
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agentbox.core.engine.run_store import RunStore
+from tests.conftest import run_cli
 from tests.engine.support import (
     assert_log_consistent,
     create,
@@ -19,6 +25,8 @@ from tests.engine.support import (
     prompts_of,
     send,
     setup_crew,
+    start_engine,
+    stop,
     task,
     until,
     work_rule,
@@ -115,3 +123,148 @@ async def test_same_failure_rewrite_fill_second_rewrite_then_interception(projec
     # the module is a high-rot zone in zones.yaml, resolved by the exit taken
     zones_text = (project / ".agent-box" / "zones.yaml").read_text()
     assert "module_path: src/t1" in zones_text and "resolution: abandon" in zones_text
+
+
+def kill_when(project: Any, run_id: str, ready: Any, proc: Any) -> None:
+    """SIGKILL the engine process once `ready(run)` holds for the saved run."""
+    store = RunStore(project)
+    deadline = time.monotonic() + 60
+    while not ready(store.load(run_id)):
+        assert time.monotonic() < deadline and proc.poll() is None, "the engine ended before the point to kill it"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+async def test_kill_9_between_two_transitions_and_resume(project: Path) -> None:
+    worker = [
+        work_rule(task_id="t1", rule_id="fixed", write={"src/t1/good.txt": "good\n"}),
+        work_rule(task_id="t1", rule_id="first", times=1, write={"src/t1/bad.txt": "bad\n"}),
+        work_rule(task_id="t1", rule_id="slow", times=1, delay=3, write={"src/t1/bad.txt": "bad again\n"}),
+        work_rule(task_id="t1", rule_id="bad", write={"src/t1/bad.txt": "bad\n"}),
+    ]
+    worker[0]["when"]["prompt_contains"] = "The lead rewrote your task's brief"
+    lead = [{"id": "rewrite", "when": {"prompt_contains": "[agentbox:rewrite task=t1"},
+             "do": {"delay_s": 3, "reply_json": entry("do t1: write src/t1/good.txt", A1, root_cause=EVIDENT,
+                                                      evidence=["smoke"])}}]
+    paths = ladder_crew(project, lead=lead, worker=worker)
+    run_id = create(paths)
+
+    def working(kind: str, level: str) -> Any:
+        return lambda run: (run.tasks.get("t1") is not None and run.tasks["t1"].ladder.level == level
+                            and run.tasks["t1"].ladder.counted_failures >= 1
+                            and any(j.pid and j.kind == kind for j in run.jobs.values()))
+
+    for kind, level in (("work", "L0"), ("rewrite", "L1")):  # after the first move, then after the second
+        proc = start_engine(paths, run_id)
+        try:
+            kill_when(paths, run_id, working(kind, level), proc)
+        finally:
+            stop(proc)
+        saved = RunStore(paths).load(run_id).tasks["t1"].ladder
+        assert len(saved.history) == (1 if level == "L0" else 2) and saved.level == level
+    final = await drive(paths, run_id, timeout=120)
+    assert final.status == "done", final.status_reason
+    t1 = final.tasks["t1"]
+    assert t1.state == "approved" and t1.brief == "do t1: write src/t1/good.txt"
+    assert t1.ladder.counted_failures == 2 and t1.ladder.rewrites_total == 1 and len(t1.ladder.history) == 2
+    log = assert_log_consistent(paths, run_id)
+    assert transitions(log) == [("L0", "normal", "L0", "normal"), ("L0", "normal", "L1", "normal")]
+    assert len(of_type(log, "recover")) == 2 and len(of_type(log, "ladder.brief", "t1")) == 1
+    assert [c.passed for c in t1.checks] == [False, False, True]
+
+
+def drift_check(where: str, name: str) -> str:
+    """Red until `where`/fixed.txt exists, naming a different test for each `which` the worker wrote (drift)."""
+    return (f"test -f {where}/fixed.txt || {{ echo \"FAILED tests/test_{name}.py::test_$(cat {where}/which)\"; "
+            "exit 1; }")
+
+
+def patch_creating(path: str, line: str) -> str:
+    return (f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n"
+            f"+{line}\n")
+
+
+def which_rule(task_id: str, where: str, rule_id: str, which: str, **extra: Any) -> dict[str, Any]:
+    return work_rule(task_id=task_id, rule_id=rule_id, times=1, write={f"{where}/which": which + "\n"}, **extra)
+
+
+def marked(rule: dict[str, Any], marker: str) -> dict[str, Any]:
+    rule["when"]["prompt_contains"] = marker
+    return rule
+
+
+async def test_drift_compromise_debt_and_no_compromise_advisor_apply(project: Path) -> None:
+    patch = patch_creating("auth/fixed.txt", "fixed by the advisor's patch")
+    worker = [
+        # t1: drift → compromise; the first compromise forgets the tag (refused), the second carries it
+        marked(work_rule(task_id="t1", rule_id="c-untagged", times=1, write={"src/t1/fixed.txt": "stub\n"}),
+               "mode=compromise"),
+        marked(work_rule(task_id="t1", rule_id="c-tagged", times=1,
+                         write={"src/t1/fixed.txt": "stub\nreturn 42  # FIXME: Tech Debt: hard-coded answer\n"}),
+               "mode=compromise"),
+        work_rule(task_id="t1", rule_id="t1-crash", times=1, fail="crash"),  # an environment failure
+        which_rule("t1", "src/t1", "t1-alpha", "alpha"),
+        which_rule("t1", "src/t1", "t1-beta", "beta"),
+        # t2 (auth/**, no_compromise): drift → advisor; its write attempt fails, it hands in a guide and a patch
+        marked(work_rule(task_id="t2", rule_id="advisor", times=1,
+                         write={"{handoff}guide.md": "create auth/fixed.txt\n", "{handoff}patch.diff": patch},
+                         run="echo tried > auth/fixed.txt 2>&1; echo status=$?",
+                         reply_json={"summary": "advisor: {run_output}", "artifacts": ["{handoff}patch.diff"],
+                                     "evidence": ["wrote {handoff}patch.diff"]}), "mode=advisor"),
+        which_rule("t2", "auth", "t2-alpha", "alpha"),
+        which_rule("t2", "auth", "t2-beta", "beta"),
+    ]
+    make_repo(project)
+    checks = {"t1": {"run": drift_check("src/t1", "t1"), "paths": ["src/t1/**"]},
+              "t2": {"run": drift_check("auth", "auth"), "paths": ["auth/**"]}}
+    roles = {
+        "lead": {"profile": "t-lead", "writes": [], "instructions": "roles/lead.md"},
+        "builder": {"profile": "t-worker", "writes": ["src/**", "auth/**"], "instructions": "roles/builder.md"},
+        "reviewer": {"profile": "t-reviewer", "writes": [], "instructions": "roles/reviewer.md"},
+    }
+    paths = setup_crew(project, tasks=[task("t1", "builder", writes=["src/t1/**"]),
+                                       task("t2", "builder", writes=["auth/**"])],
+                       worker=worker, roles=roles, checks=checks, gates={"submission": ["t1", "t2"]},
+                       ladder=True, no_compromise=["auth/**"], sequential={"steps": ["builder"]})
+    run_id = create(paths)
+
+    async def person(engine: Any) -> None:
+        await until(engine, lambda e: open_checkpoint(e, "ladder") is not None, timeout=120)
+        cp = open_checkpoint(engine, "ladder")
+        t2 = engine.run.tasks["t2"]
+        assert cp.task == "t2" and t2.ladder.mode == "advisor" and t2.ladder.waiting_on == "apply_patch"
+        assert "t2 at L2 advisor" in cp.question and "- apply: `agentbox apply TASK` applies the patch" in cp.question
+        assert "status=1" in t2.submitted_summary or "status=2" in t2.submitted_summary  # read-only sandbox
+        assert not (project / "auth" / "fixed.txt").exists()
+        applied = await asyncio.to_thread(run_cli, "--project", str(project), "apply", "t2")
+        assert applied.code == 0, applied.err
+        assert "resubmitted" in applied.out
+
+    final = await drive(paths, run_id, person, timeout=90, backoff=[0.05, 0.05, 0.05])
+    assert final.status == "done", final.status_reason
+    t1, t2 = final.tasks["t1"], final.tasks["t2"]
+    assert t1.state == t2.state == "approved"
+    log = assert_log_consistent(paths, run_id)
+    assert transitions(log) == [("L0", "normal", "L0", "normal"), ("L0", "normal", "L2", "compromise")]
+    assert [(e["from_level"], e["to_level"], e["to_mode"]) for e in of_type(log, "ladder", "t2")] == [
+        ("L0", "L0", "normal"), ("L0", "L2", "advisor")]
+    assert "no_compromise" in of_type(log, "ladder", "t2")[1]["why"]
+    # the crash was retried and never counted
+    assert t1.ladder.counted_failures == 2 and len(of_type(log, "retry", "t1")) == 1
+    # the untagged compromise was refused (not counted), the tagged one recorded as debt
+    refused = of_type(log, "ladder.refused", "t1")
+    assert len(refused) == 1 and "FIXME: Tech Debt" in refused[0]["why"]
+    compromise = [p for p in prompts_of(paths, t1.session_id or "") if "mode=compromise" in p]
+    assert len(compromise) == 2 and compromise[0].startswith("[agentbox:rework task=t1 mode=compromise")
+    debt_text = (project / ".agent-box" / "debt.yaml").read_text()
+    assert "file: src/t1/fixed.txt" in debt_text and "line: 2" in debt_text and "owner_role: builder" in debt_text
+    assert f"run: {run_id}" in debt_text and "task: t1" in debt_text and "due:" in debt_text
+    listed = run_cli("--project", str(project), "debt", "--json")
+    assert listed.code == 0 and '"src/t1/fixed.txt"' in listed.out
+    # the advisor's patch is the commit the checks passed on
+    assert [c.passed for c in t2.checks] == [False, False, True]
+    assert of_type(log, "advisor.applied", "t2") and t2.changed_files
+    advisor_prompt = [p for p in prompts_of(paths, t2.session_id or "") if "mode=advisor" in p]
+    assert len(advisor_prompt) == 1 and advisor_prompt[0].startswith("[agentbox:rework task=t2 mode=advisor")
+    assert "You may write: (read-only" in advisor_prompt[0]

@@ -144,6 +144,8 @@ class LadderRunner:
         self._mode = mode
         self.structured = structured
         self.today = today
+        self._applying: str | None = None
+        """The task whose advisor patch is being resubmitted (its submission is the human's, not the advisor's)."""
 
     @property
     def run(self) -> Run:
@@ -309,6 +311,8 @@ class LadderRunner:
         if not self.on():
             return True
         mode = task.ladder.mode
+        if task.id == self._applying:
+            return True
         if mode == Mode.COMPROMISE:
             return self._compromise_submitted(task)
         if mode == Mode.ADVISOR:
@@ -508,8 +512,12 @@ class LadderRunner:
         self.ledger.transition(task, TaskEvent.UNBLOCK, "the advisor's patch was applied: resubmitted", human=True)
         self.ledger.transition(task, TaskEvent.DISPATCH, "the advisor's patch is the task's submission")
         self.ledger.transition(task, TaskEvent.SUBMIT, "the advisor's patch, applied by the human")
-        self.mode.to_review(task, EscalatedTurn(kind="work", role=task.assignee, task=task.id,
-                                                session_id=task.session_id, prompt=""))
+        self._applying = task.id
+        try:
+            self.mode.to_review(task, EscalatedTurn(kind="work", role=task.assignee, task=task.id,
+                                                    session_id=task.session_id, prompt=""))
+        finally:
+            self._applying = None
         return f"the patch is applied on {task.id}'s branch and resubmitted (its checks run next)"
 
 
