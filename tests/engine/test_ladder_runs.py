@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -268,3 +269,119 @@ async def test_drift_compromise_debt_and_no_compromise_advisor_apply(project: Pa
     advisor_prompt = [p for p in prompts_of(paths, t2.session_id or "") if "mode=advisor" in p]
     assert len(advisor_prompt) == 1 and advisor_prompt[0].startswith("[agentbox:rework task=t2 mode=advisor")
     assert "You may write: (read-only" in advisor_prompt[0]
+
+
+ROT_T1 = "check t1 fails because src/t1/fixed.txt is never created"
+ROT_T2 = "check t2 fails because lib/fixed.txt is never created"
+CLOSE_D1 = "close D-1"
+
+
+def advisor_rule(task_id: str, where: str) -> dict[str, Any]:
+    """Each advisor round of `task_id` hands in a guide and a patch that applies but does not fix the check."""
+    patch = patch_creating(f"{where}/advice{{counter}}.txt", "advice")
+    return marked(work_rule(task_id=task_id, rule_id=f"advisor-{task_id}", write={
+        "{handoff}guide.md": "guide\n", "{handoff}patch.diff": patch}), "mode=advisor")
+
+
+async def test_compromise_fails_advisor_fails_l3_exits_and_the_next_plan_reads_the_rot(project: Path) -> None:
+    make_repo(project)
+    from datetime import date
+
+    from agentbox.core import zones
+
+    box = project / ".agent-box"
+    zones.record_debts(box, [zones.TaggedLine("src/t1/old.py", 3, "x = 1  # FIXME: Tech Debt")], owner_role="builder",
+                       task="t0", run="run-before", due=date(2020, 1, 1))  # overdue: blocks a controlled rewrite
+    worker = [
+        marked(work_rule(task_id="t1-rewrite", rule_id="rewritten", write={"src/t1/fixed.txt": "rewritten\n"}),
+               "Controlled rewrite of src/t1"),
+        marked(work_rule(task_id="t2-bypass", rule_id="bypassed", write={"lib_bypass/fixed.txt": "beside\n"}),
+               "Bypass of lib"),
+        marked(work_rule(task_id="t1", rule_id="c-t1", times=1,
+                         write={"src/t1/which": "gamma\n", "src/t1/shim.py": "x = 2  # FIXME: Tech Debt: shim\n"}),
+               "mode=compromise"),
+        advisor_rule("t1", "src/t1"),
+        advisor_rule("t2", "lib"),
+        which_rule("t1", "src/t1", "t1-alpha", "alpha"),
+        which_rule("t1", "src/t1", "t1-beta", "beta"),
+        which_rule("t2", "lib", "t2-alpha", "alpha"),
+        which_rule("t2", "lib", "t2-beta", "beta"),
+    ]
+    roles = {
+        "lead": {"profile": "t-lead", "writes": [], "instructions": "roles/lead.md"},
+        "builder": {"profile": "t-worker", "writes": ["src/**", "lib/**", "lib_bypass/**"],
+                    "instructions": "roles/builder.md"},
+        "reviewer": {"profile": "t-reviewer", "writes": [], "instructions": "roles/reviewer.md"},
+    }
+    checks = {"t1": {"run": drift_check("src/t1", "t1"), "paths": ["src/t1/**"]},
+              "t2": {"run": drift_check("lib", "lib"), "paths": ["lib/**"]}}
+    paths = setup_crew(project, tasks=[task("t1", "builder", writes=["src/t1/**"]),
+                                       task("t2", "builder", writes=["lib/**"])],
+                       worker=worker, roles=roles, checks=checks, gates={"submission": ["t1", "t2"]},
+                       ladder=True, no_compromise=["lib/**"], sequential={"steps": ["builder"]})
+    run_id = create(paths)
+    answers = {
+        "t1": [("apply", True), ("advisor_again", False), (f"controlled_rewrite {ROT_T1}", False), CLOSE_D1,
+               (f"controlled_rewrite {ROT_T1}", True)],
+        "t2": [("apply", True), ("advisor_again the patch must create lib/fixed.txt, not a stub", True),
+               ("apply", True), ("bypass the module is simply beyond repair", False),
+               (f"bypass {ROT_T2}", True)],
+    }
+    said: dict[str, list[tuple[str, str]]] = {"t1": [], "t2": []}
+
+    async def person(engine: Any) -> None:
+        while any(answers.values()):
+            await asyncio.sleep(0.05)
+            for cp in [c for c in engine.run.open_checkpoints() if c.kind == "ladder" and answers.get(c.task or "")]:
+                planned = answers[cp.task].pop(0)
+                if planned == CLOSE_D1:
+                    closed = await asyncio.to_thread(run_cli, "--project", str(project), "debt", "--close", "D-1")
+                    assert closed.code == 0, closed.err
+                    planned = answers[cp.task].pop(0)
+                text, accepted = planned
+                said[cp.task].append((engine.run.tasks[cp.task].ladder.label, text.split()[0]))
+                ok, message = await send(engine.project, engine.run.id, action="answer", checkpoint=cp.id, text=text)
+                assert ok == accepted, (text, message)
+                if not ok:
+                    said[cp.task].append(("refused", message))
+
+    final = await drive(paths, run_id, person, timeout=120, backoff=[0.05, 0.05, 0.05])
+    assert final.status == "done", final.status_reason
+    log = assert_log_consistent(paths, run_id)
+    assert transitions(log) == [("L0", "normal", "L0", "normal"), ("L0", "normal", "L2", "compromise"),
+                                ("L2", "compromise", "L2", "advisor"), ("L2", "advisor", "L3", "high_rot"),
+                                ("L3", "high_rot", "L3", "closed")]
+    assert [(e["to_level"], e["to_mode"]) for e in of_type(log, "ladder", "t2")] == [
+        ("L0", "normal"), ("L2", "advisor"), ("L3", "high_rot"), ("L3", "advisor"), ("L3", "high_rot"),
+        ("L3", "closed")]
+    t1_said = said["t1"]
+    assert t1_said[0] == ("L2 advisor", "apply") and t1_said[1] == ("L3 waiting for an exit", "advisor_again")
+    assert "advisor again needs new information" in t1_said[2][1]
+    assert "D-1" in t1_said[4][1] and "overdue tech debt" in t1_said[4][1]
+    assert "root cause" in said["t2"][4][1] or "evidence" in said["t2"][4][1]
+    tasks = final.tasks
+    assert tasks["t1"].state == tasks["t2"].state == "cancelled"
+    assert tasks["t1-rewrite"].state == tasks["t2-bypass"].state == "approved"
+    assert tasks["t1-rewrite"].writes == ["src/t1/**"] and ROT_T1 in tasks["t1-rewrite"].brief
+    assert tasks["t2-bypass"].writes == ["lib_bypass/**"]  # the old module's files are out of its reach
+    # the compromise's tagged line is a debt; both modules are high-rot zones with the exit taken
+    debts = zones.load_debts(box)
+    assert debts["D-1"].status == "closed" and debts["D-2"].file == "src/t1/shim.py" and debts["D-2"].task == "t1"
+    found = {z.module_path: z for z in zones.load_zones(box).values()}
+    assert found["src/t1"].resolution == "controlled_rewrite" and found["lib"].resolution == "bypass"
+    assert found["lib"].fail_count == 2 and found["lib"].suggested_bypass == "lib_bypass/**"
+    assert "compromise" in found["src/t1"].escape_hatches_used and "advisor" in found["src/t1"].escape_hatches_used
+    # the next run's plan prompt gets the zones and debts near its goal
+    next_run = create(paths, "rework src/t1 and lib/ again")
+
+    async def reads_the_plan(engine: Any) -> None:
+        await until(engine, lambda e: any(j.kind == "plan" for j in e.run.jobs.values()))
+        prompt = next(j.prompt for j in engine.run.jobs.values() if j.kind == "plan")
+        assert "Where this code base has rotted before" in prompt
+        assert re.search(r"zone Z-\d+ src/t1: 1 failure", prompt) and re.search(r"zone Z-\d+ lib: 2 failure", prompt)
+        assert "debt D-2 src/t1/shim.py:1" in prompt
+        assert "debt D-1" not in prompt  # closed
+        ok, message = await send(engine.project, engine.run.id, action="cancel_run")
+        assert ok, message
+
+    assert (await drive(paths, next_run, reads_the_plan, timeout=60)).status == "cancelled"

@@ -464,7 +464,7 @@ class LadderRunner:
             brief = (f"Controlled rewrite of {module} (replaces {task.id}, whose module is a high-rot zone): rewrite "
                      f"the module from its contract rather than patching it. Root cause: {root_cause}. The original "
                      f"task: {task.brief}")
-        self._resolve_zone(task, suffix if not bypass else "bypass", f"{writes[0]}" if bypass else None)
+        self._resolve_zone(task, "bypass" if bypass else "controlled_rewrite", writes[0] if bypass else None)
         new = Task(id=new_id, assignee=task.assignee, brief=brief, acceptance=list(task.acceptance), writes=writes,
                    depends_on=list(task.depends_on))
         self.ledger.add_task(new, f"{'bypass' if bypass else 'controlled rewrite'} of {task.id} chosen by the human")

@@ -34,8 +34,9 @@ def _scope(writes: list[str]) -> str:
 
 
 def plan_prompt(run: Run, roles: dict[str, str], feedback: str | None = None,
-                protected: Sequence[str] = ()) -> str:
-    """Ask the lead for a task plan (`protected`: the paths no task may write)."""
+                protected: Sequence[str] = (), rot: str = "") -> str:
+    """Ask the lead for a task plan (`protected`: the paths no task may write; `rot`: the high-rot
+    zones and tech debt near the goal's files, from zones.yaml and debt.yaml)."""
     listing = "\n".join(f"- {name}: {desc}" for name, desc in roles.items())
     parts = [
         f"[agentbox:plan run={run.id}]",
@@ -46,6 +47,8 @@ def plan_prompt(run: Run, roles: dict[str, str], feedback: str | None = None,
     if protected:
         parts.append("Protected paths (the work is judged by them; no task may write them, so keep every "
                      "task's writes clear of them): " + ", ".join(protected))
+    if rot:
+        parts.append(rot)
     if run.contract.success_criteria:
         parts.append("Success criteria:\n" + "\n".join(f"- {c}" for c in run.contract.success_criteria))
     if feedback:
