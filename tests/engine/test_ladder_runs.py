@@ -98,6 +98,15 @@ async def test_same_failure_rewrite_fill_second_rewrite_then_interception(projec
         t1 = engine.run.tasks["t1"]
         assert t1.ladder.level == "L3" and t1.ladder.waiting_on == "exit" and t1.ladder.rewrites_total == 2
         assert "L1 is exhausted" in cp.question
+        # where people see it while it waits: `agentbox status`, MCP's run_status
+        shown = await asyncio.to_thread(run_cli, "--project", str(project), "status", engine.run.id)
+        assert shown.code == 0 and "ladder" in shown.out and "L3 waiting for an exit" in shown.out
+        assert "controlled_rewrite | advisor_again | bypass | abandon | cancel" in shown.out
+        from agentbox.mcp.views import run_status
+
+        view = run_status(engine.project, engine.run)
+        assert view["tasks"][0]["ladder"]["level"] == "L3" and view["tasks"][0]["ladder"]["waiting_on"] == "exit"
+        assert "'abandon'" in view["open_checkpoints"][0]["how_to_answer"]
         assert cp.options == ["controlled_rewrite", "advisor_again", "bypass", "abandon"]
         ok, message = await send(engine.project, engine.run.id, action="answer", checkpoint=cp.id, text="abandon")
         assert ok, message
