@@ -394,3 +394,35 @@ async def test_compromise_fails_advisor_fails_l3_exits_and_the_next_plan_reads_t
         assert ok, message
 
     assert (await drive(paths, next_run, reads_the_plan, timeout=60)).status == "cancelled"
+
+
+async def test_a_coverage_gap_goes_back_to_the_lead_and_is_not_counted(project: Path) -> None:
+    def item(a: str, ok: bool) -> dict[str, Any]:
+        return {"item": f"criterion {a}", "acceptance_id": a, "pass": ok, "evidence": "read src/t1/result.txt"}
+
+    gap_verdict = {"verdict": "reject", "confidence": 0.8, "checklist": [item("a1", True), item("a3", False)],
+                   "blocking_issues": [{"id": "b1", "acceptance_id": "a3", "severity": "major",
+                                        "detail": "the goal asks for a changelog entry"}]}
+    approve = {"verdict": "approve", "confidence": 0.9, "blocking_issues": [],
+               "checklist": [item("a1", True), item("a3", True)]}
+    reviewer = [{"id": "gap", "when": {"prompt_contains": "[agentbox:review task=t1", "times": 1},
+                 "do": {"delay_s": 0.05, "reply_json": gap_verdict}},
+                {"id": "ok", "when": {"prompt_contains": "[agentbox:review task=t1"},
+                 "do": {"delay_s": 0.05, "reply_json": approve}}]
+    filled = entry("do t1", A1, {"id": "a3", "criterion": "a changelog entry says what t1 changed"})
+    lead = [rewrite_rule("fill", filled, marker="[agentbox:rewrite task=t1 fill=a3]")]
+    make_repo(project)
+    paths = setup_crew(project, tasks=[task("t1", "builder", writes=["src/t1/**"])], lead=lead, reviewer=reviewer,
+                       ladder=True)
+    run_id = create(paths)
+    final = await drive(paths, run_id, timeout=90)
+    assert final.status == "done", final.status_reason
+    t1 = final.tasks["t1"]
+    assert [a.id for a in t1.acceptance] == ["a1", "a3"] and t1.state == "approved"
+    assert t1.ladder.counted_failures == 0 and t1.ladder.history == [] and t1.ladder.rewrites_total == 0
+    log = assert_log_consistent(paths, run_id)
+    assert of_type(log, "ladder", "t1") == [] and not of_type(log, "reply.invalid")
+    assert [e["acceptance"] for e in of_type(log, "ladder.coverage", "t1")] == [["a3"]]
+    assert [b["counted"] for b in of_type(log, "ladder.brief", "t1")] == [False]
+    work = prompts_of(paths, t1.session_id or "")
+    assert len(work) == 2 and "[a3] a changelog entry says what t1 changed" in work[1]

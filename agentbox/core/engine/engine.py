@@ -76,7 +76,9 @@ class Engine:
             ledger=self.ledger, crew=self.crew, store=self.store, project_root=project.root,
             structured=self.router.structured, fail=self.router.fail, escalate=self.router.escalate,
             save=self.save, integrate=self.workspaces.integrate, gate=self.gates.submission,
-            integration=self.gates.integration, submitted=lambda task, turn: self.ladder.submitted(task, turn)))
+            integration=self.gates.integration, submitted=lambda task, turn: self.ladder.submitted(task, turn),
+            coverage_gap=lambda task, cited: self.ladder.coverage_gap(task, cited),
+            fill=lambda job, task, gap: self.ladder.fill(job, task, gap)))
         self.ladder = LadderRunner(project.root, self.store, self.ledger, lambda: self.mode, self.router.structured)
         """The failure ladder of the run's tasks (crew.yaml's `ladder: true`; see `ladder_run`)."""
         self.router.ladder = self.ladder.failed

@@ -38,19 +38,23 @@ from agentbox.core.engine.ladder import advisor_delivered, decide, matches_any
 from agentbox.core.engine.ladder_briefs import (
     DEBT_TAG,
     PATCH_FILE,
+    REWRITE_PROMPT_HEAD,
     PlanEntry,
     advisor_section,
     classify_brief_change,
+    coverage_gap,
     rewrite_prompt_head,
     root_cause_problem,
 )
 from agentbox.core.engine.ladder_model import (
     ApplyPatch,
     Ask,
+    AskLeadToFill,
     BriefReplied,
     Bypass,
     Cancel,
     ControlledRewrite,
+    CoverageGap,
     Decision,
     Event,
     Failed,
@@ -112,6 +116,23 @@ class LadderHooks(Protocol):
 def entry_of(task: Task) -> PlanEntry:
     """The parts of a task's plan entry a rewrite may change."""
     return PlanEntry(task.brief, tuple((a.id, a.criterion) for a in task.acceptance), tuple(task.writes))
+
+
+def fill_prompt(run: Run, task: Task, gap: tuple[str, ...], said: str) -> str:
+    """The lead's coverage-fill turn: acceptance ids the review judged that the brief lacks."""
+    acceptance = "\n".join(f"- [{a.id}] {a.criterion}" for a in task.acceptance)
+    return "\n\n".join([
+        REWRITE_PROMPT_HEAD.format(task=task.id) + f" fill={','.join(gap)}]",
+        f"Run goal: {run.contract.goal}",
+        f"The review of task {task.id} ({task.assignee}) judged acceptance item(s) {', '.join(gap)}, which its plan "
+        f"entry has no entry for (a coverage gap: not counted against the worker). What the review said: "
+        f"{said or '(nothing more)'}",
+        f"The plan entry now:\nBrief: {task.brief}\nAcceptance:\n{acceptance}\nWrites: {', '.join(task.writes) or '[]'}",
+        "Reply with the task's plan entry again as one JSON object: "
+        '{"brief": "...", "acceptance": [{"id": "A1", "criterion": "..."}], "writes": ["..."]}, keeping the brief, '
+        f"the writes and every acceptance item word for word and adding {', '.join(gap)} (a coverage fill). Any "
+        "other change is a rewrite, which was not asked for and is refused.",
+    ])
 
 
 def rewrite_prompt(run: Run, task: Task, fingerprint: str, message: str, automatic: bool) -> str:
@@ -205,6 +226,28 @@ class LadderRunner:
             self.ledger.event("ladder.refused", f"{task.id}: the failure ladder refused a failure",
                               getattr(action, "reason", None), task=task.id, fingerprint=fp)
         return True
+
+    # ------------------------------------------------------------------ a coverage gap
+    def coverage_gap(self, task: Task, cited: list[str]) -> tuple[str, ...]:
+        """The ids a rejection cites that the brief has no entry for, when the ladder is on."""
+        if not self.on() or task.ladder.mode in (Mode.HIGH_ROT, Mode.CLOSED):
+            return ()
+        return coverage_gap([a.id for a in task.acceptance], cited)
+
+    def fill(self, job: Job, task: Task, gap: tuple[str, ...]) -> None:
+        """Back to the lead to fill the brief (not counted against the task)."""
+        decision = self._decide(task, CoverageGap(gap, at=self.ledger.clock()))
+        assert isinstance(decision.action, AskLeadToFill)
+        self.ledger.event("ladder.coverage", f"{task.id}: the review cites {', '.join(gap)}, which its brief has no "
+                          "entry for: back to the lead to fill it", "a coverage gap is not counted against the task",
+                          task=task.id, role=job.role, acceptance=list(gap), counted=False)
+        self._block(task, "coverage gap: the lead fills the brief")
+        verdict = task.verdicts[-1] if task.verdicts else None
+        said = "; ".join(f"[{b.acceptance_id}] {b.detail}" for b in (verdict.blocking_issues if verdict else [])
+                         if b.acceptance_id in gap)
+        prompt = fill_prompt(self.run, task, gap, said)
+        self.ledger.enqueue("rewrite", self._lead(), prompt, task=task.id,
+                            data=JobData(session_key=self._lead(), original_prompt=prompt))
 
     def _ask_rewrite(self, task: Task, fp: str, message: str, *, automatic: bool) -> None:
         prompt = rewrite_prompt(self.run, task, fp, message, automatic)
