@@ -426,3 +426,32 @@ async def test_a_coverage_gap_goes_back_to_the_lead_and_is_not_counted(project: 
     assert [b["counted"] for b in of_type(log, "ladder.brief", "t1")] == [False]
     work = prompts_of(paths, t1.session_id or "")
     assert len(work) == 2 and "[a3] a changelog entry says what t1 changed" in work[1]
+
+
+async def test_a_failure_in_the_upstream_output_blocks_the_task_uncounted(project: Path) -> None:
+    check = ("grep -q v2 src/t1/api.json || { echo 'FAILED tests/test_t2.py::test_api - AssertionError: "
+             "src/t1/api.json has no v2'; exit 1; }")
+    worker = [work_rule(task_id="t1", rule_id="api", write={"src/t1/api.json": "{\"v\": 1}\n"}),
+              work_rule(task_id="t2", rule_id="client", write={"src/t2/client.json": "{}\n"})]
+    make_repo(project)
+    paths = setup_crew(project, tasks=[task("t1", "builder", writes=["src/t1/**"]),
+                                       task("t2", "builder", writes=["src/t2/**"], deps=["t1"])], worker=worker,
+                       checks={"api": {"run": check, "paths": ["src/t2/**"]}}, gates={"submission": ["api"]},
+                       ladder=True)
+    run_id = create(paths)
+
+    async def person(engine: Any) -> None:
+        await until(engine, lambda e: open_checkpoint(e, "retry_escalation") is not None, timeout=60)
+        cp = open_checkpoint(engine, "retry_escalation")
+        t2 = engine.run.tasks["t2"]
+        assert cp.task == "t2" and t2.state == "blocked" and "its upstream t1" in cp.question
+        assert t2.ladder.counted_failures == 0 and t2.ladder.history == []
+        ok, message = await send(engine.project, engine.run.id, action="answer", checkpoint=cp.id, text="cancel")
+        assert ok, message
+
+    final = await drive(paths, run_id, person, timeout=90)
+    assert final.status == "done", final.status_reason
+    assert final.tasks["t1"].state == "approved" and final.tasks["t2"].state == "cancelled"
+    log = assert_log_consistent(paths, run_id)
+    assert [e["upstream"] for e in of_type(log, "ladder.upstream", "t2")] == ["t1"]
+    assert of_type(log, "ladder", "t2") == [] and not final.retries

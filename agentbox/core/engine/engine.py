@@ -79,7 +79,8 @@ class Engine:
             integration=self.gates.integration, submitted=lambda task, turn: self.ladder.submitted(task, turn),
             coverage_gap=lambda task, cited: self.ladder.coverage_gap(task, cited),
             fill=lambda job, task, gap: self.ladder.fill(job, task, gap)))
-        self.ladder = LadderRunner(project.root, self.store, self.ledger, lambda: self.mode, self.router.structured)
+        self.ladder = LadderRunner(project.root, self.store, self.ledger, lambda: self.mode, self.router.structured,
+                                   self.router.escalate)
         """The failure ladder of the run's tasks (crew.yaml's `ladder: true`; see `ladder_run`)."""
         self.router.ladder = self.ladder.failed
         self.turns = TurnRunner(project, self.store, self.crew, self.ledger, self.workspaces)

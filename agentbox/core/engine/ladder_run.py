@@ -50,6 +50,7 @@ from agentbox.core.engine.ladder_model import (
     ApplyPatch,
     Ask,
     AskLeadToFill,
+    Block,
     BriefReplied,
     Bypass,
     Cancel,
@@ -69,6 +70,7 @@ from agentbox.core.engine.ladder_model import (
     Refuse,
     RequestRewrite,
     Rework,
+    UpstreamNotReady,
     UseBrief,
 )
 from agentbox.core.engine.ledger import RunLedger
@@ -158,12 +160,14 @@ class LadderRunner:
     """Carries the ladder's decisions out over the ledger; the mode's hooks redo, review and cancel tasks."""
 
     def __init__(self, root: Path, store: RunStore, ledger: RunLedger, mode: Callable[[], LadderHooks],
-                 structured: Callable[..., Any], today: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 structured: Callable[..., Any], escalate: Callable[..., None],
+                 today: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.root = root
         self.store = store
         self.ledger = ledger
         self._mode = mode
         self.structured = structured
+        self.escalate = escalate
         self.today = today
         self._applying: str | None = None
         """The task whose advisor patch is being resubmitted (its submission is the human's, not the advisor's)."""
@@ -209,6 +213,10 @@ class LadderRunner:
             return False
         if job.kind not in ("work", "review"):
             return False
+        upstream = self._upstream_of(task, files)
+        if upstream is not None:
+            self._upstream_not_ready(job, task, upstream, files, fp, message)
+            return True
         paths = (*task.writes, *files, *(c.path for c in task.changed_files))
         decision = self._decide(task, Failed(fp, paths=paths, at=self.ledger.clock()))
         action = decision.action
@@ -248,6 +256,34 @@ class LadderRunner:
         prompt = fill_prompt(self.run, task, gap, said)
         self.ledger.enqueue("rewrite", self._lead(), prompt, task=task.id,
                             data=JobData(session_key=self._lead(), original_prompt=prompt))
+
+    def _upstream_of(self, task: Task, files: tuple[str, ...]) -> Task | None:
+        """The dependency whose output the failure is in: the failure names files of that dependency's
+        writes and none of the task's own (files no task writes, such as the test that failed, say
+        nothing either way); None: the failure is the task's."""
+        named = [f for f in files if f and not f.startswith("/")]
+        if not named or any(matches_any((f,), task.writes) for f in named):
+            return None
+        for dep in task.depends_on:
+            upstream = self.run.tasks.get(dep)
+            if upstream is not None and any(matches_any((f,), upstream.writes) for f in named):
+                return upstream
+        return None
+
+    def _upstream_not_ready(self, job: Job, task: Task, upstream: Task, files: tuple[str, ...], fp: str,
+                            message: str) -> None:
+        """Not counted: the task is blocked until its upstream's output is fixed (a person says when)."""
+        decision = self._decide(task, UpstreamNotReady(upstream.id, message[:300], at=self.ledger.clock()))
+        assert isinstance(decision.action, Block)
+        names = ", ".join(files[:10])
+        self.ledger.event("ladder.upstream", f"{task.id}: its upstream {upstream.id} is not ready ({names})",
+                          "the failure is in the upstream's files, not the task's: not counted against it",
+                          task=task.id, upstream=upstream.id, files=list(files[:50]), counted=False)
+        self.escalate(job, fp, f"{task.id} is blocked: its failure names only files of its upstream {upstream.id} "
+                      f"({names}), so {upstream.id}'s output does not match what {task.id} needs; this is not counted "
+                      f"against {task.id}. Fix {upstream.id}'s output first (by hand on the run's branch, or cancel "
+                      f"{task.id} and plan the fix), then answer retry; or cancel. The failure: {message[:500]}",
+                      job.original_prompt, job.data)
 
     def _ask_rewrite(self, task: Task, fp: str, message: str, *, automatic: bool) -> None:
         prompt = rewrite_prompt(self.run, task, fp, message, automatic)
