@@ -21,6 +21,7 @@ from tests.engine.support import (
     assert_log_consistent,
     create,
     drive,
+    events,
     of_type,
     open_checkpoint,
     prompts_of,
@@ -455,3 +456,20 @@ async def test_a_failure_in_the_upstream_output_blocks_the_task_uncounted(projec
     log = assert_log_consistent(paths, run_id)
     assert [e["upstream"] for e in of_type(log, "ladder.upstream", "t2")] == ["t1"]
     assert of_type(log, "ladder", "t2") == [] and not final.retries
+
+
+async def test_on_the_ladder_a_check_that_cannot_be_found_is_asked_at_once(project: Path) -> None:
+    paths = ladder_crew(project, worker=[work_rule(task_id="t1", write={"src/t1/x.txt": "x\n"})],
+                        check="no-such-runner -q")
+    run_id = create(paths)
+
+    async def person(engine: Any) -> None:
+        await until(engine, lambda e: open_checkpoint(e, "retry_escalation") is not None, timeout=60)
+        t1 = engine.run.tasks["t1"]
+        assert [c.cannot_run for c in t1.checks] == ["not_found"]  # no back-off: waiting does not find it
+        assert t1.ladder.counted_failures == 0 and not t1.failures
+        ok, message = await send(engine.project, engine.run.id, action="cancel_run")
+        assert ok, message
+
+    final = await drive(paths, run_id, person, timeout=60)
+    assert final.status == "cancelled" and of_type(events(paths, run_id), "retry") == []

@@ -83,6 +83,7 @@ class Engine:
                                    self.router.escalate)
         """The failure ladder of the run's tasks (crew.yaml's `ladder: true`; see `ladder_run`)."""
         self.router.ladder = self.ladder.failed
+        self.gates.retryable = self.ladder.retryable
         self.turns = TurnRunner(project, self.store, self.crew, self.ledger, self.workspaces)
         self._commands = commands.CommandContext(self.ledger, self.mode, self.abort_turns, self.workspaces,
                                                  self.gates.integration, self.ladder.answer)

@@ -235,6 +235,10 @@ class LadderRunner:
                               getattr(action, "reason", None), task=task.id, fingerprint=fp)
         return True
 
+    def retryable(self, why: str | None) -> bool:
+        """Whether an environment failure is worth waiting out (always, when the ladder is off)."""
+        return not self.on() or why is None or why in self.policy().retryable_errors
+
     # ------------------------------------------------------------------ a coverage gap
     def coverage_gap(self, task: Task, cited: list[str]) -> tuple[str, ...]:
         """The ids a rejection cites that the brief has no entry for, when the ladder is on."""
