@@ -570,12 +570,10 @@ class LadderRunner:
         if not patch.is_file():
             raise UsageError(f"no advisor patch at {patch}")
         tree = git.ensure_task_worktree(self.root, self.run.id, task.id)
-        touched = _patch_paths(tree.path, patch)
-        outside = [p for p in touched if not matches_any((p,), task.writes)]
-        if not touched or outside:
-            raise UsageError(f"the advisor patch {patch} " + (f"writes outside the task's scope: {', '.join(outside[:10])}"
-                                                             if outside else "changes no file"),
-                             "edit the patch, or answer cancel")
+        touched = patch_paths(tree.path, patch)
+        problem = patch_scope_problem(touched, task.writes)
+        if problem is not None:
+            raise UsageError(f"the advisor patch {patch} {problem}", "edit the patch, or answer cancel")
         done = subprocess.run(["git", "-C", str(tree.path), "apply", "--whitespace=nowarn", str(patch)],
                               capture_output=True, check=False)
         if done.returncode != 0:
@@ -604,18 +602,48 @@ class LadderRunner:
         return f"the patch is applied on {task.id}'s branch and resubmitted (its checks run next)"
 
 
-def _patch_paths(tree: Path, patch: Path) -> list[str]:
-    """The files a patch changes, as `git apply --numstat` reads them."""
+def patch_scope_problem(touched: list[str], writes: list[str]) -> str | None:
+    """Why a patch may not be applied for a task writing `writes` (None: every file it changes is inside)."""
+    outside = [p for p in touched if not matches_any((p,), writes)]
+    if outside:
+        return "writes outside the task's scope: " + ", ".join(outside[:10])
+    return None if touched else "changes no file"
+
+
+def patch_paths(tree: Path, patch: Path) -> list[str]:
+    """Every file a patch touches: what `git apply --numstat` says it changes, and each side of its
+    `---`/`+++`, rename and copy headers (numstat names only the new side of a rename); [] when git
+    cannot read it."""
     done = subprocess.run(["git", "-C", str(tree), "apply", "--numstat", "-z", str(patch)], capture_output=True,
                           check=False)
     if done.returncode != 0:
         return []
-    paths = []
+    found: list[str] = []
     for item in done.stdout.decode("utf-8", "replace").split("\0"):
         parts = item.split("\t")
-        if len(parts) == 3 and parts[2]:
-            paths.append(parts[2])
-    return paths
+        name = parts[2] if len(parts) == 3 else item if "\t" not in item else ""
+        if name:
+            found.append(name)
+    heads = ("--- ", "+++ ", "rename from ", "rename to ", "copy from ", "copy to ")
+    for line in patch.read_text("utf-8", errors="replace").splitlines():
+        head = next((h for h in heads if line.startswith(h)), None)
+        if head is None:
+            continue
+        name = _unquoted(line[len(head):].split("\t")[0])
+        if head in ("--- ", "+++ "):
+            if name == "/dev/null":
+                continue
+            name = name[2:] if name.startswith(("a/", "b/")) else name
+        found.append(name)
+    return list(dict.fromkeys(f for f in found if f))
+
+
+def _unquoted(name: str) -> str:
+    """A path as git writes it, unquoted (`"\\303\\251"` → `é`)."""
+    if len(name) > 1 and name.startswith('"') and name.endswith('"'):
+        raw = name[1:-1].encode("utf-8").decode("unicode_escape")
+        return raw.encode("latin-1", "replace").decode("utf-8", "replace")
+    return name
 
 
 def level_of(task: Task) -> str:
