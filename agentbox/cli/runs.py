@@ -75,7 +75,7 @@ def answer_commands(run: Any, cp: Any) -> list[tuple[str, str]]:
     hint = {"retry_escalation": "retry [NOTE] | cancel", "budget": "TOKENS to add | cancel",
             "run_budget": "raise TOKENS | cancel"}.get(cp.kind, "YOUR ANSWER")
     if cp.kind == "ladder":
-        hint = " | ".join(cp.options + ["cancel"]) + " [ROOT CAUSE]"
+        hint = " | ".join(dict.fromkeys([*cp.options, "cancel"])) + (" [ROOT CAUSE]" if "bypass" in cp.options else "")
     commands.append(("answer", f'agentbox answer {run.id} {cp.id} "{hint}"'))
     return commands
 

@@ -55,7 +55,9 @@ def how_to_answer(run: Run, cp: Checkpoint) -> str:
     hint = {"retry_escalation": "'retry' (optionally with a note) or 'cancel'", "budget": "'continue' or 'cancel'",
             "run_budget": "'raise TOKENS' or 'cancel'"}.get(cp.kind, "your answer")
     if cp.kind == "ladder":  # the failure ladder: the question lists what each answer does
-        hint = " or ".join(f"'{o}'" for o in [*cp.options, "cancel"]) + " (an L3 exit also gives a root cause with evidence)"
+        hint = " or ".join(f"'{o}'" for o in dict.fromkeys([*cp.options, "cancel"]))
+        if "bypass" in cp.options:
+            hint += " (an L3 exit but abandon is followed by a one-sentence root cause with evidence)"
     return f'answer_checkpoint(checkpoint="{cp.id}", run="{run.id}", text=...) with {hint}'
 
 

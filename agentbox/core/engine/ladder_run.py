@@ -553,7 +553,7 @@ class LadderRunner:
         self.ledger.add_task(new, f"{'bypass' if bypass else 'controlled rewrite'} of {task.id} chosen by the human")
         for other in self.run.tasks.values():
             if task.id in other.depends_on:
-                self.ledger._task(other).depends_on = [new_id if d == task.id else d for d in other.depends_on]
+                self.ledger.replace_dependency(other, task.id, new_id)
         self.ledger.transition(task, TaskEvent.CANCEL, f"replaced by {new_id}", human=True)
         self.ledger.drop_jobs(task.id)
         self.mode.release_dependents()

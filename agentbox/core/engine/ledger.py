@@ -220,6 +220,10 @@ class RunLedger:
         self._task(task)
         task.brief, task.acceptance, task.writes = brief, list(acceptance), list(writes)
 
+    def replace_dependency(self, task: Task, old: str, new: str) -> None:
+        """`task` waits on `new` where it waited on `old` (a task replaced by a controlled rewrite or a bypass)."""
+        self._task(task).depends_on = [new if d == old else d for d in task.depends_on]
+
     def record_failure(self, task: Task, failure: Failure) -> None:
         """A typed failure of `task` (its history; the routing is decided elsewhere)."""
         self._task(task).failures.append(failure)
