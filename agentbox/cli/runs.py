@@ -75,7 +75,8 @@ def answer_commands(run: Any, cp: Any) -> list[tuple[str, str]]:
     hint = {"retry_escalation": "retry [NOTE] | cancel", "budget": "TOKENS to add | cancel",
             "run_budget": "raise TOKENS | cancel"}.get(cp.kind, "YOUR ANSWER")
     if cp.kind == "ladder":
-        hint = " | ".join(dict.fromkeys([*cp.options, "cancel"])) + (" [ROOT CAUSE]" if "bypass" in cp.options else "")
+        words, cause = cp.ladder_answers()
+        hint = " | ".join(words) + (" [ROOT CAUSE]" if cause else "")
     commands.append(("answer", f'agentbox answer {run.id} {cp.id} "{hint}"'))
     return commands
 

@@ -55,9 +55,10 @@ def how_to_answer(run: Run, cp: Checkpoint) -> str:
     hint = {"retry_escalation": "'retry' (optionally with a note) or 'cancel'", "budget": "'continue' or 'cancel'",
             "run_budget": "'raise TOKENS' or 'cancel'"}.get(cp.kind, "your answer")
     if cp.kind == "ladder":  # the failure ladder: the question lists what each answer does
-        hint = " or ".join(f"'{o}'" for o in dict.fromkeys([*cp.options, "cancel"]))
-        if "bypass" in cp.options:
-            hint += " (an L3 exit but abandon is followed by a one-sentence root cause with evidence)"
+        words, cause = cp.ladder_answers()
+        hint = " or ".join(f"'{w}'" for w in words)
+        if cause:
+            hint += " (an exit but abandon is followed by a one-sentence root cause with evidence)"
     return f'answer_checkpoint(checkpoint="{cp.id}", run="{run.id}", text=...) with {hint}'
 
 

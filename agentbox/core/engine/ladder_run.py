@@ -23,7 +23,6 @@ contract defects and a domain gap keep their own routes (`routing`); they never 
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -88,7 +87,11 @@ from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import UsageError
 from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState
+from agentbox.core.workspace.gitcmd import git as git_run
+from agentbox.core.workspace.gitcmd import git_bounded
 
+DEBT_DIFF_BYTES = 8 * 1024 * 1024
+"""How much of a compromise's diff is searched for its tags."""
 DEBT_DUE_DAYS = 30
 """A compromise's debt is due this many days after it was recorded."""
 
@@ -428,10 +431,10 @@ class LadderRunner:
         return True
 
     def _tagged_lines(self, task: Task) -> list[zones.TaggedLine]:
-        if task.base and task.head:
-            done = subprocess.run(["git", "-C", str(self.root), "diff", "--no-ext-diff", "--no-color",
-                                   task.base, task.head, "--"], capture_output=True, check=False)
-            return zones.debt_tags_in_diff(done.stdout.decode("utf-8", "replace"))
+        if task.base and task.head:  # agent-made commits: through the hardened git runner, bounded
+            diff, _cut = git_bounded(self.root, "diff", "--no-color", "--no-renames", task.base, task.head, "--",
+                                     max_bytes=DEBT_DIFF_BYTES)
+            return zones.debt_tags_in_diff(diff.decode("utf-8", "replace"))
         found = []  # a shared workspace: the tag in the files of the task's scope
         for pattern in task.writes:
             for path in self.root.glob(pattern):
@@ -574,10 +577,9 @@ class LadderRunner:
         problem = patch_scope_problem(touched, task.writes)
         if problem is not None:
             raise UsageError(f"the advisor patch {patch} {problem}", "edit the patch, or answer cancel")
-        done = subprocess.run(["git", "-C", str(tree.path), "apply", "--whitespace=nowarn", str(patch)],
-                              capture_output=True, check=False)
+        done = git_run(tree.path, "apply", "--whitespace=nowarn", str(patch), ok=(0, 1, 128))
         if done.returncode != 0:
-            raise UsageError(f"the advisor patch does not apply: {done.stderr.decode('utf-8', 'replace')[:300]}",
+            raise UsageError(f"the advisor patch does not apply: {done.error_text[:300]}",
                              "edit the patch, or answer cancel")
         commit = git.commit_turn(tree.path, author_name="agentbox (advisor patch)",
                                  author_email="agentbox@agentbox.invalid",
@@ -614,8 +616,7 @@ def patch_paths(tree: Path, patch: Path) -> list[str]:
     """Every file a patch touches: what `git apply --numstat` says it changes, and each side of its
     `---`/`+++`, rename and copy headers (numstat names only the new side of a rename); [] when git
     cannot read it."""
-    done = subprocess.run(["git", "-C", str(tree), "apply", "--numstat", "-z", str(patch)], capture_output=True,
-                          check=False)
+    done = git_run(tree, "apply", "--numstat", "-z", str(patch), ok=(0, 1, 128))
     if done.returncode != 0:
         return []
     found: list[str] = []

@@ -35,7 +35,7 @@ from agentbox.core.config import (
     SequentialSettings,
     WorkspaceSetup,
 )
-from agentbox.core.engine.ladder_model import LadderState
+from agentbox.core.engine.ladder_model import LadderState, checkpoint_answers
 from agentbox.core.engine.mode_state import HandoffHop, ModeState
 from agentbox.core.engine.replies import BlockingIssue, ChecklistItem, NodeResult, Submission
 from agentbox.core.graph_model import Graph
@@ -453,6 +453,11 @@ class Checkpoint(Model):
     created: float = 0.0
     answered_at: float | None = None
     data: CheckpointData = Field(default_factory=CheckpointData)
+
+    def ladder_answers(self) -> tuple[list[str], bool]:
+        """A ladder checkpoint's answers (its options and cancel), and whether they are followed by a
+        one-sentence root cause with evidence: what every face tells the person."""
+        return checkpoint_answers(self.options)
 
 
 class Job(Model):
