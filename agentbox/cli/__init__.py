@@ -16,7 +16,7 @@ from agentbox.cli.parser import build_parser
 
 QUICK_COMMANDS = frozenset({"invoke", "sessions", "status", "runs", "profile", "role", "schema", "graph", "doctor",
                             "approve", "rework", "answer", "cancel", "pause", "resume", "init", "diff", "merge", "clean",
-                            "checks", "zones", "debt", "stats"})
+                            "checks", "zones", "debt", "stats", "apply"})
 """Commands that do one thing and end: they run with the cyclic garbage collector paused.
 
 Their start-up makes a few hundred thousand objects (modules, the config models, the

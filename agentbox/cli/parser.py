@@ -148,6 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--waive", metavar="ID", help="mark this debt waived (it no longer blocks a controlled rewrite)")
     p.add_argument("--note", help="why, kept with the debt")
     _json(p)
+    p = _cmd(sub, "apply", "agentbox.cli.apply:apply",
+             "apply the advisor's patch of a task (failure ladder, advisor mode) in its worktree and resubmit it")
+    p.add_argument("task", metavar="TASK")
+    p.add_argument("--run", help="the run of the task (default: the latest run that has it)")
     p = _cmd(sub, "approve", "agentbox.cli.runs:approve",
              "approve a task in review (`approve TASK`), or the plan (`approve --plan`, `approve RUN cp-N`)")
     p.add_argument("task", nargs="?", metavar="TASK|RUN", help="a task in review; or a run, followed by its plan checkpoint")

@@ -71,8 +71,13 @@ def answer_commands(run: Any, cp: Any) -> list[tuple[str, str]]:
     if task is not None and task.state == "reviewing":
         commands.append(("approve", f"agentbox approve {task.id} --run {run.id}"))
         commands.append(("send back", f'agentbox rework {task.id} --run {run.id} --note "WHAT TO FIX"'))
+    if cp.kind == "ladder" and "apply" in cp.options and task is not None:
+        commands.append(("apply", f"agentbox apply {task.id} --run {run.id}"))
     hint = {"retry_escalation": "retry [NOTE] | cancel", "budget": "TOKENS to add | cancel",
             "run_budget": "raise TOKENS | cancel"}.get(cp.kind, "YOUR ANSWER")
+    if cp.kind == "ladder":
+        words, cause = cp.ladder_answers()
+        hint = " | ".join(words) + (" [ROOT CAUSE]" if cause else "")
     commands.append(("answer", f'agentbox answer {run.id} {cp.id} "{hint}"'))
     return commands
 
@@ -305,9 +310,11 @@ def status(args: argparse.Namespace) -> int:
         print()
         worktree = run.git is not None
         checking = run.checking()
-        print_table(["task", "state", "assignee", "deps", "attempts", "tokens", "cost", "verdict",
-                     *(["files"] if worktree else [])],
-                    [[t.id, t.state_label + (" (checking)" if t.id in checking else ""), t.assignee,
+        ladder = run.contract.ladder
+        print_table(["task", "state", *(["ladder"] if ladder else []), "assignee", "deps", "attempts", "tokens",
+                     "cost", "verdict", *(["files"] if worktree else [])],
+                    [[t.id, t.state_label + (" (checking)" if t.id in checking else ""),
+                      *([t.ladder.label] if ladder else []), t.assignee,
                       ",".join(t.depends_on) or "-", str(t.attempts),
                       f"{t.tokens:,}" + ("+?" if t.unknown_usage_turns else ""),
                       usd(t.cost_usd, t.unknown_cost_turns),

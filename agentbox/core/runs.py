@@ -62,7 +62,8 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
                           limits=crew.limits, settings=getattr(crew, mode),
                           roles={name: role.profile for name, role in crew.roles.items()}, graph=graph_data,
                           graph_file=graph_file, workspace=workspace, deliver=crew.deliver,
-                          workspace_setup=crew.workspace_setup, checks=crew.checks, gates=crew.gates),
+                          workspace_setup=crew.workspace_setup, checks=crew.checks, gates=crew.gates,
+                          ladder=crew.ladder, no_compromise=list(crew.no_compromise)),
         status="planning",
         created=now,
     )

@@ -54,6 +54,11 @@ def how_to_answer(run: Run, cp: Checkpoint) -> str:
                 f'run="{run.id}", note="what to fix"), or answer_checkpoint')
     hint = {"retry_escalation": "'retry' (optionally with a note) or 'cancel'", "budget": "'continue' or 'cancel'",
             "run_budget": "'raise TOKENS' or 'cancel'"}.get(cp.kind, "your answer")
+    if cp.kind == "ladder":  # the failure ladder: the question lists what each answer does
+        words, cause = cp.ladder_answers()
+        hint = " or ".join(f"'{w}'" for w in words)
+        if cause:
+            hint += " (an exit but abandon is followed by a one-sentence root cause with evidence)"
     return f'answer_checkpoint(checkpoint="{cp.id}", run="{run.id}", text=...) with {hint}'
 
 
@@ -82,7 +87,8 @@ def run_status(project: ProjectPaths, run: Run) -> dict[str, Any]:
                    "attempts": t.attempts, "tokens": t.tokens,
                    **pricing.cost_view(t.cost_usd, t.unknown_cost_turns),
                    "verdict": t.verdicts[-1].verdict if t.verdicts else None, "checking": t.id in checking,
-                   "checks": [c.listing() for c in t.checks]} for t in run.tasks.values()],
+                   "checks": [c.listing() for c in t.checks],
+                   **({"ladder": ladder_view(t)} if run.contract.ladder else {})} for t in run.tasks.values()],
         "gates": run.contract.gates.model_dump(), "run_end_checks": [c.listing() for c in run.checks],
         "open_checkpoints": [checkpoint(run, cp) for cp in run.open_checkpoints()],
         "tokens": run.totals.tokens, "token_budget": run.token_budget,
@@ -93,6 +99,15 @@ def run_status(project: ProjectPaths, run: Run) -> dict[str, Any]:
         "result": run.result.model_dump(exclude_none=True) if run.result else None,
         "created": run.created, "finished": run.finished,
     }
+
+
+def ladder_view(task: Any) -> dict[str, Any]:
+    """Where a task stands on the failure ladder: level, mode, counts, the open question."""
+    state = task.ladder
+    return {"label": state.label, "level": str(state.level), "mode": str(state.mode),
+            "counted_failures": state.counted_failures, "rewrites": state.rewrites_total,
+            "waiting_on": str(state.waiting_on) if state.waiting_on else None,
+            "escape_hatches_used": list(state.escape_hatches_used)}
 
 
 def run_list(project: ProjectPaths) -> list[dict[str, Any]]:

@@ -46,6 +46,8 @@ class CommandContext:
     """The git side of a worktree run: merge on approval, worktrees away, delivery."""
     integration: Callable[..., bool] = lambda task, at, evidence, by: False
     """Hand an approved task's merge to the integration gate: True when its checks run first."""
+    ladder: Callable[[Checkpoint, str], str] | None = None
+    """Carry out the answer to a failure-ladder checkpoint (refused with a UsageError, the checkpoint open)."""
 
     @property
     def run(self) -> Run:
@@ -399,6 +401,8 @@ def _answer(ctx: CommandContext, command: Answer) -> str:
     text = (command.text or "").strip()
     if not text:
         raise UsageError("the answer is empty")
+    if cp.kind == "ladder" and ctx.ladder is not None:
+        return f"{cp.id}: " + ctx.ladder(cp, text)
     decision = decide_answer(ctx.run, cp, text)
     if isinstance(decision, DeliverNow):  # closes the checkpoint when it worked; a refusal leaves it open
         return f"{cp.id}: {ctx.workspaces.deliver(None, squash=decision.squash)}"

@@ -30,6 +30,7 @@ from agentbox.core.engine import budgets, commands, recovery, scheduler
 from agentbox.core.engine.budgets import BUDGET_PAUSE_RATIO as BUDGET_PAUSE_RATIO
 from agentbox.core.engine.failures import backoff_delays, classify_invoke_error
 from agentbox.core.engine.gates import GateRunner
+from agentbox.core.engine.ladder_run import LadderRunner
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.mode_context import ModeContext
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, Run, no_engine_reason
@@ -76,10 +77,17 @@ class Engine:
             ledger=self.ledger, crew=self.crew, store=self.store, project_root=project.root,
             structured=self.router.structured, fail=self.router.fail, escalate=self.router.escalate,
             save=self.save, integrate=self.workspaces.integrate, gate=self.gates.submission,
-            integration=self.gates.integration))
+            integration=self.gates.integration, submitted=lambda task, turn: self.ladder.submitted(task, turn),
+            coverage_gap=lambda task, cited: self.ladder.coverage_gap(task, cited),
+            fill=lambda job, task, gap: self.ladder.fill(job, task, gap)))
+        self.ladder = LadderRunner(project.root, self.store, self.ledger, lambda: self.mode, self.router.structured,
+                                   self.router.escalate)
+        """The failure ladder of the run's tasks (crew.yaml's `ladder: true`; see `ladder_run`)."""
+        self.router.ladder = self.ladder.failed
+        self.gates.retryable = self.ladder.retryable
         self.turns = TurnRunner(project, self.store, self.crew, self.ledger, self.workspaces)
         self._commands = commands.CommandContext(self.ledger, self.mode, self.abort_turns, self.workspaces,
-                                                 self.gates.integration)
+                                                 self.gates.integration, self.ladder.answer)
         self._flights: dict[str, asyncio.Task[tuple[Job, InvokeResult, TurnGit | None]]] = {}
         self._wake: asyncio.Event | None = None
         """Set by anything that should wake the loop at once (made by `execute`)."""
@@ -193,6 +201,9 @@ class Engine:
         if not result.ok:
             kind = classify_invoke_error(result.error_kind or "nonzero_exit")
             self.router.fail(job, kind, f"{result.error_kind}: {result.error or ''}")
+            return
+        if job.kind == "rewrite":
+            self.ladder.rewrite_replied(job, result)
             return
         self.mode.on_success(job, result)
 

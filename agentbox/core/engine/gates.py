@@ -102,6 +102,9 @@ class GateRunner:
         self.flights: dict[str, asyncio.Task[Flown]] = {}
         self._common: Path | None = None
         """The repository's git common dir (asked of git once)."""
+        self.retryable: Callable[[str | None], bool] = lambda why: True
+        """Whether waiting may cure why a check could not run (the failure ladder's whitelist asks at once
+        about a command that is not found or not executable, or a sandbox that will not start)."""
         self.pids: dict[str, int] = {}
         """Gate id → the process group of its running check (to kill it when the check is abandoned)."""
 
@@ -347,7 +350,7 @@ class GateRunner:
         self.ledger.event("failure", f"{kind.value} in check {result.name} of {gate.task or 'the run'}", message[:500],
                           task=gate.task, fingerprint=fp, check=result.name)
         delays = self.router.backoff(self.run.contract.limits.retry_max_s)
-        if gate.attempt <= min(ENV_RETRIES, len(delays)):
+        if gate.attempt <= min(ENV_RETRIES, len(delays)) and self.retryable(result.cannot_run):
             delay = delays[gate.attempt - 1]
             self.ledger.check_backoff(gate, self.ledger.clock() + delay)
             self.ledger.event("retry", f"check {result.name} runs again in {delay:.1f} s "

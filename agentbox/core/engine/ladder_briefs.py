@@ -20,6 +20,9 @@ ADVISOR_PROMPT_HEAD = "[agentbox:rework task={task} mode=advisor"
 """How an advisor-mode turn prompt starts (the worker is read-only and writes a guide and a patch)."""
 DEBT_TAG = "FIXME: Tech Debt"
 """The tag every change of a compromise patch carries in the code."""
+PATCH_FILE = "patch.diff"
+GUIDE_FILE = "guide.md"
+"""What an advisor round hands in, in the task's hand-on folder."""
 
 
 @dataclass(frozen=True)
@@ -130,3 +133,20 @@ def rework_prompt_head(task_id: str, mode: str) -> str:
     if mode == "advisor":
         return ADVISOR_PROMPT_HEAD.format(task=task_id) + "]"
     return ""
+
+
+def compromise_section(task_id: str, artifacts_dir: str) -> str:
+    """What a compromise-mode rework is allowed and must do."""
+    return (f"Compromise mode (failure ladder L2: the failures drifted): a patch that makes the checks pass is "
+            f"allowed this time. Tag every such change in the code with a comment `{DEBT_TAG}: <what is owed>`; "
+            "agentbox refuses a submission whose diff adds no such tag and records each tagged line as tech "
+            "debt in .agent-box/debt.yaml.")
+
+
+def advisor_section(task_id: str, artifacts_dir: str) -> str:
+    """What an advisor-mode turn is: read-only, a guide and a patch."""
+    where = f"{artifacts_dir}/{task_id}/"
+    return (f"Advisor mode (failure ladder): your write access to the project is taken away for this task (the "
+            f"sandbox is read-only). Write a guide ({where}{GUIDE_FILE}: what is wrong and how to fix it) and a "
+            f"patch ({where}{PATCH_FILE}: a unified diff `git apply` takes, paths relative to the project), then "
+            "submit. A human decides whether to apply it.")

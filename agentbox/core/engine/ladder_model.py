@@ -87,6 +87,12 @@ EXIT_OPTIONS: tuple[Option, ...] = (
 """The four exits of L3."""
 
 
+def checkpoint_answers(options: list[str]) -> tuple[list[str], bool]:
+    """The answers a ladder checkpoint takes (its options and cancel), and whether they are followed by a
+    one-sentence root cause with evidence (the L3 exits): what every face tells the person."""
+    return list(dict.fromkeys([*options, CANCEL[0]])), any(o in options for o, _ in EXIT_OPTIONS)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 

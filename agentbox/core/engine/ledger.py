@@ -17,8 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from agentbox.core.engine.changes import Changes
+from agentbox.core.engine.ladder_model import LadderState, Transition
 from agentbox.core.engine.mode_state import ModeState
 from agentbox.core.engine.models import (
+    Acceptance,
     ChangedPath,
     Checkpoint,
     CheckpointData,
@@ -201,6 +203,27 @@ class RunLedger:
         """Mark `cp` answered with `answer` (no event: the caller says why)."""
         cp.status, cp.answer, cp.answered_at = "answered", answer, self.clock()
         self.changes.checkpoints.add(cp.id)
+
+    def set_ladder(self, task: Task, state: LadderState, transition: Transition | None = None) -> None:
+        """The task's new place on the failure ladder; a move of level or mode is one `ladder` event
+        (from/to level and mode, why), saved with the state it leads to."""
+        self._task(task).ladder = state
+        self.dirty = True
+        if transition is not None:
+            self.event("ladder", f"{task.id}: {transition.from_level.value} {transition.from_mode.value} → "
+                       f"{transition.to_level.value} {transition.to_mode.value}", transition.why, task=task.id,
+                       role=task.assignee, from_level=transition.from_level.value,
+                       to_level=transition.to_level.value, from_mode=transition.from_mode.value,
+                       to_mode=transition.to_mode.value, fingerprint=transition.fingerprint)
+
+    def rewrite_brief(self, task: Task, brief: str, acceptance: list[Acceptance], writes: list[str]) -> None:
+        """The lead's new plan entry of a failing task (a rewrite or a coverage fill)."""
+        self._task(task)
+        task.brief, task.acceptance, task.writes = brief, list(acceptance), list(writes)
+
+    def replace_dependency(self, task: Task, old: str, new: str) -> None:
+        """`task` waits on `new` where it waited on `old` (a task replaced by a controlled rewrite or a bypass)."""
+        self._task(task).depends_on = [new if d == old else d for d in task.depends_on]
 
     def record_failure(self, task: Task, failure: Failure) -> None:
         """A typed failure of `task` (its history; the routing is decided elsewhere)."""

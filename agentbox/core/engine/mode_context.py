@@ -9,7 +9,7 @@ from typing import Any
 
 from agentbox.core.config import Crew
 from agentbox.core.engine.ledger import RunLedger
-from agentbox.core.engine.models import EscalatedTurn, Run, Task
+from agentbox.core.engine.models import EscalatedTurn, Job, Run, Task
 from agentbox.core.engine.run_store import RunStore
 
 
@@ -38,6 +38,14 @@ class ModeContext:
     when its checks run on the run's branch first (the task is approved once they pass)."""
     gate: Callable[[Task, EscalatedTurn], bool] = lambda task, turn: False
     """Open the task's submission gate (its checks run before any review): False when no check applies."""
+    coverage_gap: Callable[[Task, list[str]], tuple[str, ...]] = lambda task, cited: ()
+    """The acceptance ids a rejection cites that the task's brief has no entry for, when the failure
+    ladder takes such a gap back to the lead (() otherwise: an unknown id is the reviewer's defect)."""
+    fill: Callable[[Job, Task, tuple[str, ...]], None] = lambda job, task, gap: None
+    """Hand a coverage gap to the failure ladder: the lead fills the brief, nothing is counted."""
+    submitted: Callable[[Task, EscalatedTurn], bool] = lambda task, turn: True
+    """The failure ladder's look at a submission before its checks: False when it took it (a compromise
+    patch refused for want of its tag, an advisor's patch waiting for the human)."""
 
     @property
     def run(self) -> Run:

@@ -35,6 +35,7 @@ from agentbox.core.config import (
     SequentialSettings,
     WorkspaceSetup,
 )
+from agentbox.core.engine.ladder_model import LadderState, checkpoint_answers
 from agentbox.core.engine.mode_state import HandoffHop, ModeState
 from agentbox.core.engine.replies import BlockingIssue, ChecklistItem, NodeResult, Submission
 from agentbox.core.graph_model import Graph
@@ -64,7 +65,7 @@ def no_engine_reason(run_id: str) -> str:
 
 NoteAuthor = Literal["human", "agentbox"]
 """Who left a task's note for its next dispatch."""
-JobKind = Literal["plan", "work", "review", "synthesis", "speech", "handoff", "node"]
+JobKind = Literal["plan", "work", "review", "synthesis", "speech", "handoff", "node", "rewrite"]
 TASK_WORK_KINDS: frozenset[str] = frozenset({"work", "node"})
 """Job kinds that do a task's work (see `Job.works_on_task`)."""
 
@@ -115,6 +116,10 @@ class Contract(Model):
     """crew.yaml's checks at creation."""
     gates: Gates = Field(default_factory=Gates)
     """crew.yaml's gates at creation: which checks run on each submission, merge and at the end."""
+    ladder: bool = False
+    """A task's counted failures climb the failure ladder (crew.yaml's `ladder`)."""
+    no_compromise: list[str] = Field(default_factory=list)
+    """crew.yaml's `no_compromise` paths at creation."""
 
     @model_validator(mode="before")
     @classmethod
@@ -326,6 +331,8 @@ class Task(Model):
     """Worktree runs: the integration branch's commit that took the task's work in."""
     checks: list[CheckResult] = Field(default_factory=list)
     """The checks run on its submissions and after its merge, oldest first."""
+    ladder: LadderState = Field(default_factory=LadderState)
+    """Where the task stands on the failure ladder (runs with crew.yaml's `ladder: true`)."""
 
     @field_validator("state", mode="before")
     @classmethod
@@ -441,7 +448,7 @@ class Checkpoint(Model):
 
     id: ItemId
     kind: Literal["plan_approval", "question", "retry_escalation", "budget", "ping_pong", "run_budget", "deliver",
-                  "review_disagreement"]
+                  "review_disagreement", "ladder"]
     question: str
     options: list[str] = Field(default_factory=list)
     task: TaskId | None = None
@@ -451,6 +458,11 @@ class Checkpoint(Model):
     created: float = 0.0
     answered_at: float | None = None
     data: CheckpointData = Field(default_factory=CheckpointData)
+
+    def ladder_answers(self) -> tuple[list[str], bool]:
+        """A ladder checkpoint's answers (its options and cancel), and whether they are followed by a
+        one-sentence root cause with evidence: what every face tells the person."""
+        return checkpoint_answers(self.options)
 
 
 class Job(Model):

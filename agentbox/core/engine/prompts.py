@@ -10,6 +10,11 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 
+from agentbox.core.engine.ladder_briefs import (
+    advisor_section,
+    compromise_section,
+    rework_prompt_head,
+)
 from agentbox.core.engine.models import CheckResult, Run, Task, TaskNote
 from agentbox.core.engine.replies import FORMAT_HINTS, BlockingIssue
 
@@ -29,8 +34,9 @@ def _scope(writes: list[str]) -> str:
 
 
 def plan_prompt(run: Run, roles: dict[str, str], feedback: str | None = None,
-                protected: Sequence[str] = ()) -> str:
-    """Ask the lead for a task plan (`protected`: the paths no task may write)."""
+                protected: Sequence[str] = (), rot: str = "") -> str:
+    """Ask the lead for a task plan (`protected`: the paths no task may write; `rot`: the high-rot
+    zones and tech debt near the goal's files, from zones.yaml and debt.yaml)."""
     listing = "\n".join(f"- {name}: {desc}" for name, desc in roles.items())
     parts = [
         f"[agentbox:plan run={run.id}]",
@@ -41,6 +47,8 @@ def plan_prompt(run: Run, roles: dict[str, str], feedback: str | None = None,
     if protected:
         parts.append("Protected paths (the work is judged by them; no task may write them, so keep every "
                      "task's writes clear of them): " + ", ".join(protected))
+    if rot:
+        parts.append(rot)
     if run.contract.success_criteria:
         parts.append("Success criteria:\n" + "\n".join(f"- {c}" for c in run.contract.success_criteria))
     if feedback:
@@ -122,13 +130,20 @@ def work_prompt(run: Run, task: Task, artifacts_dir: str, upstream_text: str, no
     red = red_check(task)
     rejected = task.verdicts and task.verdicts[-1].verdict == "reject" and red is None
     kind = "rework" if rejected or red is not None else "work"
+    ladder_mode = task.ladder.mode.value if run.contract.ladder else "normal"
+    head = rework_prompt_head(task.id, ladder_mode)
+    advisor = ladder_mode == "advisor"
     parts = [
-        f"[agentbox:{kind} task={task.id} attempt={task.attempts + 1}]",
+        f"{head[:-1]} attempt={task.attempts + 1}]" if head else f"[agentbox:{kind} task={task.id} attempt={task.attempts + 1}]",
         f"Run goal: {run.contract.goal}",
         f"Task {task.id}: {task.brief}",
         f"Acceptance criteria:\n{_acceptance(task)}",
-        f"You may write: {_scope(task.writes)}. Put files you hand on in {artifacts_dir}/{task.id}/.",
+        f"You may write: {_scope([] if advisor else task.writes)}. Put files you hand on in {artifacts_dir}/{task.id}/.",
     ]
+    if ladder_mode == "compromise":
+        parts.append(compromise_section(task.id, artifacts_dir))
+    elif advisor:
+        parts.append(advisor_section(task.id, artifacts_dir))
     if upstream_text:
         parts.append(upstream_text)
     if red is not None:

@@ -79,6 +79,8 @@ class FailureRouter:
     """The waits before each environment retry of a turn, given the most they may add up to."""
     retry: Callable[..., None]
     """The mode's `retry(job, kind, message, original_prompt, data)`."""
+    ladder: Callable[..., bool] | None = None
+    """The failure ladder's `failed(job, kind, message, fingerprint, files)`: True when it took the failure."""
 
     def structured(self, job: Job, result: InvokeResult, model: type[M],
                    check: Callable[[M], list[str]] | None = None) -> M | None:
@@ -110,6 +112,8 @@ class FailureRouter:
                                                 at=self.ledger.clock(), job=job.id))
         ledger.event("failure", f"{kind.value} in {job.kind} turn of {job.role}", message[:500], task=job.task,
                      role=job.role, session=job.session_id, fingerprint=fp)
+        if self.ladder is not None and self.ladder(job, kind, message, fp, files):
+            return
         original, data = job.original_prompt, job.data
         delays = self.backoff(self.ledger.run.contract.limits.retry_max_s)
         decision = route_failure(self.ledger.run, job, kind, message, fp, delays)

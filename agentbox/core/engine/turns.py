@@ -50,7 +50,7 @@ class TurnRunner:
             handoff = self.store.artifacts_dir(run.id) / task.id
             handoff.mkdir(parents=True, exist_ok=True)
             extra_rw = (handoff,)
-            writes = tuple(task.writes)
+            writes = () if task.ladder.mode == "advisor" else tuple(task.writes)  # advisor mode: read-only
         elif job.data.writes is not None:
             writes = tuple(job.data.writes)
         if job.role not in self._role_agents:

@@ -36,6 +36,22 @@ def section(title: str) -> Text:
     return Text(f"\n{title}", style="bold underline")
 
 
+def ladder_section(task: Task) -> list[Any]:
+    """Where the task stands on the failure ladder, and each move it made."""
+    state = task.ladder
+    parts: list[Any] = [section(f"Failure ladder: {state.label}")]
+    facts = f"  counted failures {state.counted_failures} · brief rewrites {state.rewrites_total}"
+    if state.escape_hatches_used:
+        facts += " · escape hatches " + ", ".join(state.escape_hatches_used)
+    parts.append(Text(facts, style="dim"))
+    if state.waiting_on:
+        parts.append(Text(f"  waits for the human: {state.waiting_on}", style="yellow"))
+    for move in state.history[-10:]:
+        parts.append(Text.assemble((f"  {move.from_level} {move.from_mode} → {move.to_level} {move.to_mode}  ", "bold"),
+                                   for_terminal(move.why)))
+    return parts
+
+
 def task_summary(task: Task) -> Group:
     """Everything about a task except its events."""
     head = Text.assemble((task.id, "bold"), "  ", (for_line(task.assignee), "cyan"), "  ",
@@ -56,6 +72,8 @@ def task_summary(task: Task) -> Group:
     if task.note:
         parts.append(Text.assemble(("  next note   ", "dim"), for_terminal(task.note),
                                    (f"  (from {for_line(task.note_by)})", "dim")))
+    if task.ladder.label != "-":
+        parts += ladder_section(task)
     parts.append(section(f"Verdicts ({len(task.verdicts)})"))
     if task.verdicts:
         table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)

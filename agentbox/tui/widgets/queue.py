@@ -57,6 +57,8 @@ def task_look(task: Task, checking: bool = False) -> Look:
     """What the row of `task` shows (`checking`: crew.yaml's checks are judging its work)."""
     verdict = (task.verdicts[-1].verdict, task.verdicts[-1].by) if task.verdicts else None
     look: Look = ("task", task.id, task.assignee, tuple(task.depends_on), task.attempts, verdict)
+    if task.ladder.label != "-":  # on the failure ladder: its level
+        look = (*look, ("ladder", task.ladder.label))
     return (*look, "checking") if checking else look
 
 
@@ -64,8 +66,12 @@ def _label_parts(look: Look) -> list[tuple[str, str]]:
     if look[0] == "group":
         _, state, count, _expanded = look
         return [(f"{state} ", model.STATE_STYLE.get(str(state)) or "bold"), (f"({count})", "dim")]
-    _, task_id, assignee, depends_on, attempts, verdict, *checking = look
+    _, task_id, assignee, depends_on, attempts, verdict, *rest = look
+    checking = "checking" in rest
+    ladder = next((str(r[1]) for r in rest if isinstance(r, tuple)), None)
     parts = [(str(task_id), "bold"), ("  ", ""), (for_line(assignee), "cyan")]
+    if ladder:
+        parts.append((f"  ▲ {ladder}", "magenta"))
     if checking:
         parts.append(("  ⧗ checking", "yellow"))
     if depends_on:

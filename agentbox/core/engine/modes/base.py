@@ -133,6 +133,8 @@ class ModeDriver(Generic[StateT]):
     def to_review(self, task: Task, turn: EscalatedTurn) -> None:
         """The one place deciding checks green → review: the submission gate's checks run first (the
         engine calls `after_submit` once they pass); with no check to run the task goes to review now."""
+        if not self.ctx.submitted(task, turn):
+            return
         if not self.ctx.gate(task, turn):
             self.after_submit(task)
 
@@ -221,7 +223,14 @@ class ModeDriver(Generic[StateT]):
                                       "the two independent reviews were already in", task=task.id, role=job.role)
             return
         ids = [a.id for a in task.acceptance]
-        reply = self.ctx.structured(job, result, VerdictReply, lambda v: check_verdict(v, ids))
+        gap: list[str] = []
+
+        def check(v: VerdictReply) -> list[str]:
+            cited = [b.acceptance_id for b in v.blocking_issues if b.acceptance_id] if v.verdict == "reject" else []
+            gap[:] = self.ctx.coverage_gap(task, cited)
+            return check_verdict(v, [*ids, *gap])
+
+        reply = self.ctx.structured(job, result, VerdictReply, check)
         if reply is None:
             return
         verdict = Verdict(verdict=reply.verdict, by=job.role, at=self.ctx.clock(),
@@ -235,6 +244,9 @@ class ModeDriver(Generic[StateT]):
         if reply.verdict == "approve":
             self.approve_reviewed(job, task, f"review by {job.role} passed every criterion", verdict.evidence,
                                   verdict.commit)
+            return
+        if gap:  # the review judged criteria the brief never gave: the brief is at fault, not the work
+            self.ctx.fill(job, task, tuple(gap))
             return
         failing = sorted({b.acceptance_id for b in reply.blocking_issues if b.acceptance_id}
                          | {c.acceptance_id for c in reply.checklist if not c.pass_})

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from datetime import date
+from pathlib import Path
+
 from agentbox.core.config import HierarchicalSettings
 from agentbox.core.engine import prompts
+from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.mode_state import HierarchicalState
-from agentbox.core.engine.models import Acceptance, Checkpoint, Job, JobData, RunResult, Task
+from agentbox.core.engine.models import Acceptance, Checkpoint, Job, JobData, Run, RunResult, Task
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import Plan
 from agentbox.core.engine.reply_rules import check_plan
@@ -14,6 +19,24 @@ from agentbox.core.protected import overlaps
 from agentbox.core.scopes import glob_static_prefix
 
 APPROVE_WORDS = {"approve", "approved", "yes", "y", "ok", "go"}
+_GOAL_PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)+[\w.*-]*|[\w-]+\.[A-Za-z]\w{0,5})(?![\w/])")
+
+
+def rot_near_goal(root: Path, run: Run, ledger: RunLedger) -> str:
+    """What zones.yaml and debt.yaml say of the goal's files (its scope, else the paths its text names,
+    else the whole project), for the lead's planning prompt ("" when nothing touches them)."""
+    from agentbox.core import zones
+    from agentbox.core.errors import AgentboxError
+
+    box = root / ".agent-box"
+    if not (box / zones.ZONES_FILE).exists() and not (box / zones.DEBT_FILE).exists():
+        return ""
+    files = list(run.contract.scope) or _GOAL_PATH.findall(run.contract.goal) or ["."]
+    try:
+        return zones.planning_notes(zones.load_zones(box), zones.load_debts(box), files, date.today())
+    except AgentboxError as exc:  # a damaged file is the person's to fix: the plan goes on without it
+        ledger.event("zone", "zones.yaml or debt.yaml could not be read for the plan", exc.message)
+        return ""
 
 
 class HierarchicalMode(ModeDriver[HierarchicalState]):
@@ -58,7 +81,8 @@ class HierarchicalMode(ModeDriver[HierarchicalState]):
         self._ask_plan(None)
 
     def _ask_plan(self, feedback: str | None) -> None:
-        prompt = prompts.plan_prompt(self.run, self._roles_for_planner(), feedback, self.ctx.crew.protected)
+        prompt = prompts.plan_prompt(self.run, self._roles_for_planner(), feedback, self.ctx.crew.protected,
+                                     rot_near_goal(self.ctx.project_root, self.run, self.ctx.ledger))
         self.ctx.ledger.enqueue("plan", self.lead, prompt, data=JobData(session_key="lead", original_prompt=prompt))
 
     def on_success(self, job: Job, result: InvokeResult) -> None:
