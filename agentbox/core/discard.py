@@ -150,4 +150,16 @@ def _remove_dir(directory: Path) -> None:
     """Take the run out of the list at once (a rename), then delete it (links inside are not followed)."""
     trash = directory.with_name(f"{TRASH_PREFIX}{directory.name}-{os.getpid()}")
     os.rename(directory, trash)
-    shutil.rmtree(trash)
+
+    def writable_then_again(function: object, path: str, _error: object) -> None:
+        """A directory made read-only (as a normal user rmtree cannot empty it): opened to its owner, retried."""
+        parent = os.path.dirname(path)
+        for place in (parent, path):
+            with contextlib.suppress(OSError):
+                if not os.path.islink(place):
+                    os.chmod(place, 0o700)
+        if callable(function):
+            with contextlib.suppress(FileNotFoundError):
+                function(path)
+
+    shutil.rmtree(trash, onerror=writable_then_again)
