@@ -602,6 +602,7 @@ def _run_prepared_sync(agent: Agent, prompt: str, record: SessionRecord, prepare
                 )
         except OSError as exc:
             return _spawn_failed(agent, prompt, record, prepared, turn, exc)
+        egress_turn.spawned(prepared.egress)  # its proxy starts serving now that it delays no spawn
         try:
             _spawned(record, proc.pid, on_spawn)
             timed_out = wait_captured(proc, prepared.stdin, turn.stdout, turn.stderr, timeout_s,
