@@ -188,3 +188,22 @@ def test_the_cli_refuses_an_edited_profile_exactly_as_before(agent_box_home: Pat
     assert warm.code == cold.code == 2
     assert warm.err == cold.err and "surprise" in warm.err and "profile.yaml:9" in warm.err
     assert "Traceback" not in warm.err
+
+
+def test_an_unset_variable_of_a_cached_profile_is_named_with_its_line(agent_box_home: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """References are resolved at every turn, never cached: the message is the full check's, line included."""
+    from agentbox.core import secrets
+
+    _write(agent_box_home, GOOD.replace("MODE: fast", "MODE: ${AB_CACHE_MODE}"))
+    monkeypatch.setenv("AB_CACHE_MODE", "fast")
+    assert profiles.resolve("cached", cached=True)  # checked and kept while the variable was set
+    monkeypatch.delenv("AB_CACHE_MODE")
+    cached = profiles.resolve("cached", cached=True)
+    assert isinstance(cached.profile, CachedProfile)
+    with pytest.raises(ConfigError) as from_cache:
+        secrets.resolve_env(cached)
+    with pytest.raises(ConfigError) as from_full:
+        secrets.resolve_env(profiles.resolve("cached"))
+    assert str(from_cache.value) == str(from_full.value)
+    assert "AB_CACHE_MODE" in str(from_cache.value) and "profile.yaml:6" in str(from_cache.value)
