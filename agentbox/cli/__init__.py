@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from agentbox.cli.parser import build_parser
+from agentbox.cli.parser import build_parser, named_command
 
 QUICK_COMMANDS = frozenset({"invoke", "sessions", "status", "runs", "profile", "role", "schema", "graph", "doctor",
                             "approve", "rework", "answer", "cancel", "pause", "resume", "init", "diff", "merge", "clean",
@@ -29,8 +29,9 @@ that stay (run, tui, mcp, attach) keep the collector as it is.
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one CLI command; returns the process exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=named_command(words))  # the other commands' parsers are not built
+    args = parser.parse_args(words)
     target: str | None = getattr(args, "handler", None)
     if target is None:
         if getattr(args, "command", None) is None:

@@ -17,8 +17,50 @@ def _json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole CLI: `agentbox [--project DIR] COMMAND ...`."""
+class _Unused:
+    """Stands for the parser of a command the command line does not name: takes every call, is never parsed."""
+
+    def __getattr__(self, name: str) -> object:
+        return self._take
+
+    def _take(self, *args: object, **kw: object) -> _Unused:
+        return self
+
+
+class _OneCommand:
+    """The subcommands action with only the parser of `name` built (argparse builds each one eagerly)."""
+
+    def __init__(self, sub: argparse._SubParsersAction, name: str) -> None:
+        self.sub, self.name, self.found = sub, name, False
+
+    def add_parser(self, name: str, **kw: object) -> object:
+        if name != self.name:
+            return _Unused()
+        self.found = True
+        return self.sub.add_parser(name, **kw)  # type: ignore[arg-type]
+
+
+def named_command(argv: list[str]) -> str | None:
+    """The command an argument list names (its first word after the global options), if any."""
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        if word == "--project":
+            index += 2
+            continue
+        if word.startswith("--project="):
+            index += 1
+            continue
+        return None if word.startswith("-") else word  # --help, --version: the whole parser explains them
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI: `agentbox [--project DIR] COMMAND ...`.
+
+    `only`: a command name; the parsers of the other commands are not built (a one-turn command
+    starts sooner). When no command has that name the whole parser is built, to explain it.
+    """
     parser = argparse.ArgumentParser(
         prog="agentbox",
         description="A workbench for project-level teams of CLI coding agents. "
@@ -27,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"agentbox {__version__}")
     parser.add_argument("--project", metavar="DIR", help="the project directory (default: nearest .agent-box/ above the cwd)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    if only is not None:
+        one = _OneCommand(sub, only)
+        sub = one  # type: ignore[assignment]
 
     # --- project and profiles
     p = _cmd(sub, "init", "agentbox.cli.project:init", "create .agent-box/ here from the example project")
@@ -233,4 +278,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = _cmd(sub, "demo", "agentbox.cli.tui:demo", "run the demo crew in a temp project and watch it")
     p.add_argument("--no-tui", action="store_true", help="print progress instead of opening the dashboard")
     p.add_argument("--keep", action="store_true", help="keep the temp project")
+    if only is not None and not one.found:
+        return build_parser()
     return parser

@@ -12,7 +12,6 @@ resolves to.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,13 +24,20 @@ _HOSTNAME = re.compile(rf"^(\*\.)?{_LABEL}(\.{_LABEL})*\.?$")
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 
 
+def _ip_address(text: str):  # type: ignore[no-untyped-def]
+    """`ipaddress.ip_address`, imported when a host is looked at (a turn without network needs none)."""
+    import ipaddress
+
+    return ipaddress.ip_address(text)
+
+
 def is_loopback(host: str) -> bool:
     """The host names this machine's own loopback (`localhost`, 127.0.0.0/8, ::1)."""
     name = host.strip("[]").lower().rstrip(".")
     if name in LOOPBACK_NAMES or name.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(name).is_loopback
+        return _ip_address(name).is_loopback
     except ValueError:
         return False
 
@@ -40,6 +46,8 @@ def never_reached(address: str) -> bool:
     """An address no non-loopback rule may connect to: loopback, unspecified or link-local (the cloud
     metadata service), IPv4-mapped IPv6 (`::ffff:127.0.0.1`) and NAT64/6to4 forms read as the IPv4
     address they carry."""
+    import ipaddress
+
     ip = ipaddress.ip_address(address.strip("[]").split("%", 1)[0])
     carried: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [ip]
     if isinstance(ip, ipaddress.IPv6Address):
@@ -55,7 +63,7 @@ def never_reached(address: str) -> bool:
 def is_ip(host: str) -> bool:
     """The host is an IP literal (v4, or v6 with or without brackets)."""
     try:
-        ipaddress.ip_address(host.strip("[]"))
+        _ip_address(host.strip("[]"))
     except ValueError:
         return False
     return True
@@ -114,7 +122,7 @@ def parse_entry(entry: str, source: str = "sandbox.allow") -> Rule:
     name = _normal(host)
     if not is_ip(name) and not _HOSTNAME.match(name):
         raise ValueError(f"{entry!r} is not a host name or IP address")
-    if name in ("*", "0.0.0.0", "::") or (is_ip(name) and ipaddress.ip_address(name).is_unspecified):
+    if name in ("*", "0.0.0.0", "::") or (is_ip(name) and _ip_address(name).is_unspecified):
         raise ValueError(f"{entry!r} would allow everything; name the hosts the agent needs")
     if is_loopback(name) and port_text is None:
         raise ValueError(f"{entry!r} opens the host's loopback: name the one port the agent needs "

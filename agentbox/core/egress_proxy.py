@@ -8,8 +8,10 @@ An HTTP proxy on a UNIX socket that is bound into the sandbox (the sandbox's bri
 its resolved addresses are checked before connecting. What it refuses is answered with
 403 and counted for the turn's record. It runs on its own asyncio loop in a thread, so a
 blocking turn and the engine's loop use it alike, and `stop` tears down every connection.
-The socket listens from `start()` on; the thread imports asyncio while the sandbox starts
-(a blocking turn has not loaded it), and connections wait in the backlog until it serves.
+The socket listens from `start()` on, and connections wait in the backlog until it serves.
+A blocking caller (the CLI, which has not loaded asyncio) starts it with `defer_s`: the
+thread imports asyncio only once `begin()` says the tool's process has been spawned (or
+after `defer_s`), so that import, the proxy's largest cost, never delays the spawn.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ HEAD_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 30.0
 MAX_CONNECTIONS = 256
 """Connections one sandbox may hold open through the proxy at once."""
+DEFER_S = 0.5
+"""Longest a deferred proxy waits for `begin()` before it serves all the same."""
 MAX_DENIED_KINDS = 32
 """Distinct refused targets kept per turn (the count goes on)."""
 CHUNK = 64 * 1024
@@ -85,13 +89,15 @@ class EgressProxy:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._stop_asked = False
+        self._go = threading.Event()
         self.failure: str | None = None
         """Why the proxy stopped serving before `stop()` (its connections were refused), if it did."""
 
     # ----------------------------------------------------------------------- lifecycle
 
-    def start(self) -> None:
-        """Listen now (connections wait in the backlog until the loop takes them)."""
+    def start(self, defer_s: float = 0.0) -> None:
+        """Listen now (connections wait in the backlog until the loop takes them); with `defer_s`,
+        the loop starts at `begin()` or after that many seconds, whichever comes first."""
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(str(self.socket_path))
@@ -100,11 +106,19 @@ class EgressProxy:
         except BaseException:
             listener.close()
             raise
-        self._thread = threading.Thread(target=self._serve, args=(listener,), name="agentbox-egress", daemon=True)
+        if not defer_s:
+            self._go.set()
+        self._thread = threading.Thread(target=self._serve, args=(listener, defer_s), name="agentbox-egress",
+                                        daemon=True)
         self._thread.start()
+
+    def begin(self) -> None:
+        """Serve now (the tool's process has been spawned: the import no longer delays it)."""
+        self._go.set()
 
     def stop(self) -> None:
         """Close the listener and every connection; wait for the thread."""
+        self._go.set()
         with self._lock:
             self._stop_asked = True
             loop, stopping = self._loop, self._stopping
@@ -116,8 +130,9 @@ class EgressProxy:
         with contextlib.suppress(OSError):
             self.socket_path.unlink()
 
-    def _serve(self, listener: socket.socket) -> None:
+    def _serve(self, listener: socket.socket, defer_s: float) -> None:
         try:
+            self._go.wait(defer_s)
             import asyncio
 
             asyncio.run(self._main(listener))

@@ -171,15 +171,22 @@ def serving(plan: EgressPlan | None) -> Iterator[EgressPlan | None]:
     if plan is None:
         yield None
         return
-    from agentbox.core.egress_proxy import EgressProxy
+    from agentbox.core.egress_proxy import DEFER_S, EgressProxy
 
     proxy = EgressProxy(plan.socket, plan.rules)
-    proxy.start()
+    proxy.start(defer_s=0.0 if "asyncio" in sys.modules else DEFER_S)  # a blocking caller: see `spawned`
     plan.proxy = proxy
     try:
         yield plan
     finally:
         proxy.stop()
+
+
+def spawned(plan: EgressPlan | None) -> None:
+    """The turn's process has been spawned: its proxy may import what it serves with (asyncio)
+    without delaying the spawn (a blocking caller's proxy waits for this, at most DEFER_S)."""
+    if plan is not None and plan.proxy is not None:
+        plan.proxy.begin()
 
 
 def denied_line(network: object) -> str | None:

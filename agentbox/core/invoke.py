@@ -17,7 +17,6 @@ import shutil
 import signal
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,8 +180,12 @@ def _session_lock(path: Path):  # type: ignore[no-untyped-def]
 
 
 def new_session_id() -> str:
-    """A fresh agentbox session UUID."""
-    return str(uuid.uuid4())
+    """A fresh agentbox session UUID (version 4, random; formatted here: the uuid module imports platform)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def _prepare_session(agent: Agent, session_id: str | None, new_id: str | None = None,
@@ -634,6 +637,7 @@ def _run_prepared_sync(agent: Agent, prompt: str, record: SessionRecord, prepare
                 )
         except OSError as exc:
             return _spawn_failed(agent, prompt, record, prepared, turn, exc)
+        egress_turn.spawned(prepared.egress)  # its proxy starts serving now that it delays no spawn
         try:
             _spawned(record, proc.pid, on_spawn)
             timed_out = wait_captured(proc, prepared.stdin, turn.stdout, turn.stderr, timeout_s,

@@ -15,20 +15,17 @@ import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from agentbox.core import paths
-from agentbox.core.config import (
-    NAME_PATTERN,
-    NAME_RULE,
-    Profile,
-    Runtime,
-    validate_document,
-)
+from agentbox.core import paths, profile_cache
 from agentbox.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
+from agentbox.core.profile_cache import CachedProfile
 from agentbox.core.safe_io import describe_mode
 from agentbox.core.tools import AGENT_CLIS
-from agentbox.core.yaml_io import load_yaml, new_map, position, write_yaml
+from agentbox.core.validation import NAME_PATTERN, NAME_RULE
+
+if TYPE_CHECKING:  # the models and the YAML reader are imported where a profile.yaml is checked
+    from agentbox.core.config import Profile
 
 Source = Literal["user", "v1", "bundled"]
 
@@ -57,8 +54,9 @@ _V1_TOOL_ALIASES = {
 class ProfileInfo:
     """A resolved profile: its validated config, where its files are and where it came from."""
 
-    profile: Profile
-    """The validated profile.yaml (synthesised for a v1 profile)."""
+    profile: Profile | CachedProfile
+    """The validated profile.yaml (synthesised for a v1 profile); as plain data when it came from
+    the cache of checked profiles (`resolve(..., cached=True)`)."""
     source: Source
     """user: has profile.yaml; v1: written by agent-box v1, not adopted; bundled: a template."""
     directory: Path
@@ -117,6 +115,9 @@ def _v1_rows() -> dict[str, dict[str, str | None]]:
 
 def _v1_profile(directory: Path, db_rows: dict[str, dict[str, str | None]]) -> Profile | None:
     """Synthesise a Profile for a v1 directory, or None when its tool cannot be known."""
+    from agentbox.core.config import Profile, Runtime
+    from agentbox.core.yaml_io import load_yaml
+
     name = directory.name
     meta: dict[str, object] = {}
     meta_file = directory / "meta.yaml"
@@ -190,7 +191,7 @@ def _bind_problem(target: Path, own_dir: Path) -> str | None:
     return None
 
 
-def _check_binds(profile: Profile, document: object, file: Path, state_dir: Path) -> None:
+def _check_binds(profile: Profile | CachedProfile, document: object, file: Path, state_dir: Path) -> None:
     """The profile's config_dir and sandbox binds are places it may own or show: see `_bind_problem`."""
     checks: list[tuple[Path, tuple[str | int, ...], str]] = []
     config_dir = profile.resources.config_dir
@@ -216,6 +217,8 @@ def _check_binds(profile: Profile, document: object, file: Path, state_dir: Path
 
 
 def _bind_error(document: object, file: Path, loc: tuple[str | int, ...], message: str, hint: str) -> ConfigError:
+    from agentbox.core.yaml_io import position
+
     line, column = position(document, loc)
     return ConfigError(message, file=file, line=line, column=column,
                        field=".".join(str(p) for p in loc), hint=hint)
@@ -225,7 +228,7 @@ SCENARIO_MAX_BYTES = 1 << 20
 """Largest scenario file a scripted profile may name (as large as any YAML file agentbox reads)."""
 
 
-def _check_scenario(profile: Profile, document: object, file: Path, directory: Path) -> None:
+def _check_scenario(profile: Profile | CachedProfile, document: object, file: Path, directory: Path) -> None:
     """A scripted profile's `runtime.scenario` is a regular file of at most SCENARIO_MAX_BYTES:
     never a device (`/dev/zero` would be read until memory runs out), a FIFO, a directory or
     a missing file. Checked without opening it."""
@@ -248,15 +251,48 @@ def _check_scenario(profile: Profile, document: object, file: Path, directory: P
                           f"{scenario!r} is {info.st_size:,} bytes, more than the {SCENARIO_MAX_BYTES:,} allowed", hint)
 
 
-def _load_user(directory: Path, state_dir: Path | None = None) -> Profile:
+def _load_user(directory: Path, state_dir: Path | None = None, *, cached: bool = False) -> Profile | CachedProfile:
     """Load `<directory>/profile.yaml`; its name must be the directory's name, and its
     config_dir and binds must stay clear of other people's files (`_bind_problem`).
 
-    `state_dir` is where the profile's writable state lives (default: `directory`)."""
+    `state_dir` is where the profile's writable state lives (default: `directory`). With
+    `cached`, a profile.yaml whose bytes and identity were checked before comes back as plain
+    data from `agentbox.core.profile_cache`, without its parser and models; what depends on
+    other files (binds, the scenario) is checked again all the same."""
     file = directory / paths.PROFILE_FILE
+    state = state_dir or directory
+    source = profile_cache.read_source(file) if cached else None
+    if source is not None:
+        hit = profile_cache.lookup(_cache_dir(), directory, state, source)
+        if hit is not None:
+            try:
+                _check_binds(hit, None, file, state)
+                _check_scenario(hit, None, file, directory)
+            except ConfigError:
+                profile_cache.drop(_cache_dir(), directory, state)  # checked below, to say it with its line
+            else:
+                if hit.name == directory.name:
+                    return hit
+    profile = _check_user(directory, file, state)
+    if source is not None:
+        again = profile_cache.read_source(file)  # kept only when what was checked is still what is there
+        if again is not None and again.identity == source.identity:
+            profile_cache.store(_cache_dir(), directory, state, source, profile.model_dump())
+    return profile
+
+
+def _cache_dir() -> Path:
+    return paths.agent_box_home() / "cache" / "profiles"
+
+
+def _check_user(directory: Path, file: Path, state_dir: Path) -> Profile:
+    """profile.yaml read, validated and checked against the files it names (raises ConfigError)."""
+    from agentbox.core.config import Profile, validate_document
+    from agentbox.core.yaml_io import load_yaml, position
+
     document = load_yaml(file)
     profile = validate_document(Profile, document, file, document)
-    _check_binds(profile, document, file, state_dir or directory)
+    _check_binds(profile, document, file, state_dir)
     _check_scenario(profile, document, file, directory)
     if profile.name != directory.name:
         line, column = position(document, ("name",))
@@ -326,12 +362,15 @@ def available_names() -> list[str]:
     return sorted(info.name for info in all_profiles(errors=[]))
 
 
-def resolve(name: str) -> ProfileInfo:
-    """The profile called `name` (a user profile wins over a bundled one)."""
+def resolve(name: str, *, cached: bool = False) -> ProfileInfo:
+    """The profile called `name` (a user profile wins over a bundled one).
+
+    `cached`: a profile.yaml checked before, unchanged since, comes back as plain data
+    (`CachedProfile`) without importing the YAML reader and the models (a one-turn command)."""
     _check_name(name)
     user_dir = paths.profiles_dir() / name
     if _present(user_dir / paths.PROFILE_FILE):
-        return ProfileInfo(_load_user(user_dir), "user", user_dir, user_dir)
+        return ProfileInfo(_load_user(user_dir, cached=cached), "user", user_dir, user_dir)
     if user_dir.is_dir():
         v1 = _v1_profile(user_dir, _v1_rows())
         if v1 is not None:
@@ -339,7 +378,7 @@ def resolve(name: str) -> ProfileInfo:
     template = paths.bundled_profiles_dir() / name
     if (template / paths.PROFILE_FILE).is_file():
         state = _bundled_state_dir(name)
-        return ProfileInfo(_load_user(template, state), "bundled", template, state)
+        return ProfileInfo(_load_user(template, state, cached=cached), "bundled", template, state)
     raise NotFoundError(
         f"unknown profile {name!r}",
         f"available profiles: {', '.join(available_names()) or '(none)'}; "
@@ -382,6 +421,9 @@ def add(name: str, template: str) -> ProfileInfo:
     staging = target.with_name(f".{name}.creating")
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(source, staging)
+    from agentbox.core.config import Profile, validate_document
+    from agentbox.core.yaml_io import load_yaml, write_yaml
+
     document = load_yaml(staging / paths.PROFILE_FILE)
     document["name"] = name
     profile = validate_document(Profile, document, staging / paths.PROFILE_FILE, document)
@@ -424,6 +466,8 @@ def adopt(name: str) -> Path:
         raise AlreadyExistsError(f"profile {name!r} already has a {paths.PROFILE_FILE}")
     if not directory.is_dir():
         raise NotFoundError(f"no profile directory {directory}")
+    from agentbox.core.yaml_io import new_map, write_yaml
+
     profile = _v1_profile(directory, _v1_rows())
     if profile is None:
         raise UsageError(

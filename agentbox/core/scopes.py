@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
-import hashlib
 import os
 import shutil
 import stat
@@ -340,6 +339,8 @@ def _outermost(paths: list[Path]) -> list[Path]:
 
 
 def _sha(path: Path) -> str:
+    import hashlib  # only staged scopes hash files (its OpenSSL start-up is a few ms of every turn otherwise)
+
     digest = hashlib.sha256()
     with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as handle:
         for chunk in iter(lambda: handle.read(1 << 16), b""):
@@ -475,6 +476,8 @@ def _current_sha(dir_fd: int, name: str) -> str | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return "other"
+        import hashlib
+
         digest = hashlib.sha256()
         while chunk := os.read(fd, 1 << 16):
             digest.update(chunk)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import errno
 import functools
-import platform
+import os
 import struct
 from dataclasses import dataclass
 
@@ -90,7 +90,7 @@ BLOCKED_SYSCALLS: tuple[str, ...] = (*_DENIED, "clone (CLONE_NEW*)", "clone3 (EN
 
 def supported() -> bool:
     """True when this machine's architecture has a syscall table here."""
-    return platform.machine() in _ARCHES
+    return os.uname().machine in _ARCHES
 
 
 class _Program:
@@ -125,9 +125,9 @@ class _Program:
 @functools.lru_cache(maxsize=1)
 def program(machine: str | None = None) -> bytes:
     """The filter as `struct sock_filter[]` bytes, for bwrap's `--seccomp FD`."""
-    arch = _ARCHES.get(machine or platform.machine())
+    arch = _ARCHES.get(machine or os.uname().machine)
     if arch is None:
-        raise OSError(errno.ENOSYS, f"no seccomp syscall table for {machine or platform.machine()}")
+        raise OSError(errno.ENOSYS, f"no seccomp syscall table for {machine or os.uname().machine}")
     p = _Program()
     p.op(_LD_W_ABS, _ARCH)
     p.op(_JEQ_K, arch.audit, jt=1, jf=0)

@@ -69,7 +69,7 @@ def profile_agent(name: str, cwd: Path, proj: ProjectPaths | None) -> Agent:
     from agentbox.core import profiles
     from agentbox.core.invoke import Agent
 
-    info = profiles.resolve(name)
+    info = profiles.resolve(name, cached=True)  # a profile.yaml checked before and unchanged: no parser, no models
     root = proj.root if proj is not None else cwd
     return Agent(
         profile=info, label=f"{PROFILE_PREFIX}{name}", cwd=root,

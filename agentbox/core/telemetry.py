@@ -59,9 +59,9 @@ def _traces_url(endpoint: str) -> str:
 
 def _from_user_config(service: str) -> TraceSettings | None:
     """The user's config.yaml `telemetry:` section, read only when the file mentions it (no YAML otherwise)."""
-    from agentbox.core.user_config import config_path
+    from agentbox.core.paths import agent_box_home
 
-    path = config_path()
+    path = agent_box_home() / "config.yaml"  # not user_config.config_path: that module imports pydantic
     try:
         with open(path, "rb") as handle:
             if b"telemetry" not in handle.read(1 << 20):

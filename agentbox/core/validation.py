@@ -13,9 +13,10 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel
+if TYPE_CHECKING:  # imported where a model is looked at: NAME_PATTERN and the words need no pydantic
+    from pydantic import BaseModel
 
 Location = tuple[str | int, ...]
 """Where a value sits in a document: its keys and list indexes from the top."""
@@ -140,6 +141,8 @@ def _mapping_of(annotation: Any) -> str:
 
 
 def _is_model(annotation: Any) -> bool:
+    from pydantic import BaseModel
+
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 

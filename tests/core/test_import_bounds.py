@@ -1,8 +1,9 @@
 """What a command loads is bounded: each command imports only what it uses.
 
 `agentbox --version` loads no part of the core; `agentbox invoke` runs one turn without the
-event loop, psutil, the engine, the crew or the other tools' adapters; `agentbox sessions`
-lists records without the config models or YAML. Checked with `sys.modules` in a fresh
+event loop, psutil, the engine, the crew or the other tools' adapters, and, once its
+profile.yaml has been checked and is unchanged, without the YAML parser and the models;
+`agentbox sessions` lists records without the config models or YAML. Checked with `sys.modules` in a fresh
 interpreter after the command ran (a real turn, in the real sandbox), never with timings.
 """
 
@@ -72,14 +73,23 @@ def loaded_by(command: str, cwd: Path, tmp_path: Path, env: dict[str, str] | Non
     return result["modules"]
 
 
-@pytest.mark.bwrap
-@pytest.mark.parametrize("command", list(FORBIDDEN))
-def test_a_command_imports_only_what_it_uses(command: str, agent_box_home: Path, tmp_path: Path) -> None:
+PARSER_AND_MODELS = ("pydantic", "pydantic_core", "ruamel", "agentbox.core.config", "agentbox.core.yaml_io",
+                     "agentbox.core.user_config")
+"""What checking a YAML file takes: not needed to run a turn of a profile checked before."""
+
+
+def _noop_profile(agent_box_home: Path) -> None:
     profile = agent_box_home / "profiles" / "noop"
     profile.mkdir(parents=True)
     (profile / "scenario.json").write_text(json.dumps({"rules": [], "fallback": {"reply": "ok"}}))
     (profile / "profile.yaml").write_text("name: noop\nruntime:\n  tool: scripted\n  scenario: scenario.json\n"
                                           "sandbox:\n  network: false\n")
+
+
+@pytest.mark.bwrap
+@pytest.mark.parametrize("command", list(FORBIDDEN))
+def test_a_command_imports_only_what_it_uses(command: str, agent_box_home: Path, tmp_path: Path) -> None:
+    _noop_profile(agent_box_home)
     workdir = tmp_path / "work"
     workdir.mkdir()
     modules = loaded_by(command, workdir, tmp_path)
@@ -128,3 +138,16 @@ def test_tracing_on_without_the_sdk_says_so_in_one_line(agent_box_home: Path, tm
                          f"installed; install it with `pip install 'agentbox[otel]'` (this "
                          f"{'run' if command.startswith('run') else 'turn'} goes on without traces)"], said[0]
         assert "Traceback" not in said[0]
+
+
+@pytest.mark.bwrap
+def test_invoke_of_a_checked_profile_loads_no_parser_or_models(agent_box_home: Path, tmp_path: Path) -> None:
+    _noop_profile(agent_box_home)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    cold = loaded_by("invoke profile:noop hi", workdir, tmp_path)
+    assert "pydantic" in cold and "ruamel.yaml" in cold  # the first turn checks profile.yaml in full
+    warm = loaded_by("invoke profile:noop hi", workdir, tmp_path)
+    loaded = [m for m in warm if any(m == f or m.startswith(f + ".") for f in (*PARSER_AND_MODELS, *HEAVY))]
+    assert loaded == [], f"a turn of an unchanged, checked profile imported {loaded}"
+    assert len(list((agent_box_home / "sessions").rglob("*.turns.jsonl"))) == 2, "both turns ran"
