@@ -295,8 +295,10 @@ def status(args: argparse.Namespace) -> int:
         print()
         worktree = run.git is not None
         checking = run.checking()
+        held = {job.task: job.data.held.split(":")[0] for job in run.pending_jobs() if job.task and job.data.held}
         print_table(["task", "state", "assignee", "deps", "attempts", "tokens", "verdict", *(["files"] if worktree else [])],
-                    [[t.id, t.state_label + (" (checking)" if t.id in checking else ""), t.assignee,
+                    [[t.id, t.state_label + (" (checking)" if t.id in checking else f" ({held[t.id]})" if t.id in held else ""),
+                      t.assignee,
                       ",".join(t.depends_on) or "-", str(t.attempts),
                       f"{t.tokens:,}" + ("+?" if t.unknown_usage_turns else ""),
                       t.verdicts[-1].verdict + f" ({t.verdicts[-1].by})" if t.verdicts else "-",

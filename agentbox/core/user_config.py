@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
@@ -109,6 +109,16 @@ class Hooks(Strict):
     """How long a hook may run, in seconds (1 to 3600); then its whole process group is killed (and that is logged)."""
 
 
+class Runner(Strict):
+    """Where turns run and when this machine has room for one more (`docs/scale.md`)."""
+
+    kind: Literal["local"] = "local"
+    """`local`: every turn runs on this machine."""
+    reserve_mb: float = Field(default=512, ge=0, le=1 << 22)
+    """Memory (MB) kept free for the machine itself: a turn starts only when its need fits beside it."""
+    max_load_per_cpu: float | None = Field(default=8.0, gt=0, le=1024)
+    """No turn starts while the 1-minute load average per core is above this; null: the load never holds one back."""
+
 class UserConfig(Strict):
     """$AGENT_BOX_HOME/config.yaml: the person's own settings (never read from a project)."""
 
@@ -116,6 +126,8 @@ class UserConfig(Strict):
     """Notifications: terminal bell, desktop, webhook."""
     hooks: Hooks = Field(default_factory=Hooks)
     """Commands run on the host when a run needs the person, ends or fails."""
+    runner: Runner = Field(default_factory=Runner)
+    """Where turns run, and the room this machine keeps (memory, load)."""
 
 
 def load_user_config(path: Path | None = None) -> UserConfig:

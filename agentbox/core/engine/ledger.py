@@ -150,6 +150,20 @@ class RunLedger:
         self._job(job).started = self.clock()
         return session
 
+    def hold_job(self, job: Job, why: str | None) -> None:
+        """The runner holds `job` back for room (`why`), or no longer does (None); logged when that changes."""
+        if job.data.held == why:
+            return
+        before = job.data.held
+        self._job(job).data.held = why
+        self.dirty = True
+        if why is not None and (before is None or before.split(":")[0] != why.split(":")[0]):
+            self.event("admission", f"{job.kind} turn of {job.role} waits: {why}", "the runner admits a turn only when "
+                       "its machine has room for it", task=job.task, role=job.role, job=job.id)
+        elif why is None:
+            self.event("admission", f"{job.kind} turn of {job.role} admitted", before, task=job.task, role=job.role,
+                       job=job.id)
+
     def learned_pid(self, job: Job, pid: int, create_time: float | None) -> None:
         """The turn's process started (recorded so a new engine can find it after a crash)."""
         self._job(job)

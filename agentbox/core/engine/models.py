@@ -372,6 +372,8 @@ class JobData(Model):
     """Group chat: the round of the speech."""
     graph_route: bool = False
     """Graph: not a turn but a loop's delivery passing through failure routing."""
+    held: str | None = None
+    """Why the runner holds the turn back although the scheduler would start it ("waiting for memory: …")."""
 
     def for_retry(self, original_prompt: str | None, *, not_before: float = 0.0) -> JobData:
         """The same extras for another turn of the same work: it sends `original_prompt` again, from `not_before` on."""

@@ -53,21 +53,24 @@ class Row(NamedTuple):
     """The index of its group's header row."""
 
 
-def task_look(task: Task, checking: bool = False) -> Look:
-    """What the row of `task` shows (`checking`: crew.yaml's checks are judging its work)."""
+def task_look(task: Task, checking: bool = False, held: str | None = None) -> Look:
+    """What the row of `task` shows (`checking`: crew.yaml's checks are judging its work; `held`:
+    why its turn waits for the machine's room, "waiting for memory")."""
     verdict = (task.verdicts[-1].verdict, task.verdicts[-1].by) if task.verdicts else None
     look: Look = ("task", task.id, task.assignee, tuple(task.depends_on), task.attempts, verdict)
-    return (*look, "checking") if checking else look
+    return (*look, "checking") if checking else (*look, held) if held else look
 
 
 def _label_parts(look: Look) -> list[tuple[str, str]]:
     if look[0] == "group":
         _, state, count, _expanded = look
         return [(f"{state} ", model.STATE_STYLE.get(str(state)) or "bold"), (f"({count})", "dim")]
-    _, task_id, assignee, depends_on, attempts, verdict, *checking = look
+    _, task_id, assignee, depends_on, attempts, verdict, *mark = look
     parts = [(str(task_id), "bold"), ("  ", ""), (for_line(assignee), "cyan")]
-    if checking:
+    if mark == ["checking"]:
         parts.append(("  ⧗ checking", "yellow"))
+    elif mark:
+        parts.append((f"  ⏸ {mark[0]}", "yellow"))
     if depends_on:
         parts.append((f"  ⇠ {', '.join(depends_on)}", "dim"))  # type: ignore[arg-type]
     if int(attempts) > 1:  # type: ignore[call-overload]
@@ -93,6 +96,8 @@ def queue_rows(run: Run | None, collapsed: set[str]) -> list[Row]:
     finished groups most recently updated first; a collapsed group shows its header only."""
     rows: list[Row] = []
     checking = run.checking() if run is not None else {}
+    held = {job.task: job.data.held.split(":")[0] for job in (run.pending_jobs() if run is not None else [])
+            if job.task and job.data.held}
     for state, tasks in model.queue_groups(run):
         state = str(state)
         if state in TERMINAL_STATES:
@@ -102,7 +107,7 @@ def queue_rows(run: Run | None, collapsed: set[str]) -> list[Row]:
         rows.append(Row(GROUP_PREFIX + state, state, ("group", state, len(tasks), expanded), False, header))
         if expanded:
             last = len(tasks) - 1
-            rows.extend(Row(task.id, state, task_look(task, task.id in checking), index == last, header)
+            rows.extend(Row(task.id, state, task_look(task, task.id in checking, held.get(task.id)), index == last, header)
                         for index, task in enumerate(tasks))
     return rows
 
