@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from agentbox.core import paths
 from agentbox.core.config import MIN_SECONDS, Strict, validate_document
@@ -109,15 +109,32 @@ class Hooks(Strict):
     """How long a hook may run, in seconds (1 to 3600); then its whole process group is killed (and that is logged)."""
 
 
+def _host_port(value: str) -> str:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or has_control_character(value):
+        raise ValueError("must be HOST:PORT, such as 10.0.0.5:6379")
+    return value
+
+
 class Runner(Strict):
     """Where turns run and when this machine has room for one more (`docs/scale.md`)."""
 
-    kind: Literal["local"] = "local"
-    """`local`: every turn runs on this machine."""
+    kind: Literal["local", "ray"] = "local"
+    """`local`: every turn runs on this machine; `ray`: each turn runs on a node of the Ray cluster at `address`."""
+    address: Annotated[str, AfterValidator(_host_port)] | None = None
+    """`ray`: the cluster's GCS address, `HOST:PORT` (the head's `ray start --head --port`)."""
+    cpus_per_turn: float = Field(default=1.0, gt=0, le=1024)
+    """`ray`: the CPUs each turn asks the cluster for."""
     reserve_mb: float = Field(default=512, ge=0, le=1 << 22)
     """Memory (MB) kept free for the machine itself: a turn starts only when its need fits beside it."""
     max_load_per_cpu: float | None = Field(default=8.0, gt=0, le=1024)
     """No turn starts while the 1-minute load average per core is above this; null: the load never holds one back."""
+
+    @model_validator(mode="after")
+    def _ray_has_an_address(self) -> Runner:
+        if self.kind == "ray" and self.address is None:
+            raise ValueError("kind: ray needs address: HOST:PORT (the cluster's head)")
+        return self
 
 class UserConfig(Strict):
     """$AGENT_BOX_HOME/config.yaml: the person's own settings (never read from a project)."""

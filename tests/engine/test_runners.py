@@ -18,10 +18,10 @@ import pytest
 
 from agentbox.core import services
 from agentbox.core.engine.engine import Engine
+from agentbox.core.engine.run_store import RunStore
 from agentbox.core.engine.runners import configured_runner
 from agentbox.core.engine.runners.admission import AdmissionLimits, PeakStore, Room, decide, need_mb
 from agentbox.core.engine.runners.base import Turn, TurnDone
-from agentbox.core.engine.run_store import RunStore
 from agentbox.core.engine.runners.local import LocalRunner
 from agentbox.core.errors import ConfigError
 from agentbox.core.invoke import new_session_id

@@ -64,6 +64,10 @@ class TurnDone:
     git: TurnGit | None = None
     peak_rss_mb: float | None = None
     """The most memory the turn's processes held together (None: not measured)."""
+    node_id: str | None = None
+    """The cluster node the turn ran on (None: this machine)."""
+    host: str | None = None
+    """That node's host name."""
 
 
 class TurnRunner(Protocol):
