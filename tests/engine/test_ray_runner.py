@@ -206,3 +206,34 @@ async def test_a_node_lost_mid_turn_is_retried_on_another(cluster: RayCluster, p
     assert lost, [e["what"] for e in of_type(log, "turn")]
     later = of_type(log, "placement")
     assert {e["node"] for e in later if e["seq"] > lost[0]["seq"]} <= cluster.node_ids(cluster.workers)
+
+
+async def test_a_secret_reaches_the_node_in_memory_only(cluster: RayCluster, agent_box_home: Path, project: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentbox.core import services
+    from agentbox.core.engine.runners.base import Turn
+    from agentbox.core.invoke import new_session_id
+    from tests.engine.support import write_profile
+
+    secret = "node-secret-" + os.urandom(8).hex()
+    monkeypatch.setenv("AB_NODE_SECRET", secret)  # the head has it; the nodes were started without it
+    write_profile("t-secret", [{"id": "show", "when": {"prompt_contains": "show"},
+                                "do": {"run": 'printf "%s" "$AB_TOKEN" | wc -c', "reply": "length {run_output}"}}])
+    profile = agent_box_home / "profiles" / "t-secret" / "profile.yaml"
+    profile.write_text(profile.read_text().replace('"runtime": {', '"runtime": {"env": {"AB_TOKEN": "${AB_NODE_SECRET}"}, '))
+    agent = services.profile_agent("t-secret", project, None)
+    done = await RayRunner(cluster.address).run(Turn(
+        job_id="secret", run_id="r", task_id=None, agent=agent, prompt="show", session_id=new_session_id(),
+        resume=False, timeout_s=60))
+    assert done.result.ok and done.result.text.split() == ["length", str(len(secret))], done.result
+    assert done.node_id in cluster.node_ids(cluster.workers)
+    found = []
+    for root in (cluster.temp_dir, agent_box_home, project):
+        for path in root.rglob("*"):
+            with contextlib.suppress(OSError):
+                if path.is_file() and not path.is_symlink() and secret.encode() in path.read_bytes():
+                    found.append(path)
+    assert found == []  # not in Ray's session dir (logs, spilled objects), nor any record of the turn
+    for proc in cluster.processes():  # and not left in any Ray process's environment
+        with contextlib.suppress(psutil.Error):
+            assert proc.environ().get("AB_NODE_SECRET") is None and proc.environ().get("AB_TOKEN") != secret

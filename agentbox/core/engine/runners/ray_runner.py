@@ -32,6 +32,7 @@ import os
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,7 +92,7 @@ class RayRunner:
         if memory_mb is not None:
             options["memory"] = memory_mb * 2**20
         bundle = await asyncio.to_thread(_bundle_of, turn.workspace.path) if turn.workspace is not None else None
-        ref = self._remote.options(**options).remote(NodeTurn(
+        ref = self._remote.options(**options).remote(_secret_env(agent), NodeTurn(
             agent=agent, prompt=turn.prompt, session_id=turn.session_id, resume=turn.resume,
             timeout_s=turn.timeout_s, run_id=turn.run_id, task_id=turn.task_id, bundle=bundle,
             home=str(agent_box_home())))
@@ -151,8 +152,14 @@ class NodeDone:
     peak_rss_mb: float | None
 
 
-def run_on_node(turn: NodeTurn) -> NodeDone:
-    """On a node: the turn in its own worktree cloned from the bundle, through the local runner."""
+def run_on_node(secret_env: dict[str, str], turn: NodeTurn) -> NodeDone:
+    """On a node: the turn in its own worktree cloned from the bundle, through the local runner.
+
+    `secret_env` holds the variables the profile takes from the head's environment: they
+    are put in this worker's environment for the turn only (memory, never a file) and
+    taken out after it. It is an argument of its own, small, so Ray sends it inline with
+    the task, never through its object store (which may spill to disk).
+    """
     import ray
 
     from agentbox.core.engine.runners.local import LocalRunner
@@ -170,11 +177,11 @@ def run_on_node(turn: NodeTurn) -> NodeDone:
             git(scratch, "clone", "-q", "--no-hardlinks", str(scratch / "in.bundle"), str(work))
             agent = dataclasses.replace(agent, worktree=work, views=((work / ".git", agent.cwd / ".git"),),
                                         view_hidden=())
-        os.environ["AGENT_BOX_HOME"] = turn.home  # one task at a time per worker process
         runner = LocalRunner(reading=_no_limit)
-        done = asyncio.run(runner.run(Turn(
-            job_id=turn.session_id, run_id=turn.run_id, task_id=turn.task_id, agent=agent, prompt=turn.prompt,
-            session_id=turn.session_id, resume=turn.resume, timeout_s=turn.timeout_s)))
+        with _environment({"AGENT_BOX_HOME": turn.home, **secret_env}):  # one task at a time per worker
+            done = asyncio.run(runner.run(Turn(
+                job_id=turn.session_id, run_id=turn.run_id, task_id=turn.task_id, agent=agent, prompt=turn.prompt,
+                session_id=turn.session_id, resume=turn.resume, timeout_s=turn.timeout_s)))
         bundle = None
         if work is not None and done.result.error_kind != "spawn_failed":
             base = git(work, "rev-parse", "HEAD").text.strip()
@@ -187,6 +194,30 @@ def run_on_node(turn: NodeTurn) -> NodeDone:
         return NodeDone(done.result, bundle, node_id, socket.gethostname(), done.peak_rss_mb)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _secret_env(agent: Agent) -> dict[str, str]:
+    """The head's values of the variables the agent's profile takes from the environment (resolved here)."""
+    from agentbox.core import secrets
+
+    runtime = agent.profile.profile.runtime
+    names = {ref.name for value in runtime.env.values() for ref in secrets.references(value)} | set(runtime.pass_env)
+    return {name: os.environ[name] for name in sorted(names) if name in os.environ}
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """This process's environment with `values` set, as it was afterwards."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _no_limit() -> Any:
