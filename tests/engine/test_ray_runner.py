@@ -237,3 +237,18 @@ async def test_a_secret_reaches_the_node_in_memory_only(cluster: RayCluster, age
     for proc in cluster.processes():  # and not left in any Ray process's environment
         with contextlib.suppress(psutil.Error):
             assert proc.environ().get("AB_NODE_SECRET") is None and proc.environ().get("AB_TOKEN") != secret
+
+
+def test_doctor_checks_every_node_of_the_cluster(cluster: RayCluster, agent_box_home: Path) -> None:
+    from agentbox.core import doctor
+
+    (agent_box_home / "config.yaml").write_text(f"runner:\n  kind: ray\n  address: {cluster.address}\n")
+    checks = {c.name: c for c in doctor.check_runner()}
+    assert checks["runner"].status == "ok" and checks["runner"].detail.endswith("node(s) alive")
+    by_node = {c.name.split()[1]: c for c in checks.values() if c.name.startswith("node ")}
+    for node in cluster.workers:
+        check = by_node[node.node_id[:12]]
+        assert check.status == "ok" and check.detail.startswith("bubblewrap") and "tools: scripted" in check.detail
+    bare = by_node[cluster.bare.node_id[:12]]
+    assert bare.status == "warn" and "tools: none" in bare.detail
+    assert doctor.healthy(list(checks.values()))

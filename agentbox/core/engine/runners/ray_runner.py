@@ -247,3 +247,57 @@ def _take_bundle(worktree: Path, bundle: bytes) -> None:
         git(worktree, "fetch", "-q", "--no-tags", "--no-write-fetch-head", str(path), f"+{TURN_REF}:{TURN_REF}")
         git(worktree, "read-tree", "-u", "--reset", TURN_REF)
         git(worktree, "update-ref", "-d", TURN_REF)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeProbe:
+    """What `agentbox doctor` learns of one node of the cluster."""
+
+    node_id: str
+    host: str
+    alive: bool
+    tools: tuple[str, ...]
+    """The tools the node offers (its `agentbox-tool:<tool>` resources)."""
+    bwrap: str | None
+    """bubblewrap's version on the node after it made a sandbox there (None: it could not, see `problem`)."""
+    problem: str | None = None
+
+
+def _probe_bwrap() -> tuple[str | None, str | None]:
+    """On a node: bwrap's version once it has made a sandbox there, or why it could not."""
+    from agentbox.core.doctor import check_bwrap
+
+    check = check_bwrap()
+    return (check.detail.split(" at ")[0], None) if check.status == "ok" else (None, check.detail)
+
+
+def probe_cluster(address: str, *, timeout_s: float = 60.0) -> list[NodeProbe]:
+    """Every node of the cluster at `address`: alive, the tools it offers, bwrap working on it."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 namespace="agentbox")
+    probe = ray.remote(num_cpus=0, max_retries=0)(_probe_bwrap)
+    nodes = ray.nodes()
+    prefix = TOOL_RESOURCE.format(tool="")
+    pending = {}
+    for node in nodes:
+        if node.get("Alive") and not node.get("Resources", {}).get("node:__internal_head__"):
+            pending[node["NodeID"]] = probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+                node["NodeID"], soft=False)).remote()
+    found = []
+    for node in nodes:
+        tools = tuple(sorted(name[len(prefix):] for name in node.get("Resources", {}) if name.startswith(prefix)))
+        version, problem = None, None if node.get("Alive") else "the node is not alive"
+        if node["NodeID"] in pending:
+            try:
+                version, problem = ray.get(pending[node["NodeID"]], timeout=timeout_s)
+            except Exception as exc:  # a node that cannot run the probe is reported, never raised
+                problem = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        elif node.get("Alive"):
+            problem = "the head: no turn runs there"
+        found.append(NodeProbe(node["NodeID"], node.get("NodeManagerHostname") or node.get("NodeManagerAddress", "?"),
+                               bool(node.get("Alive")), tools, version, problem))
+    return found
