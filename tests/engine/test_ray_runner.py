@@ -252,3 +252,46 @@ def test_doctor_checks_every_node_of_the_cluster(cluster: RayCluster, agent_box_
     bare = by_node[cluster.bare.node_id[:12]]
     assert bare.status == "warn" and "tools: none" in bare.detail
     assert doctor.healthy(list(checks.values()))
+
+
+async def test_a_killed_head_s_turns_end_with_it_and_resume_runs_them_once(
+        cluster: RayCluster, agent_box_home: Path, project: Path) -> None:
+    import signal
+    import time
+
+    from agentbox.core.engine.run_store import RunStore
+    from tests.engine.support import session_processes, start_engine, stop, wait_gone
+
+    (agent_box_home / "config.yaml").write_text(f"runner:\n  kind: ray\n  address: {cluster.address}\n")
+    paths = crew(project, delay=20)
+    run_id = create(paths)
+    store = RunStore(paths)
+    proc = start_engine(paths, run_id)
+    try:
+        deadline = time.monotonic() + 90
+        running: list[Any] = []
+        while not running:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            sessions = [j.session_id for j in store.load(run_id).jobs.values() if j.kind == "work" and j.started]
+            running = session_processes(sessions) if sessions else []
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        stop(proc)
+    # the head's driver is gone: Ray stops its tasks, and bwrap dies with its worker
+    assert wait_gone(lambda: session_processes(sessions), timeout=60) == []
+    paths = crew_again(paths)
+    run = await drive_with(paths, run_id, RayRunner(cluster.address), timeout=240)
+    assert run.status == "done", run.status_reason
+    log = events(paths, run_id)
+    assert of_type(log, "recover")
+    done_work = [e for e in of_type(log, "turn") if e["what"].startswith("work turn") and "ok" in e["what"]]
+    assert sorted(e["task"] for e in done_work) == ["t1", "t2"]  # each work turn ended once
+
+
+def crew_again(paths: Any) -> Any:
+    """The same crew with short work turns (the resumed turns need not take 20 s again)."""
+    worker = [work_rule(0.2, write={"src/{task}/made.txt": "made by {task}\n"})]
+    return setup_crew(paths.root, worker=worker, tasks=[task("t1", "builder"), task("t2", "tester")],
+                      limits={"max_workers": 2})

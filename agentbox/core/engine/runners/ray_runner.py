@@ -17,6 +17,8 @@ branch holds what it would hold had the turn run here.
 A node lost mid-turn (its raylet or the worker killed) comes back as an environment
 failure (`killed`), which the engine retries with back-off; Ray itself never re-runs a
 turn (`max_retries=0`), so no turn runs twice without the engine knowing.
+A head killed mid-turn takes its turns with it (Ray stops the tasks of a driver that died,
+and bwrap dies with its worker), so `run --resume` resumes them as after a local crash.
 
 What this runner assumes today: the nodes see the head's AGENT_BOX_HOME and the
 project's session store at the same paths (one machine, or a shared file system), so the
