@@ -296,14 +296,17 @@ def status(args: argparse.Namespace) -> int:
         worktree = run.git is not None
         checking = run.checking()
         held = {job.task: job.data.held.split(":")[0] for job in run.pending_jobs() if job.task and job.data.held}
-        print_table(["task", "state", "assignee", "deps", "attempts", "tokens", "verdict", *(["files"] if worktree else [])],
+        on_nodes = any(t.node for t in run.tasks.values())
+        print_table(["task", "state", "assignee", "deps", "attempts", "tokens", "verdict", *(["files"] if worktree else []),
+                     *(["node"] if on_nodes else [])],
                     [[t.id, t.state_label + (" (checking)" if t.id in checking else f" ({held[t.id]})" if t.id in held else ""),
                       t.assignee,
                       ",".join(t.depends_on) or "-", str(t.attempts),
                       f"{t.tokens:,}" + ("+?" if t.unknown_usage_turns else ""),
                       t.verdicts[-1].verdict + f" ({t.verdicts[-1].by})" if t.verdicts else "-",
                       *([(str(len(t.changed_files)) + (" merged" if t.merged else "")) if t.changed_files
-                         else "none"] if worktree else [])]
+                         else "none"] if worktree else []),
+                      *([_node(t.node)] if on_nodes else [])]
                      for t in run.tasks.values()])
     open_cps = run.open_checkpoints()
     if open_cps:
@@ -320,6 +323,14 @@ def status(args: argparse.Namespace) -> int:
               "(add --detach to run it in the background)"
               + ("; answers given meanwhile are kept and acted on then" if open_cps else ""))
     return 0
+
+
+def _node(node: str | None) -> str:
+    """`3f2a9c1d0b7e@host` for a task's last cluster node (node id shortened), `-` for this machine."""
+    if not node:
+        return "-"
+    node_id, _, host = node.partition("@")
+    return for_line(f"{node_id[:12]}@{host}")
 
 
 def _send(project: Any, run_id: str | None, command: dict[str, Any]) -> int:

@@ -25,6 +25,7 @@ import pytest
 from agentbox.core.engine.engine import Engine
 from agentbox.core.engine.runners.local import LocalRunner
 from agentbox.core.engine.runners.ray_runner import RayRunner, tool_resource
+from tests.conftest import run_cli
 from tests.engine.support import create, events, of_type, setup_crew, task, until, work_rule
 from tests.engine.test_runners import GB, room
 from tests.engine.test_worktree_runs import make_repo
@@ -141,6 +142,10 @@ async def test_turns_land_on_the_tool_s_nodes_and_commit_what_a_local_run_commit
         if name == "ray":
             placements = of_type(events(paths, run_id), "placement")
             kinds = [e["type"] for e in events(paths, run_id)]
+            status = await asyncio.to_thread(run_cli, "status", run_id, cwd=root)
+            for t in run.tasks.values():  # each task shows the node its last turn ran on
+                assert t.node is not None and t.node.partition("@")[0] in cluster.node_ids(cluster.workers)
+                assert f"{t.node[:12]}@{socket.gethostname()}" in status.out, status.out
     assert trees["ray"] == trees["local"]  # the same work, to the byte
     nodes = {e["node"] for e in placements}
     assert nodes <= cluster.node_ids(cluster.workers) and len(nodes) == 2  # both tool nodes, never the bare one

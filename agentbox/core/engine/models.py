@@ -319,6 +319,8 @@ class Task(Model):
     """Worktree runs: what the task changed, from git (base..head), not from the agent's reply."""
     merged: str | None = None
     """Worktree runs: the integration branch's commit that took the task's work in."""
+    node: str | None = None
+    """The cluster node its last turn ran on, `NODE_ID@HOST` (None: this machine)."""
     checks: list[CheckResult] = Field(default_factory=list)
     """The checks run on its submissions and after its merge, oldest first."""
 

@@ -125,9 +125,7 @@ class Turns:
             job_id=job.id, run_id=run.id, task_id=job.task, agent=agent, prompt=prompt, session_id=session,
             resume=exists, timeout_s=run.contract.limits.task_timeout_s, workspace=workspace, on_spawn=spawned))
         if done.node_id is not None:
-            self.ledger.event("placement", f"{job.kind} turn of {job.role} ran on node {done.node_id[:12]} "
-                              f"({done.host})", task=job.task, role=job.role, session=session, job=job.id,
-                              node=done.node_id, host=done.host)
+            self.ledger.record_placement(job, done.node_id, done.host or "?")
         return job, done.result, done.git
 
     def _commit(self, job: Job, mount: Mount, profile: str, summary: str) -> TurnGit:
