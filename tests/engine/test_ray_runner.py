@@ -25,6 +25,8 @@ import pytest
 from agentbox.core.engine.engine import Engine
 from agentbox.core.engine.runners.local import LocalRunner
 from agentbox.core.engine.runners.ray_runner import RayRunner, tool_resource
+from agentbox.tui.model import member_rows
+from agentbox.tui.widgets.members import member_columns
 from tests.conftest import run_cli
 from tests.engine.support import create, events, of_type, setup_crew, task, until, work_rule
 from tests.engine.test_runners import GB, room
@@ -130,6 +132,7 @@ async def test_turns_land_on_the_tool_s_nodes_and_commit_what_a_local_run_commit
     trees = {}
     placements: list[dict[str, Any]] = []
     kinds: list[str] = []
+    shown: dict[str, Any] = {}
     for name, runner in (("local", LocalRunner(reading=lambda: room(16 * GB))), ("ray", RayRunner(cluster.address))):
         root = tmp_path / name
         root.mkdir()
@@ -138,6 +141,8 @@ async def test_turns_land_on_the_tool_s_nodes_and_commit_what_a_local_run_commit
         run_id = create(paths)
         run = await drive_with(paths, run_id, runner)
         assert run.status == "done", run.status_reason
+        rows = member_rows(None, run, {}, {})
+        shown[name] = (member_columns(rows, narrow=False), {r.role: r.node for r in rows})
         trees[name] = {t.id: git(root, "rev-parse", f"{t.head}^{{tree}}").strip() for t in run.tasks.values()}
         if name == "ray":
             placements = of_type(events(paths, run_id), "placement")
@@ -151,6 +156,10 @@ async def test_turns_land_on_the_tool_s_nodes_and_commit_what_a_local_run_commit
     assert nodes <= cluster.node_ids(cluster.workers) and len(nodes) == 2  # both tool nodes, never the bare one
     assert all(e["host"] == socket.gethostname() for e in placements)
     assert kinds.count("turn") == len(placements)
+    columns, nodes_of = shown["ray"]  # the members table shows each worker's node
+    assert columns[-1] == "node" and {nodes_of["builder"][:12], nodes_of["tester"][:12]} <= {
+        n[:12] for n in cluster.node_ids(cluster.workers)}
+    assert "node" not in shown["local"][0] and set(shown["local"][1].values()) == {""}
 
 
 async def test_a_tool_no_node_offers_waits_for_a_node(cluster: RayCluster, project: Path) -> None:

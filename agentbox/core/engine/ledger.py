@@ -264,9 +264,9 @@ class RunLedger:
         task.branch, task.base, task.head, task.changed_files = branch, base, head, list(changed)
 
     def record_placement(self, job: Job, node_id: str, host: str) -> None:
-        """A turn ran on a cluster node: logged, and kept on its task (the faces show it)."""
+        """A turn ran on a cluster node: logged, and a work turn's node kept on its task (the faces show it)."""
         task = self.run.tasks.get(job.task or "")
-        if task is not None:
+        if task is not None and job.works_on_task:
             self._task(task).node = f"{node_id}@{host}"
         self.event("placement", f"{job.kind} turn of {job.role} ran on node {node_id[:12]} ({host})",
                    task=job.task, role=job.role, session=job.session_id, job=job.id, node=node_id, host=host)

@@ -320,7 +320,7 @@ class Task(Model):
     merged: str | None = None
     """Worktree runs: the integration branch's commit that took the task's work in."""
     node: str | None = None
-    """The cluster node its last turn ran on, `NODE_ID@HOST` (None: this machine)."""
+    """The cluster node its last work turn ran on, `NODE_ID@HOST` (None: this machine)."""
     checks: list[CheckResult] = Field(default_factory=list)
     """The checks run on its submissions and after its merge, oldest first."""
 
