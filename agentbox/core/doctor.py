@@ -271,6 +271,12 @@ def check_worktrees(start: Path | None) -> Check | None:
                  hint="`agentbox clean --dry-run` shows what can go; `agentbox clean` removes it")
 
 
+def probe_bwrap_here() -> tuple[str | None, str | None]:
+    """bwrap's version once it has made a sandbox on this machine, or why it could not (run on each node)."""
+    check = check_bwrap()
+    return (check.detail.split(" at ")[0], None) if check.status == "ok" else (None, check.detail)
+
+
 def check_runner() -> list[Check]:
     """The runner config.yaml names: nothing to check for `local`; for `ray` every node of the
     cluster (alive, the tools it offers, bubblewrap making a sandbox on it)."""
@@ -286,7 +292,7 @@ def check_runner() -> list[Check]:
     try:
         from agentbox.core.engine.runners.ray_runner import probe_cluster
 
-        nodes = probe_cluster(config.address)
+        nodes = probe_cluster(config.address, probe_bwrap_here)
     except ImportError:
         return [Check("runner", "fail", "config.yaml names a Ray cluster, but ray is not installed",
                       hint="pip install 'agentbox[ray]'")]

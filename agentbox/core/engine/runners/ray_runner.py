@@ -34,7 +34,7 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -265,23 +265,17 @@ class NodeProbe:
     problem: str | None = None
 
 
-def _probe_bwrap() -> tuple[str | None, str | None]:
-    """On a node: bwrap's version once it has made a sandbox there, or why it could not."""
-    from agentbox.core.doctor import check_bwrap
-
-    check = check_bwrap()
-    return (check.detail.split(" at ")[0], None) if check.status == "ok" else (None, check.detail)
-
-
-def probe_cluster(address: str, *, timeout_s: float = 60.0) -> list[NodeProbe]:
-    """Every node of the cluster at `address`: alive, the tools it offers, bwrap working on it."""
+def probe_cluster(address: str, probe_bwrap: Callable[[], tuple[str | None, str | None]], *,
+                  timeout_s: float = 60.0) -> list[NodeProbe]:
+    """Every node of the cluster at `address`: alive, the tools it offers, and what `probe_bwrap`
+    (run on the node) says: bwrap's version once it made a sandbox there, else why it could not."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False,
                  namespace="agentbox")
-    probe = ray.remote(num_cpus=0, max_retries=0)(_probe_bwrap)
+    probe = ray.remote(num_cpus=0, max_retries=0)(probe_bwrap)
     nodes = ray.nodes()
     prefix = TOOL_RESOURCE.format(tool="")
     pending = {}
