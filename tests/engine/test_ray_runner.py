@@ -198,30 +198,6 @@ async def test_a_sandboxed_turn_on_a_node_cannot_reach_the_cluster_s_ports(
     assert all(code != "0" for code in answers.values()), answers  # no port of the cluster answers
 
 
-async def test_a_node_lost_mid_turn_is_retried_on_another(cluster: RayCluster, project: Path) -> None:
-    paths = crew(project, delay=6)
-    run_id = create(paths)
-    runner = RayRunner(cluster.address)
-    engine = Engine.open(paths, run_id, runner=runner)
-    flight = asyncio.ensure_future(engine.execute())
-    try:
-        await until(engine, lambda e: sum(j.kind == "work" for j in e.in_flight()) == 2, timeout=60)
-        await asyncio.sleep(3)  # both work turns run, one on each tool node
-        doomed = cluster.workers[0]
-        cluster.cluster.remove_node(doomed, allow_graceful=False)
-        cluster.workers.remove(doomed)
-        run = await asyncio.wait_for(flight, 240)
-    finally:
-        if not flight.done():
-            flight.cancel()
-    assert run.status == "done", run.status_reason
-    log = events(paths, run_id)
-    lost = [e for e in of_type(log, "turn") if "the node running the turn was lost" in (e.get("why") or "")]
-    assert lost, [e["what"] for e in of_type(log, "turn")]
-    later = of_type(log, "placement")
-    assert {e["node"] for e in later if e["seq"] > lost[0]["seq"]} <= cluster.node_ids(cluster.workers)
-
-
 async def test_a_secret_reaches_the_node_in_memory_only(cluster: RayCluster, agent_box_home: Path, project: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from agentbox.core import services
@@ -309,3 +285,27 @@ def crew_again(paths: Any) -> Any:
     worker = [work_rule(0.2, write={"src/{task}/made.txt": "made by {task}\n"})]
     return setup_crew(paths.root, worker=worker, tasks=[task("t1", "builder"), task("t2", "tester")],
                       limits={"max_workers": 2})
+
+
+async def test_a_node_lost_mid_turn_is_retried_on_another(cluster: RayCluster, project: Path) -> None:
+    paths = crew(project, delay=6)
+    run_id = create(paths)
+    runner = RayRunner(cluster.address)
+    engine = Engine.open(paths, run_id, runner=runner)
+    flight = asyncio.ensure_future(engine.execute())
+    try:
+        await until(engine, lambda e: sum(j.kind == "work" for j in e.in_flight()) == 2, timeout=60)
+        await asyncio.sleep(3)  # both work turns run, one on each tool node
+        doomed = cluster.workers[0]
+        cluster.cluster.remove_node(doomed, allow_graceful=False)
+        cluster.workers.remove(doomed)
+        run = await asyncio.wait_for(flight, 240)
+    finally:
+        if not flight.done():
+            flight.cancel()
+    assert run.status == "done", run.status_reason
+    log = events(paths, run_id)
+    lost = [e for e in of_type(log, "turn") if "the node running the turn was lost" in (e.get("why") or "")]
+    assert lost, [e["what"] for e in of_type(log, "turn")]
+    later = of_type(log, "placement")
+    assert {e["node"] for e in later if e["seq"] > lost[0]["seq"]} <= cluster.node_ids(cluster.workers)
