@@ -311,16 +311,19 @@ def status(args: argparse.Namespace) -> int:
         worktree = run.git is not None
         checking = run.checking()
         ladder = run.contract.ladder
+        held = {job.task: job.data.held.split(":")[0] for job in run.pending_jobs() if job.task and job.data.held}
+        on_nodes = any(t.node for t in run.tasks.values())
         print_table(["task", "state", *(["ladder"] if ladder else []), "assignee", "deps", "attempts", "tokens",
-                     "cost", "verdict", *(["files"] if worktree else [])],
-                    [[t.id, t.state_label + (" (checking)" if t.id in checking else ""),
+                     "cost", "verdict", *(["files"] if worktree else []), *(["node"] if on_nodes else [])],
+                    [[t.id, t.state_label + (" (checking)" if t.id in checking else f" ({held[t.id]})" if t.id in held else ""),
                       *([t.ladder.label] if ladder else []), t.assignee,
                       ",".join(t.depends_on) or "-", str(t.attempts),
                       f"{t.tokens:,}" + ("+?" if t.unknown_usage_turns else ""),
                       usd(t.cost_usd, t.unknown_cost_turns),
                       t.verdicts[-1].verdict + f" ({t.verdicts[-1].by})" if t.verdicts else "-",
                       *([(str(len(t.changed_files)) + (" merged" if t.merged else "")) if t.changed_files
-                         else "none"] if worktree else [])]
+                         else "none"] if worktree else []),
+                      *([_node(t.node)] if on_nodes else [])]
                      for t in run.tasks.values()])
     if run.spend_by_role:
         print("\nby role: " + " · ".join(f"{for_line(role)} {usd(spend.cost_usd, spend.unknown_cost_turns)}"
@@ -340,6 +343,14 @@ def status(args: argparse.Namespace) -> int:
               "(add --detach to run it in the background)"
               + ("; answers given meanwhile are kept and acted on then" if open_cps else ""))
     return 0
+
+
+def _node(node: str | None) -> str:
+    """`3f2a9c1d0b7e@host` for a task's last cluster node (node id shortened), `-` for this machine."""
+    if not node:
+        return "-"
+    node_id, _, host = node.partition("@")
+    return for_line(f"{node_id[:12]}@{host}")
 
 
 def _send(project: Any, run_id: str | None, command: dict[str, Any]) -> int:

@@ -218,6 +218,10 @@ class Resources(Strict):
 
     config_dir: str | None = None
     """Directory in the profile bound over the tool's config home (default: the v1 `dot-<tool>/`)."""
+    memory_mb: int | None = Field(default=None, ge=64, le=1 << 22)
+    """Memory one turn of this profile may hold, in MB (64 to 4194304): a turn starts only when the
+    machine has this much free, and a turn whose processes grow past it is stopped (an environment
+    failure). None: the need is the most this tool's recent turns held, and no hard limit."""
 
 
 class SandboxPolicy(Strict):

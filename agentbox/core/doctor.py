@@ -296,6 +296,48 @@ def check_traces() -> Check:
     return Check("traces", "ok", f"on ({trace.source}): spans go to {trace.traces_url}", required=False)
 
 
+def probe_bwrap_here() -> tuple[str | None, str | None]:
+    """bwrap's version once it has made a sandbox on this machine, or why it could not (run on each node)."""
+    check = check_bwrap()
+    return (check.detail.split(" at ")[0], None) if check.status == "ok" else (None, check.detail)
+
+
+def check_runner() -> list[Check]:
+    """The runner config.yaml names: nothing to check for `local`; for `ray` every node of the
+    cluster (alive, the tools it offers, bubblewrap making a sandbox on it)."""
+    from agentbox.core.errors import AgentboxError
+    from agentbox.core.user_config import load_user_config
+
+    try:
+        config = load_user_config().runner
+    except AgentboxError as exc:
+        return [Check("runner", "fail", exc.message, hint=exc.hint)]
+    if config.kind != "ray" or config.address is None:
+        return []
+    try:
+        from agentbox.core.engine.runners.ray_runner import probe_cluster
+
+        nodes = probe_cluster(config.address, probe_bwrap_here)
+    except ImportError:
+        return [Check("runner", "fail", "config.yaml names a Ray cluster, but ray is not installed",
+                      hint="pip install 'agentbox[ray]'")]
+    except Exception as exc:  # the cluster cannot be reached: say so, never a traceback
+        return [Check("runner", "fail", f"the Ray cluster at {config.address} cannot be reached: {exc}"[:400])]
+    checks = [Check("runner", "ok", f"Ray cluster at {config.address}: {sum(n.alive for n in nodes)} node(s) alive")]
+    for node in nodes:
+        name = f"node {node.node_id[:12]} ({node.host})"
+        if node.problem == "the head: no turn runs there":
+            checks.append(Check(name, "ok", "the head", required=False))
+        elif node.bwrap is None:
+            checks.append(Check(name, "fail", f"no turn can run there: {node.problem}",
+                                hint="install bubblewrap on the node (and let it make user namespaces)"))
+        else:
+            tools = ", ".join(node.tools) or "none (no turn lands there)"
+            checks.append(Check(name, "ok" if node.tools else "warn", f"{node.bwrap}; tools: {tools}",
+                                required=False))
+    return checks
+
+
 def run_checks(project_dir: Path | None = None) -> list[Check]:
     """All checks; the slow ones (bwrap, tool versions) run in parallel threads."""
     # import what the threads use first: two threads importing one module graph at once can
@@ -313,8 +355,9 @@ def run_checks(project_dir: Path | None = None) -> list[Check]:
         network = check_network()
         traces = check_traces()
         worktrees = check_worktrees(project_dir) if project_check.status == "ok" else None
+        runner = check_runner()
         return [bwrap.result(), enforced.result(), home, profiles_check, secret_files, network, traces, project_check,
-                *([worktrees] if worktrees is not None else []), *(t.result() for t in tools)]
+                *([worktrees] if worktrees is not None else []), *(t.result() for t in tools), *runner]
 
 
 def healthy(checks: list[Check]) -> bool:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from agentbox.core import paths
 from agentbox.core.config import MIN_SECONDS, Strict, validate_document
@@ -150,6 +150,32 @@ class Telemetry(Strict):
     """Let Claude Code and Codex export their own telemetry under each turn's span (through the sandbox's
     allowlist, to the collector only)."""
 
+def _host_port(value: str) -> str:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or has_control_character(value):
+        raise ValueError("must be HOST:PORT, such as 10.0.0.5:6379")
+    return value
+
+
+class Runner(Strict):
+    """Where turns run and when this machine has room for one more (`docs/scale.md`)."""
+
+    kind: Literal["local", "ray"] = "local"
+    """`local`: every turn runs on this machine; `ray`: each turn runs on a node of the Ray cluster at `address`."""
+    address: Annotated[str, AfterValidator(_host_port)] | None = None
+    """`ray`: the cluster's GCS address, `HOST:PORT` (the head's `ray start --head --port`)."""
+    cpus_per_turn: float = Field(default=1.0, gt=0, le=1024)
+    """`ray`: the CPUs each turn asks the cluster for."""
+    reserve_mb: float = Field(default=512, ge=0, le=1 << 22)
+    """Memory (MB) kept free for the machine itself: a turn starts only when its need fits beside it."""
+    max_load_per_cpu: float | None = Field(default=8.0, gt=0, le=1024)
+    """No turn starts while the 1-minute load average per core is above this; null: the load never holds one back."""
+
+    @model_validator(mode="after")
+    def _ray_has_an_address(self) -> Runner:
+        if self.kind == "ray" and self.address is None:
+            raise ValueError("kind: ray needs address: HOST:PORT (the cluster's head)")
+        return self
 
 class UserConfig(Strict):
     """$AGENT_BOX_HOME/config.yaml: the person's own settings (never read from a project)."""
@@ -164,6 +190,8 @@ class UserConfig(Strict):
     """Commands run on the host when a run needs the person, ends or fails."""
     telemetry: Telemetry | None = None
     """OpenTelemetry traces (off unless an endpoint is set here or in OTEL_EXPORTER_OTLP_ENDPOINT)."""
+    runner: Runner = Field(default_factory=Runner)
+    """Where turns run, and the room this machine keeps (memory, load)."""
 
 
 def load_user_config(path: Path | None = None) -> UserConfig:

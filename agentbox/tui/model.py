@@ -64,6 +64,8 @@ class MemberRow:
     tokens: str
     cpu: str
     memory: str
+    node: str = ""
+    """The cluster node of the member's task (`NODE_ID@HOST`, the id shortened); "" on this machine."""
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -289,9 +291,24 @@ def member_rows(crew: CrewInfo | None, run: Run | None, sessions: Mapping[str, A
             tokens=tokens(known_tokens, unknown_turns, sum(r.turns for r in mine)),
             cpu=f"{sample.cpu_percent:.0f}%" if sample else "—",
             memory=size(sample.rss_bytes) if sample else "—",
+            node=member_node(info.role, task, run),
         ))
     busy_first = {state: index for index, state in enumerate(MEMBER_STATES)}
     return sorted(rows, key=lambda row: busy_first.get(row.state, len(busy_first)))
+
+
+def member_node(role: str, task_id: str | None, run: Run | None) -> str:
+    """Where the member's current task (else its latest task) last ran on a cluster, shortened; "" here."""
+    if run is None:
+        return ""
+    task = run.tasks.get(task_id or "")
+    if task is None or not task.node:
+        task = max((t for t in run.tasks.values() if t.assignee == role and t.node), key=lambda t: t.updated,
+                   default=None)
+    if task is None or not task.node:
+        return ""
+    node_id, _, host = task.node.partition("@")
+    return f"{node_id[:12]}@{host}"
 
 
 def member_state(role: str, run: Run | None, records: Iterable[Any]) -> tuple[str, str | None, str | None]:

@@ -7,7 +7,8 @@ its `RunLedger` (`ledger`), which records each decision in the log; the policies
 (`budgets`, `routing`, `recovery`, `commands`) decide, and the engine or the ledger carry
 their decisions out.
 
-The engine keeps only the loop and carrying out: `turns.TurnRunner` runs each turn,
+The engine keeps only the loop and carrying out: `turns.Turns` prepares each turn and its
+`runners.TurnRunner` runs it (admitted when its machine has room),
 `routing.FailureRouter` carries failure decisions out, `commands` applies a human command
 through a `CommandContext`, and each mode sees a `ModeContext`. None of them imports the
 engine back.
@@ -38,7 +39,8 @@ from agentbox.core.engine.recovery import _kill_orphan
 from agentbox.core.engine.routing import ENV_RETRIES as ENV_RETRIES
 from agentbox.core.engine.routing import FailureRouter
 from agentbox.core.engine.run_store import RUN_FILE, DamagedRunError, RunStore
-from agentbox.core.engine.turns import TurnRunner
+from agentbox.core.engine.runners.base import TurnRunner
+from agentbox.core.engine.turns import Turns
 from agentbox.core.engine.workspaces import TurnGit, Workspaces
 from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
 from agentbox.core.invoke import InvokeResult
@@ -49,6 +51,8 @@ from agentbox.core.tasks import TaskEvent, TaskState
 
 POLL_S = 0.2
 """How often the engine looks at its inbox while turns are running."""
+HELD_PREFIXES = ("waiting for memory", "waiting for CPU")
+"""How a status reason of turns held back for room begins (see `runners.admission`)."""
 LOCK_WAIT_S = 3.0
 """How long a starting engine waits for the run's lock held by a command or a probe."""
 
@@ -58,7 +62,9 @@ class Engine:
 
     def __init__(self, project: ProjectPaths, run: Run, *, on_event: Callable[[dict[str, Any]], None] | None = None,
                  clock: Callable[[], float] = time.time,
-                 backoff: Callable[[float], list[float]] = backoff_delays) -> None:
+                 backoff: Callable[[float], list[float]] = backoff_delays,
+                 runner: TurnRunner | None = None) -> None:
+        """`runner`: where the turns run (default: the one the user's config.yaml names, see `runners`)."""
         from agentbox.core.engine.modes import driver_for
 
         self.project = project
@@ -85,7 +91,7 @@ class Engine:
         """The failure ladder of the run's tasks (crew.yaml's `ladder: true`; see `ladder_run`)."""
         self.router.ladder = self.ladder.failed
         self.gates.retryable = self.ladder.retryable
-        self.turns = TurnRunner(project, self.store, self.crew, self.ledger, self.workspaces)
+        self.turns = Turns(project, self.store, self.crew, self.ledger, self.workspaces, runner)
         self._commands = commands.CommandContext(self.ledger, self.mode, self.abort_turns, self.workspaces,
                                                  self.gates.integration, self.ladder.answer)
         self._flights: dict[str, asyncio.Task[tuple[Job, InvokeResult, TurnGit | None]]] = {}
@@ -282,10 +288,24 @@ class Engine:
             return
         for job in scheduler.pick(self.pending(), self.in_flight(), self.run, self.limits.max_workers, self.clock()):
             pause = budgets.check_work(self.run, job)
-            if pause is None:
-                self._start(job)
-            else:
+            if pause is not None:
                 budgets.pause(self.ledger, pause)
+                continue
+            held = self.turns.room(job)
+            self.ledger.hold_job(job, held)
+            if held is None:
+                self._start(job)
+        self._show_held()
+
+    def _show_held(self) -> None:
+        """The run's status says when turns wait for the machine's room (memory, CPU), and stops saying it after."""
+        run = self.run
+        held = [job.data.held for job in self.pending() if job.data.held]
+        reason = (held[0] + (f" ({len(held)} turns wait)" if len(held) > 1 else "")) if held else None
+        showing = (run.status_reason or "").startswith(HELD_PREFIXES)
+        if run.status in ("running", "planning") and (reason or showing) and reason != run.status_reason:
+            self.ledger.set_status(run.status, reason)
+            self.ledger.mark_dirty()
 
     def _poke(self) -> None:
         if self._wake is not None:

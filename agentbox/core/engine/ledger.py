@@ -153,6 +153,20 @@ class RunLedger:
         self._job(job).started = self.clock()
         return session
 
+    def hold_job(self, job: Job, why: str | None) -> None:
+        """The runner holds `job` back for room (`why`), or no longer does (None); logged when that changes."""
+        if job.data.held == why:
+            return
+        before = job.data.held
+        self._job(job).data.held = why
+        self.dirty = True
+        if why is not None and (before is None or before.split(":")[0] != why.split(":")[0]):
+            self.event("admission", f"{job.kind} turn of {job.role} waits: {why}", "the runner admits a turn only when "
+                       "its machine has room for it", task=job.task, role=job.role, job=job.id)
+        elif why is None:
+            self.event("admission", f"{job.kind} turn of {job.role} admitted", before, task=job.task, role=job.role,
+                       job=job.id)
+
     def learned_pid(self, job: Job, pid: int, create_time: float | None) -> None:
         """The turn's process started (recorded so a new engine can find it after a crash)."""
         self._job(job)
@@ -272,6 +286,14 @@ class RunLedger:
         """Where a worktree task's branch stands and what it changed, from git."""
         self._task(task)
         task.branch, task.base, task.head, task.changed_files = branch, base, head, list(changed)
+
+    def record_placement(self, job: Job, node_id: str, host: str) -> None:
+        """A turn ran on a cluster node: logged, and a work turn's node kept on its task (the faces show it)."""
+        task = self.run.tasks.get(job.task or "")
+        if task is not None and job.works_on_task:
+            self._task(task).node = f"{node_id}@{host}"
+        self.event("placement", f"{job.kind} turn of {job.role} ran on node {node_id[:12]} ({host})",
+                   task=job.task, role=job.role, session=job.session_id, job=job.id, node=node_id, host=host)
 
     def record_merge(self, task: Task, commit: str) -> None:
         """The task's work was merged into the run's integration branch as `commit`."""

@@ -329,6 +329,8 @@ class Task(Model):
     """Worktree runs: what the task changed, from git (base..head), not from the agent's reply."""
     merged: str | None = None
     """Worktree runs: the integration branch's commit that took the task's work in."""
+    node: str | None = None
+    """The cluster node its last work turn ran on, `NODE_ID@HOST` (None: this machine)."""
     checks: list[CheckResult] = Field(default_factory=list)
     """The checks run on its submissions and after its merge, oldest first."""
     ladder: LadderState = Field(default_factory=LadderState)
@@ -384,6 +386,8 @@ class JobData(Model):
     """Group chat: the round of the speech."""
     graph_route: bool = False
     """Graph: not a turn but a loop's delivery passing through failure routing."""
+    held: str | None = None
+    """Why the runner holds the turn back although the scheduler would start it ("waiting for memory: …")."""
 
     def for_retry(self, original_prompt: str | None, *, not_before: float = 0.0) -> JobData:
         """The same extras for another turn of the same work: it sends `original_prompt` again, from `not_before` on."""

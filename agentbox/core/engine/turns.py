@@ -1,13 +1,16 @@
 """One turn of one agent: its sandboxed agent and its process.
 
-The engine's loop starts each turn as an asyncio task of its own through `TurnRunner.run`
-and carries out what the turn's result decides when it ends.
+The engine's loop starts each turn as an asyncio task of its own through `Turns.run`
+and carries out what the turn's result decides when it ends. `Turns` prepares the turn
+(the role's agent, its worktree or view, its prompt) and hands it to the run's runner
+(`runners`), which runs it (here, or elsewhere) and commits what it changed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -16,21 +19,22 @@ from agentbox.core.config import Crew
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import Job
 from agentbox.core.engine.recovery import _session_exists
-from agentbox.core.engine.replies import ReplyError, extract_json
 from agentbox.core.engine.run_store import RunStore
+from agentbox.core.engine.runners.base import Turn, TurnRunner, TurnWorkspace
 from agentbox.core.engine.workspaces import Mount, TurnGit, Workspaces
 from agentbox.core.errors import AgentboxError
-from agentbox.core.invoke import InvokeResult, invoke
+from agentbox.core.invoke import InvokeResult
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.setup_command import run_setup
 
 
-class TurnRunner:
-    """Runs the turns of one run: builds each role's agent once, then one sandboxed turn per job."""
+class Turns:
+    """Runs the turns of one run: builds each role's agent once, then one sandboxed turn per job through `runner`."""
 
     def __init__(self, project: ProjectPaths, store: RunStore, crew: Crew, ledger: RunLedger,
-                 workspaces: Workspaces) -> None:
+                 workspaces: Workspaces, runner: TurnRunner | None = None) -> None:
         self.project = project
+        self._runner = runner
         self.store = store
         self.crew = crew
         self.ledger = ledger
@@ -39,6 +43,15 @@ class TurnRunner:
         """Each role's agent, read once per run (profile and instructions)."""
         self.trace = telemetry.settings()
         """Where traces go (None: off): a claude or codex turn exports its own telemetry under its span."""
+
+    @property
+    def runner(self) -> TurnRunner:
+        """Where the turns run: the one given, else the one the user's config.yaml names (read at the first turn)."""
+        if self._runner is None:
+            from agentbox.core.engine.runners import configured_runner
+
+            self._runner = configured_runner()
+        return self._runner
 
     def agent_for(self, job: Job) -> Any:
         """The role's agent for `job`, allowed to write the task's write scope and its handoff folder."""
@@ -56,6 +69,17 @@ class TurnRunner:
         if job.role not in self._role_agents:
             self._role_agents[job.role] = services.role_agent(self.project, job.role, crew=self.crew)
         return dataclasses.replace(self._role_agents[job.role], writes=writes, extra_rw=extra_rw)
+
+    def room(self, job: Job) -> str | None:
+        """None when the runner has room for `job`'s turn now; else why it waits (see `runners.admission`).
+
+        A role whose agent cannot be had is given room: its turn fails at once, saying why.
+        """
+        try:
+            profile = self.agent_for(job).profile
+        except AgentboxError:
+            return None
+        return self.runner.room(job.id, profile)
 
     async def run(self, job: Job) -> tuple[Job, InvokeResult, TurnGit | None]:
         """Run `job` in its session (resumed if it exists); failures to start become an error result.
@@ -96,23 +120,22 @@ class TurnRunner:
         def spawned(record: Any, pid: int) -> None:
             self.ledger.learned_pid(job, pid, (record.running or {}).get("create_time"))
 
-        try:
-            result = await invoke(agent, prompt, session if exists else None,
-                                  timeout_s=run.contract.limits.task_timeout_s, on_spawn=spawned,
-                                  new_session_id=None if exists else session, run_id=run.id, task_id=job.task)
-        except AgentboxError as exc:  # sandbox cannot be built, session busy: an environment failure
-            result = InvokeResult(status="error", session_id=session, error_kind="spawn_failed", error=exc.message,
-                                  role=job.role)
-        if key is None or job.kind == "review" or result.error_kind == "spawn_failed":  # nothing ran to commit
-            return job, result, None
-        try:
-            turn = await asyncio.to_thread(self.workspaces.commit, job, mount, profile=agent.profile.profile.name,
-                                           summary=_summary(result.text))
-        except AgentboxError as exc:  # the work stays in the worktree; the next turn's commit takes it
-            return job, InvokeResult(status="error", session_id=session, error_kind="spawn_failed",
-                                     error=f"committing the turn failed: {exc.message}", role=job.role), None
-        return job, result, turn
+        workspace = None
+        if key is not None and job.kind != "review" and mount is not None:
+            task = run.tasks.get(key)
+            workspace = TurnWorkspace(
+                key=key, path=mount.path, branch=task.branch if task else None, base=task.base if task else None,
+                commit=functools.partial(self._commit, job, mount, agent.profile.profile.name))
+        done = await self.runner.run(Turn(
+            job_id=job.id, run_id=run.id, task_id=job.task, agent=agent, prompt=prompt, session_id=session,
+            resume=exists, timeout_s=run.contract.limits.task_timeout_s, workspace=workspace, on_spawn=spawned))
+        if done.node_id is not None:
+            self.ledger.record_placement(job, done.node_id, done.host or "?")
+        return job, done.result, done.git
 
+    def _commit(self, job: Job, mount: Mount, profile: str, summary: str) -> TurnGit:
+        """Commit what the turn changed in its worktree (in a worker thread); what the branch holds now."""
+        return self.workspaces.commit(job, mount, profile=profile, summary=summary)
 
     def _set_up(self, mount: Mount, command: str, timeout_s: float, job: Job) -> None:
         """crew.yaml's setup command, once per worktree (an AgentboxError when it fails: the turn cannot start)."""
@@ -124,12 +147,3 @@ class TurnRunner:
                                 "fix crew.yaml's workspace_setup.run, then answer the escalation with retry")
         assert mount.setup_marker is not None
         mount.setup_marker.write_text(outcome.detail[:500] + "\n")
-
-
-def _summary(text: str | None) -> str:
-    """The summary the reply gives (for the commit message), or '' (the mode validates the reply itself)."""
-    try:
-        summary = extract_json(text or "").get("summary")
-    except ReplyError:
-        return ""
-    return " ".join(summary.split())[:300] if isinstance(summary, str) else ""

@@ -75,7 +75,7 @@ class MembersTable(DataTable[Any]):
     def _rebuild(self) -> None:
         self._scheduled = False
         rows = model.member_rows(self.crew, self.run, self.sessions, self.samples)
-        columns = NARROW_COLUMNS if self.narrow else WIDE_COLUMNS
+        columns = member_columns(rows, narrow=self.narrow)
         if rows == self.rows_shown and columns == self._columns:
             return
         # until the person picks a member the top row (the busiest) stays highlighted, so
@@ -107,4 +107,11 @@ class MembersTable(DataTable[Any]):
             "state": Text(row.state, style=model.MEMBER_STATE_STYLE.get(row.state, "")), "task": Text(for_line(row.task)),
             "session": Text(row.session), "tokens": Text(row.tokens, justify="right"),
             "cpu": Text(row.cpu, justify="right"), "mem": Text(row.memory, justify="right"),
+            "node": Text(for_line(row.node or "—")),
         }
+
+
+def member_columns(rows: list[MemberRow], *, narrow: bool) -> tuple[str, ...]:
+    """The table's columns: a `node` column only once a member's turns run on a cluster."""
+    columns = NARROW_COLUMNS if narrow else WIDE_COLUMNS
+    return (*columns, "node") if any(row.node for row in rows) else columns

@@ -53,13 +53,14 @@ class Row(NamedTuple):
     """The index of its group's header row."""
 
 
-def task_look(task: Task, checking: bool = False) -> Look:
-    """What the row of `task` shows (`checking`: crew.yaml's checks are judging its work)."""
+def task_look(task: Task, checking: bool = False, held: str | None = None) -> Look:
+    """What the row of `task` shows (`checking`: crew.yaml's checks are judging its work; `held`:
+    why its turn waits for the machine's room, "waiting for memory")."""
     verdict = (task.verdicts[-1].verdict, task.verdicts[-1].by) if task.verdicts else None
     look: Look = ("task", task.id, task.assignee, tuple(task.depends_on), task.attempts, verdict)
     if task.ladder.label != "-":  # on the failure ladder: its level
         look = (*look, ("ladder", task.ladder.label))
-    return (*look, "checking") if checking else look
+    return (*look, "checking") if checking else (*look, held) if held else look
 
 
 def _label_parts(look: Look) -> list[tuple[str, str]]:
@@ -67,13 +68,15 @@ def _label_parts(look: Look) -> list[tuple[str, str]]:
         _, state, count, _expanded = look
         return [(f"{state} ", model.STATE_STYLE.get(str(state)) or "bold"), (f"({count})", "dim")]
     _, task_id, assignee, depends_on, attempts, verdict, *rest = look
-    checking = "checking" in rest
     ladder = next((str(r[1]) for r in rest if isinstance(r, tuple)), None)
+    mark = [r for r in rest if isinstance(r, str)]
     parts = [(str(task_id), "bold"), ("  ", ""), (for_line(assignee), "cyan")]
     if ladder:
         parts.append((f"  ▲ {ladder}", "magenta"))
-    if checking:
+    if mark == ["checking"]:
         parts.append(("  ⧗ checking", "yellow"))
+    elif mark:
+        parts.append((f"  ⏸ {mark[0]}", "yellow"))
     if depends_on:
         parts.append((f"  ⇠ {', '.join(depends_on)}", "dim"))  # type: ignore[arg-type]
     if int(attempts) > 1:  # type: ignore[call-overload]
@@ -99,6 +102,8 @@ def queue_rows(run: Run | None, collapsed: set[str]) -> list[Row]:
     finished groups most recently updated first; a collapsed group shows its header only."""
     rows: list[Row] = []
     checking = run.checking() if run is not None else {}
+    held = {job.task: job.data.held.split(":")[0] for job in (run.pending_jobs() if run is not None else [])
+            if job.task and job.data.held}
     for state, tasks in model.queue_groups(run):
         state = str(state)
         if state in TERMINAL_STATES:
@@ -108,7 +113,7 @@ def queue_rows(run: Run | None, collapsed: set[str]) -> list[Row]:
         rows.append(Row(GROUP_PREFIX + state, state, ("group", state, len(tasks), expanded), False, header))
         if expanded:
             last = len(tasks) - 1
-            rows.extend(Row(task.id, state, task_look(task, task.id in checking), index == last, header)
+            rows.extend(Row(task.id, state, task_look(task, task.id in checking, held.get(task.id)), index == last, header)
                         for index, task in enumerate(tasks))
     return rows
 

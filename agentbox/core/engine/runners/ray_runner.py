@@ -1,0 +1,299 @@
+"""The Ray runner: each turn is a Ray task on a node of the person's cluster, git the hand-off.
+
+The person's config.yaml names the cluster (`runner: {kind: ray, address: HOST:PORT}`);
+agentbox connects to it as a driver and starts no Ray service of its own. A turn asks Ray
+for its resources: CPUs (`cpus_per_turn`), memory (the profile's `resources.memory_mb`)
+and one unit of the custom resource `agentbox-tool:<tool>` that a node advertises when it
+has the tool, so a turn never lands on a node without it. On the node the turn runs
+through the same `invoke` as here (bwrap, seccomp, scopes, egress allowlist).
+
+Git is the hand-off. A work turn's branch goes to the node as a git bundle; the node
+clones it into a worktree of its own (its `.git` read-only to the agent), runs the turn,
+commits what changed and sends the new commit back as a bundle. Here it is fetched into
+the task's worktree, whose files are set to the node's tree, and committed by the same
+code as a local turn (same message, same author, same idempotent turn id), so the
+branch holds what it would hold had the turn run here.
+
+A node lost mid-turn (its raylet or the worker killed) comes back as an environment
+failure (`killed`), which the engine retries with back-off; Ray itself never re-runs a
+turn (`max_retries=0`), so no turn runs twice without the engine knowing.
+A head killed mid-turn takes its turns with it (Ray stops the tasks of a driver that died,
+and bwrap dies with its worker), so `run --resume` resumes them as after a local crash.
+
+What this runner assumes today: the nodes see the head's AGENT_BOX_HOME and the
+project's session store at the same paths (one machine, or a shared file system), so the
+profile, its config home and the session's files are read where they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentbox.core.engine.runners.base import Turn, TurnDone
+from agentbox.core.errors import AgentboxError
+from agentbox.core.invoke import Agent, InvokeResult
+from agentbox.core.paths import agent_box_home
+
+if TYPE_CHECKING:
+    from agentbox.core.profiles import ProfileInfo
+
+TOOL_RESOURCE = "agentbox-tool:{tool}"
+"""The custom resource a node advertises for each tool it has (`ray start --resources`)."""
+TURN_REF = "refs/agentbox/turn"
+"""The ref a node's bundle carries the turn's commit under."""
+
+
+def tool_resource(tool: str) -> str:
+    """The name of the custom resource of `tool`."""
+    return TOOL_RESOURCE.format(tool=tool)
+
+
+class RayRunner:
+    """Runs each turn as a Ray task on the cluster at `address` (connected at the first turn)."""
+
+    kind = "ray"
+
+    def __init__(self, address: str, *, cpus_per_turn: float = 1.0) -> None:
+        self.address = address
+        self.cpus_per_turn = cpus_per_turn
+        self._remote: Any = None
+
+    def _connect(self) -> Any:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False, namespace="agentbox")
+        if self._remote is None:
+            self._remote = ray.remote(max_retries=0)(run_on_node)
+        return ray
+
+    def room(self, job_id: str, profile: ProfileInfo) -> str | None:
+        """Ray queues a turn until a node has its resources; a tool no node has is said so."""
+        ray = self._connect()
+        wanted = tool_resource(profile.tool)
+        if not any(node.get("Alive") and node.get("Resources", {}).get(wanted) for node in ray.nodes()):
+            return f"waiting for a node: no node of the cluster offers {wanted}"
+        return None
+
+    async def run(self, turn: Turn) -> TurnDone:
+        """The turn as a Ray task; its commit fetched from the node's bundle and committed here."""
+        ray = self._connect()
+        agent = turn.agent
+        memory_mb = agent.profile.profile.resources.memory_mb
+        options: dict[str, Any] = {"num_cpus": self.cpus_per_turn, "resources": {tool_resource(agent.profile.tool): 1}}
+        if memory_mb is not None:
+            options["memory"] = memory_mb * 2**20
+        bundle = await asyncio.to_thread(_bundle_of, turn.workspace.path) if turn.workspace is not None else None
+        ref = self._remote.options(**options).remote(_secret_env(agent), NodeTurn(
+            agent=agent, prompt=turn.prompt, session_id=turn.session_id, resume=turn.resume,
+            timeout_s=turn.timeout_s, run_id=turn.run_id, task_id=turn.task_id, bundle=bundle,
+            home=str(agent_box_home())))
+        try:
+            back: NodeDone = await asyncio.to_thread(ray.get, ref)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)  # the worker dies; bwrap dies with its parent
+            raise
+        except ray.exceptions.RayError as exc:  # the node or its worker was lost mid-turn
+            return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="killed",
+                                         error=f"the node running the turn was lost: {type(exc).__name__}: "
+                                               f"{str(exc).splitlines()[0][:300] if str(exc) else ''}",
+                                         role=agent.role))
+        result = back.result
+        where = {"node_id": back.node_id, "host": back.host}
+        if turn.workspace is None or result.error_kind == "spawn_failed":
+            return TurnDone(result, None, back.peak_rss_mb, **where)
+        try:
+            if back.bundle is not None:
+                await asyncio.to_thread(_take_bundle, turn.workspace.path, back.bundle)
+            from agentbox.core.engine.runners.local import _summary
+
+            git = await asyncio.to_thread(turn.workspace.commit, _summary(result.text))
+        except AgentboxError as exc:
+            return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
+                                         error=f"taking the node's commit failed: {exc.message}", role=agent.role),
+                            **where)
+        return TurnDone(result, git, back.peak_rss_mb, **where)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeTurn:
+    """What a node gets for one turn (in memory, through Ray's object transfer)."""
+
+    agent: Agent
+    prompt: str
+    session_id: str
+    resume: bool
+    timeout_s: float
+    run_id: str
+    task_id: str | None
+    bundle: bytes | None
+    """The task branch's head as a git bundle (None: the turn commits nothing)."""
+    home: str
+    """The head's AGENT_BOX_HOME (the profiles and private dirs the sandbox hides)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeDone:
+    """What a node sends back: the turn's result, its commit as a bundle, and where it ran."""
+
+    result: InvokeResult
+    bundle: bytes | None
+    node_id: str
+    host: str
+    peak_rss_mb: float | None
+
+
+def run_on_node(secret_env: dict[str, str], turn: NodeTurn) -> NodeDone:
+    """On a node: the turn in its own worktree cloned from the bundle, through the local runner.
+
+    `secret_env` holds the variables the profile takes from the head's environment: they
+    are put in this worker's environment for the turn only (memory, never a file) and
+    taken out after it. It is an argument of its own, small, so Ray sends it inline with
+    the task, never through its object store (which may spill to disk).
+    """
+    import ray
+
+    from agentbox.core.engine.runners.local import LocalRunner
+    from agentbox.core.workspace import commit_turn
+    from agentbox.core.workspace.gitcmd import git
+
+    node_id = ray.get_runtime_context().get_node_id()
+    scratch = Path(tempfile.mkdtemp(prefix="agentbox-node-turn."))
+    try:
+        agent = turn.agent
+        work = None
+        if turn.bundle is not None:
+            (scratch / "in.bundle").write_bytes(turn.bundle)
+            work = scratch / "work"
+            git(scratch, "clone", "-q", "--no-hardlinks", str(scratch / "in.bundle"), str(work))
+            agent = dataclasses.replace(agent, worktree=work, views=((work / ".git", agent.cwd / ".git"),),
+                                        view_hidden=())
+        runner = LocalRunner(reading=_no_limit)
+        with _environment({"AGENT_BOX_HOME": turn.home, **secret_env}):  # one task at a time per worker
+            done = asyncio.run(runner.run(Turn(
+                job_id=turn.session_id, run_id=turn.run_id, task_id=turn.task_id, agent=agent, prompt=turn.prompt,
+                session_id=turn.session_id, resume=turn.resume, timeout_s=turn.timeout_s)))
+        bundle = None
+        if work is not None and done.result.error_kind != "spawn_failed":
+            base = git(work, "rev-parse", "HEAD").text.strip()
+            commit = commit_turn(work, author_name="agentbox node", author_email="node@agentbox.invalid",
+                                 message=f"turn on node {node_id[:12]}\n")
+            if commit is not None and commit != base:
+                git(work, "update-ref", TURN_REF, commit)
+                git(work, "bundle", "create", "-q", str(scratch / "out.bundle"), TURN_REF, f"^{base}")
+                bundle = (scratch / "out.bundle").read_bytes()
+        return NodeDone(done.result, bundle, node_id, socket.gethostname(), done.peak_rss_mb)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _secret_env(agent: Agent) -> dict[str, str]:
+    """The head's values of the variables the agent's profile takes from the environment (resolved here)."""
+    from agentbox.core import secrets
+
+    runtime = agent.profile.profile.runtime
+    names = {ref.name for value in runtime.env.values() for ref in secrets.references(value)} | set(runtime.pass_env)
+    return {name: os.environ[name] for name in sorted(names) if name in os.environ}
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """This process's environment with `values` set, as it was afterwards."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _no_limit() -> Any:
+    """On a node Ray has admitted the turn already: the local reading never holds it back."""
+    from agentbox.core.engine.runners.admission import Room
+
+    return Room(available_mb=float("inf"), total_mb=float("inf"), load=0.0, cpus=os.cpu_count() or 1)
+
+
+def _bundle_of(worktree: Path) -> bytes:
+    """The worktree's HEAD (the task branch) as a git bundle."""
+    from agentbox.core.workspace.gitcmd import git
+
+    with tempfile.TemporaryDirectory(prefix="agentbox-bundle.") as tmp:
+        path = Path(tmp) / "branch.bundle"
+        git(worktree, "bundle", "create", "-q", str(path), "HEAD")
+        return path.read_bytes()
+
+
+def _take_bundle(worktree: Path, bundle: bytes) -> None:
+    """Fetch the node's commit from its bundle and set the worktree's files (and index) to its tree."""
+    from agentbox.core.workspace.gitcmd import git
+
+    with tempfile.TemporaryDirectory(prefix="agentbox-bundle.") as tmp:
+        path = Path(tmp) / "turn.bundle"
+        path.write_bytes(bundle)
+        git(worktree, "fetch", "-q", "--no-tags", "--no-write-fetch-head", str(path), f"+{TURN_REF}:{TURN_REF}")
+        git(worktree, "read-tree", "-u", "--reset", TURN_REF)
+        git(worktree, "update-ref", "-d", TURN_REF)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeProbe:
+    """What `agentbox doctor` learns of one node of the cluster."""
+
+    node_id: str
+    host: str
+    alive: bool
+    tools: tuple[str, ...]
+    """The tools the node offers (its `agentbox-tool:<tool>` resources)."""
+    bwrap: str | None
+    """bubblewrap's version on the node after it made a sandbox there (None: it could not, see `problem`)."""
+    problem: str | None = None
+
+
+def probe_cluster(address: str, probe_bwrap: Callable[[], tuple[str | None, str | None]], *,
+                  timeout_s: float = 60.0) -> list[NodeProbe]:
+    """Every node of the cluster at `address`: alive, the tools it offers, and what `probe_bwrap`
+    (run on the node) says: bwrap's version once it made a sandbox there, else why it could not."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 namespace="agentbox")
+    probe = ray.remote(num_cpus=0, max_retries=0)(probe_bwrap)
+    nodes = ray.nodes()
+    prefix = TOOL_RESOURCE.format(tool="")
+    pending = {}
+    for node in nodes:
+        if node.get("Alive") and not node.get("Resources", {}).get("node:__internal_head__"):
+            pending[node["NodeID"]] = probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+                node["NodeID"], soft=False)).remote()
+    found = []
+    for node in nodes:
+        tools = tuple(sorted(name[len(prefix):] for name in node.get("Resources", {}) if name.startswith(prefix)))
+        version, problem = None, None if node.get("Alive") else "the node is not alive"
+        if node["NodeID"] in pending:
+            try:
+                version, problem = ray.get(pending[node["NodeID"]], timeout=timeout_s)
+            except Exception as exc:  # a node that cannot run the probe is reported, never raised
+                problem = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        elif node.get("Alive"):
+            problem = "the head: no turn runs there"
+        found.append(NodeProbe(node["NodeID"], node.get("NodeManagerHostname") or node.get("NodeManagerAddress", "?"),
+                               bool(node.get("Alive")), tools, version, problem))
+    return found

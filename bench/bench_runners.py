@@ -1,0 +1,130 @@
+"""The Ray runner against the local one, on a real Ray cluster on this machine (127.0.0.1).
+
+R1  one no-op scripted turn through the Ray runner ÷ the same turn through the local runner,
+    interleaved, medians -- goal <= 1.3.
+R2  N short turns (each sleeps --turn-s) on one worker node, then on three: throughput of
+    three ÷ one -- goal >= 2.5 (each node offers one CPU, each turn asks for one).
+R3  the head's memory (this process's RSS) with 50 turns in flight ÷ before they were sent.
+
+The cluster (`ray.cluster_utils.Cluster`, its own temp dir, no dashboard) is started here and
+stopped at the end, its processes killed. Everything happens in a temporary AGENT_BOX_HOME.
+
+    .venv/bin/python bench/bench_runners.py [--runs 15] [--turns 200] [--turn-s 0.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read when ray is imported: every node on 127.0.0.1
+
+import psutil  # noqa: E402
+from _support import write_scripted_profile  # noqa: E402  (bench/ is sys.path[0] when a script runs)
+
+R1_GOAL = 1.3
+R2_GOAL = 2.5
+
+
+def turn_for(agent: object, prompt: str) -> object:
+    from agentbox.core.engine.runners.base import Turn
+    from agentbox.core.invoke import new_session_id
+
+    return Turn(job_id=new_session_id(), run_id="bench", task_id=None, agent=agent, prompt=prompt,  # type: ignore[arg-type]
+                session_id=new_session_id(), resume=False, timeout_s=120)
+
+
+async def timed(runner: object, agent: object, prompt: str) -> float:
+    start = time.perf_counter()
+    done = await runner.run(turn_for(agent, prompt))  # type: ignore[attr-defined]
+    assert done.result.ok, done.result
+    return time.perf_counter() - start
+
+
+async def main(args: argparse.Namespace) -> None:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from agentbox.core import services
+    from agentbox.core.engine.runners.admission import Room
+    from agentbox.core.engine.runners.local import LocalRunner
+    from agentbox.core.engine.runners.ray_runner import RayRunner, tool_resource
+
+    work = Path(tempfile.mkdtemp(prefix="abbench-"))
+    home = work / "home"
+    write_scripted_profile(home, "noop", {"rules": [
+        {"id": "short", "when": {"prompt_contains": "short"}, "do": {"delay_s": args.turn_s, "reply": "ok"}},
+        {"id": "long", "when": {"prompt_contains": "long"}, "do": {"delay_s": 3.0, "reply": "ok"}}],
+        "fallback": {"reply": "ok"}})
+    os.environ["AGENT_BOX_HOME"] = str(home)
+    project = work / "project"
+    project.mkdir()
+    agent = services.profile_agent("noop", project, None)
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "include_dashboard": False, "temp_dir": str(work / "ray"), "node_ip_address": "127.0.0.1"})
+    tool = {tool_resource("scripted"): 64}
+    try:
+        cluster.add_node(num_cpus=1, resources=tool)
+        cluster.wait_for_nodes()
+        local = LocalRunner(reading=lambda: Room(1e9, 1e9, 0.0, 1))
+        remote = RayRunner(cluster.address)
+        await timed(remote, agent, "noop")  # connect, warm a worker
+        local_s, ray_s = [], []
+        for _ in range(args.runs):
+            local_s.append(await timed(local, agent, "noop"))
+            ray_s.append(await timed(remote, agent, "noop"))
+        r1 = statistics.median(ray_s) / statistics.median(local_s)
+        print(f"R1 no-op turn: local {statistics.median(local_s) * 1000:.0f} ms, "
+              f"ray {statistics.median(ray_s) * 1000:.0f} ms, ratio {r1:.2f} (goal <= {R1_GOAL}) "
+              f"{'ok' if r1 <= R1_GOAL else 'MISSED'}")
+
+        async def batch() -> float:
+            start = time.perf_counter()
+            await asyncio.gather(*(timed(remote, agent, "short") for _ in range(args.turns)))
+            return args.turns / (time.perf_counter() - start)
+
+        one = await batch()
+        cluster.add_node(num_cpus=1, resources=tool)
+        cluster.add_node(num_cpus=1, resources=tool)
+        cluster.wait_for_nodes()
+        await asyncio.gather(*(timed(remote, agent, "noop") for _ in range(6)))  # warm the new nodes' workers
+        three = await batch()
+        r2 = three / one
+        print(f"R2 {args.turns} turns of {args.turn_s:g} s: one node {one:.2f} turns/s, three nodes {three:.2f} "
+              f"turns/s, ratio {r2:.2f} (goal >= {R2_GOAL}) {'ok' if r2 >= R2_GOAL else 'MISSED'}")
+
+        me = psutil.Process()
+        before = me.memory_info().rss
+        peak = before
+        flights = [asyncio.ensure_future(timed(remote, agent, "long")) for _ in range(50)]
+        while not all(f.done() for f in flights):
+            peak = max(peak, me.memory_info().rss)
+            await asyncio.sleep(0.1)
+        await asyncio.gather(*flights)
+        print(f"R3 head RSS: {before / 2**20:.0f} MB before, {peak / 2**20:.0f} MB with 50 turns in flight, "
+              f"ratio {peak / before:.2f} (+{(peak - before) / 2**20 / 50:.2f} MB per turn)")
+    finally:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        with contextlib.suppress(Exception):
+            cluster.shutdown()
+        for proc in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                if str(work) in " ".join(proc.info["cmdline"] or []):
+                    proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--turn-s", type=float, default=0.5)
+    asyncio.run(main(parser.parse_args()))

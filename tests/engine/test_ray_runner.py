@@ -1,0 +1,311 @@
+"""The Ray runner on a real cluster on this machine: a head and three worker nodes on 127.0.0.1.
+
+Two worker nodes offer the scripted tool (`agentbox-tool:scripted`), one offers nothing.
+The cluster is started once for this module (`ray.cluster_utils.Cluster`, its own temp
+dir, no dashboard) and every Ray process is gone after it. The agents are real scripted
+processes under bwrap on the nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from agentbox.core.engine.engine import Engine
+from agentbox.core.engine.runners.local import LocalRunner
+from agentbox.core.engine.runners.ray_runner import RayRunner, tool_resource
+from agentbox.tui.model import member_rows
+from agentbox.tui.widgets.members import member_columns
+from tests.conftest import run_cli
+from tests.engine.support import create, events, of_type, setup_crew, task, until, work_rule
+from tests.engine.test_runners import GB, room
+from tests.engine.test_worktree_runs import make_repo
+
+pytestmark = pytest.mark.bwrap
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read when ray is imported: every node on 127.0.0.1
+import ray  # noqa: E402  (the test extra installs it: missing, the tests fail)
+
+
+class RayCluster:
+    """The module's cluster: its address, its worker nodes and the temp dir all its processes name."""
+
+    def __init__(self, temp_dir: Path) -> None:
+        from ray.cluster_utils import Cluster
+
+        self.temp_dir = temp_dir
+        self.cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 0, "include_dashboard": False, "temp_dir": str(temp_dir), "node_ip_address": "127.0.0.1"})
+        tool = {tool_resource("scripted"): 8}
+        self.workers = [self.cluster.add_node(num_cpus=1, resources=tool), self.cluster.add_node(num_cpus=1, resources=tool)]
+        self.bare = self.cluster.add_node(num_cpus=1)
+        self.cluster.wait_for_nodes()
+        self.address = self.cluster.address
+
+    def node_ids(self, nodes: list[Any]) -> set[str]:
+        return {node.node_id for node in nodes}
+
+    def processes(self) -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                if str(self.temp_dir) in " ".join(proc.info["cmdline"] or []):
+                    found.append(proc)
+        return found
+
+    def shutdown(self) -> None:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        with contextlib.suppress(Exception):
+            self.cluster.shutdown()
+        for proc in self.processes():  # nothing of the cluster outlives the tests
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RayCluster]:
+    """The one cluster of these tests, in a short temp dir (Ray's socket paths must stay under 107 bytes)."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="abray-"))
+    made = RayCluster(temp_dir)
+    try:
+        yield made
+    finally:
+        made.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    assert all(p.status() == psutil.STATUS_ZOMBIE for p in made.processes())
+
+
+def ray_ports(cluster: RayCluster) -> set[int]:
+    """The TCP ports the cluster's processes listen on."""
+    ports = set()
+    for proc in cluster.processes():
+        with contextlib.suppress(psutil.Error):
+            for conn in proc.net_connections(kind="tcp"):
+                if conn.status == psutil.CONN_LISTEN:
+                    ports.add(conn.laddr.port)
+    return ports
+
+
+async def drive_with(paths: Any, run_id: str, runner: LocalRunner | RayRunner, timeout: float = 180) -> Any:
+    engine = Engine.open(paths, run_id, runner=runner)
+    return await asyncio.wait_for(engine.execute(), timeout)
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
+
+
+def crew(project: Path, delay: float = 1.5) -> Any:
+    make_repo(project)
+    worker = [work_rule(delay, write={"src/{task}/made.txt": "made by {task}\n"})]
+    return setup_crew(project, worker=worker, tasks=[task("t1", "builder"), task("t2", "tester")],
+                      limits={"max_workers": 2})
+
+
+def test_every_ray_port_listens_on_loopback_only(cluster: RayCluster) -> None:
+    bound = {}
+    for proc in cluster.processes():
+        with contextlib.suppress(psutil.Error):
+            for conn in proc.net_connections(kind="tcp"):
+                if conn.status == psutil.CONN_LISTEN:
+                    bound[f"{conn.laddr.ip}:{conn.laddr.port}"] = " ".join(proc.cmdline())[:200]
+    assert bound
+    beyond = {where: who for where, who in bound.items()
+              if where.rpartition(":")[0] not in ("127.0.0.1", "::ffff:127.0.0.1", "::1")}
+    assert beyond == {}
+
+
+async def test_turns_land_on_the_tool_s_nodes_and_commit_what_a_local_run_commits(
+        cluster: RayCluster, tmp_path: Path) -> None:
+    trees = {}
+    placements: list[dict[str, Any]] = []
+    kinds: list[str] = []
+    shown: dict[str, Any] = {}
+    for name, runner in (("local", LocalRunner(reading=lambda: room(16 * GB))), ("ray", RayRunner(cluster.address))):
+        root = tmp_path / name
+        root.mkdir()
+        shutil.copytree(Path(__file__).resolve().parents[2] / ".agent-box.example", root / ".agent-box")
+        paths = crew(root)
+        run_id = create(paths)
+        run = await drive_with(paths, run_id, runner)
+        assert run.status == "done", run.status_reason
+        rows = member_rows(None, run, {}, {})
+        shown[name] = (member_columns(rows, narrow=False), {r.role: r.node for r in rows})
+        trees[name] = {t.id: git(root, "rev-parse", f"{t.head}^{{tree}}").strip() for t in run.tasks.values()}
+        if name == "ray":
+            placements = of_type(events(paths, run_id), "placement")
+            kinds = [e["type"] for e in events(paths, run_id)]
+            status = await asyncio.to_thread(run_cli, "status", run_id, cwd=root)
+            for t in run.tasks.values():  # each task shows the node its last turn ran on
+                assert t.node is not None and t.node.partition("@")[0] in cluster.node_ids(cluster.workers)
+                assert f"{t.node[:12]}@{socket.gethostname()}" in status.out, status.out
+    assert trees["ray"] == trees["local"]  # the same work, to the byte
+    nodes = {e["node"] for e in placements}
+    assert nodes <= cluster.node_ids(cluster.workers) and len(nodes) == 2  # both tool nodes, never the bare one
+    assert all(e["host"] == socket.gethostname() for e in placements)
+    assert kinds.count("turn") == len(placements)
+    columns, nodes_of = shown["ray"]  # the members table shows each worker's node
+    assert columns[-1] == "node" and {nodes_of["builder"][:12], nodes_of["tester"][:12]} <= {
+        n[:12] for n in cluster.node_ids(cluster.workers)}
+    assert "node" not in shown["local"][0] and set(shown["local"][1].values()) == {""}
+
+
+async def test_a_tool_no_node_offers_waits_for_a_node(cluster: RayCluster, project: Path) -> None:
+    from agentbox.core import profiles
+
+    setup_crew(project, tasks=[task("t1")])
+    runner = RayRunner(cluster.address)
+    assert runner.room("j1", profiles.resolve("t-lead")) is None  # scripted: two nodes offer it
+    held = runner.room("j2", profiles.resolve("claude"))
+    assert held == f"waiting for a node: no node of the cluster offers {tool_resource('claude')}"
+
+
+async def test_a_sandboxed_turn_on_a_node_cannot_reach_the_cluster_s_ports(
+        cluster: RayCluster, agent_box_home: Path, project: Path) -> None:
+    ports = sorted(ray_ports(cluster))
+    assert ports
+    probe = ("python3 -c 'import socket,sys\nfor p in sys.argv[1:]:\n  s=socket.socket()\n  s.settimeout(2)\n"
+             "  print(p, s.connect_ex((\"127.0.0.1\", int(p))))' " + " ".join(map(str, ports)))
+    runner = RayRunner(cluster.address)
+    from agentbox.core import services
+    from agentbox.core.engine.runners.base import Turn
+    from agentbox.core.invoke import new_session_id
+    from tests.engine.support import write_profile
+
+    write_profile("t-probe", [{"id": "probe", "when": {"prompt_contains": "probe"},
+                               "do": {"run": probe, "reply": "{run_output}"}}])
+    profile = agent_box_home / "profiles" / "t-probe" / "profile.yaml"
+    profile.write_text(profile.read_text().replace('"network": false', '"network": true'))
+    agent = services.profile_agent("t-probe", project, None)
+    done = await runner.run(Turn(job_id="probe", run_id="r", task_id=None, agent=agent, prompt="probe",
+                                 session_id=new_session_id(), resume=False, timeout_s=60))
+    assert done.result.ok, done.result
+    assert done.node_id in cluster.node_ids(cluster.workers)
+    answers = dict(line.split() for line in done.result.text.strip().splitlines())
+    assert set(answers) == {str(p) for p in ports}
+    assert all(code != "0" for code in answers.values()), answers  # no port of the cluster answers
+
+
+async def test_a_secret_reaches_the_node_in_memory_only(cluster: RayCluster, agent_box_home: Path, project: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentbox.core import services
+    from agentbox.core.engine.runners.base import Turn
+    from agentbox.core.invoke import new_session_id
+    from tests.engine.support import write_profile
+
+    secret = "node-secret-" + os.urandom(8).hex()
+    monkeypatch.setenv("AB_NODE_SECRET", secret)  # the head has it; the nodes were started without it
+    write_profile("t-secret", [{"id": "show", "when": {"prompt_contains": "show"},
+                                "do": {"run": 'printf "%s" "$AB_TOKEN" | wc -c', "reply": "length {run_output}"}}])
+    profile = agent_box_home / "profiles" / "t-secret" / "profile.yaml"
+    profile.write_text(profile.read_text().replace('"runtime": {', '"runtime": {"env": {"AB_TOKEN": "${AB_NODE_SECRET}"}, '))
+    agent = services.profile_agent("t-secret", project, None)
+    done = await RayRunner(cluster.address).run(Turn(
+        job_id="secret", run_id="r", task_id=None, agent=agent, prompt="show", session_id=new_session_id(),
+        resume=False, timeout_s=60))
+    assert done.result.ok and done.result.text.split() == ["length", str(len(secret))], done.result
+    assert done.node_id in cluster.node_ids(cluster.workers)
+    found = []
+    for root in (cluster.temp_dir, agent_box_home, project):
+        for path in root.rglob("*"):
+            with contextlib.suppress(OSError):
+                if path.is_file() and not path.is_symlink() and secret.encode() in path.read_bytes():
+                    found.append(path)
+    assert found == []  # not in Ray's session dir (logs, spilled objects), nor any record of the turn
+    for proc in cluster.processes():  # and not left in any Ray process's environment
+        with contextlib.suppress(psutil.Error):
+            assert proc.environ().get("AB_NODE_SECRET") is None and proc.environ().get("AB_TOKEN") != secret
+
+
+def test_doctor_checks_every_node_of_the_cluster(cluster: RayCluster, agent_box_home: Path) -> None:
+    from agentbox.core import doctor
+
+    (agent_box_home / "config.yaml").write_text(f"runner:\n  kind: ray\n  address: {cluster.address}\n")
+    checks = {c.name: c for c in doctor.check_runner()}
+    assert checks["runner"].status == "ok" and checks["runner"].detail.endswith("node(s) alive")
+    by_node = {c.name.split()[1]: c for c in checks.values() if c.name.startswith("node ")}
+    for node in cluster.workers:
+        check = by_node[node.node_id[:12]]
+        assert check.status == "ok" and check.detail.startswith("bubblewrap") and "tools: scripted" in check.detail
+    bare = by_node[cluster.bare.node_id[:12]]
+    assert bare.status == "warn" and "tools: none" in bare.detail
+    assert doctor.healthy(list(checks.values()))
+
+
+async def test_a_killed_head_s_turns_end_with_it_and_resume_runs_them_once(
+        cluster: RayCluster, agent_box_home: Path, project: Path) -> None:
+    import signal
+    import time
+
+    from agentbox.core.engine.run_store import RunStore
+    from tests.engine.support import session_processes, start_engine, stop, wait_gone
+
+    (agent_box_home / "config.yaml").write_text(f"runner:\n  kind: ray\n  address: {cluster.address}\n")
+    paths = crew(project, delay=20)
+    run_id = create(paths)
+    store = RunStore(paths)
+    proc = start_engine(paths, run_id)
+    try:
+        deadline = time.monotonic() + 90
+        running: list[Any] = []
+        while not running:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            sessions = [j.session_id for j in store.load(run_id).jobs.values() if j.kind == "work" and j.started]
+            running = session_processes(sessions) if sessions else []
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        stop(proc)
+    # the head's driver is gone: Ray stops its tasks, and bwrap dies with its worker
+    assert wait_gone(lambda: session_processes(sessions), timeout=60) == []
+    paths = crew_again(paths)
+    run = await drive_with(paths, run_id, RayRunner(cluster.address), timeout=240)
+    assert run.status == "done", run.status_reason
+    log = events(paths, run_id)
+    assert of_type(log, "recover")
+    done_work = [e for e in of_type(log, "turn") if e["what"].startswith("work turn") and "ok" in e["what"]]
+    assert sorted(e["task"] for e in done_work) == ["t1", "t2"]  # each work turn ended once
+
+
+def crew_again(paths: Any) -> Any:
+    """The same crew with short work turns (the resumed turns need not take 20 s again)."""
+    worker = [work_rule(0.2, write={"src/{task}/made.txt": "made by {task}\n"})]
+    return setup_crew(paths.root, worker=worker, tasks=[task("t1", "builder"), task("t2", "tester")],
+                      limits={"max_workers": 2})
+
+
+async def test_a_node_lost_mid_turn_is_retried_on_another(cluster: RayCluster, project: Path) -> None:
+    paths = crew(project, delay=6)
+    run_id = create(paths)
+    runner = RayRunner(cluster.address)
+    engine = Engine.open(paths, run_id, runner=runner)
+    flight = asyncio.ensure_future(engine.execute())
+    try:
+        await until(engine, lambda e: sum(j.kind == "work" for j in e.in_flight()) == 2, timeout=60)
+        await asyncio.sleep(3)  # both work turns run, one on each tool node
+        doomed = cluster.workers[0]
+        cluster.cluster.remove_node(doomed, allow_graceful=False)
+        cluster.workers.remove(doomed)
+        run = await asyncio.wait_for(flight, 240)
+    finally:
+        if not flight.done():
+            flight.cancel()
+    assert run.status == "done", run.status_reason
+    log = events(paths, run_id)
+    lost = [e for e in of_type(log, "turn") if "the node running the turn was lost" in (e.get("why") or "")]
+    assert lost, [e["what"] for e in of_type(log, "turn")]
+    later = of_type(log, "placement")
+    assert {e["node"] for e in later if e["seq"] > lost[0]["seq"]} <= cluster.node_ids(cluster.workers)
