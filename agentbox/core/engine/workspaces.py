@@ -19,15 +19,18 @@ In a `shared` run nothing here does anything (`active` is False).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentbox.core import scopes
 from agentbox.core import workspace as git
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import ChangedPath, Job, Task
 from agentbox.core.errors import AgentboxError, UsageError
 from agentbox.core.run_changes import changed_paths, merge_hint
 from agentbox.core.workspace.layout import admin_dir, common_dir, task_worktree_path
+from agentbox.core.workspace.reach import widen_reach
 
 DIFF_PROMPT_BYTES = 48 * 1024
 """Most bytes of a task's patch put in a review prompt (the stat always goes in whole)."""
@@ -106,15 +109,20 @@ class Workspaces:
             return HANDOFF_KEY
         return None
 
-    def mount(self, key: str, copy_patterns: list[str], setup_command: str | None = None) -> Mount:
-        """Make or find the worktree of `key` (in a worker thread: a checkout may take a while)."""
+    def mount(self, key: str, copy_patterns: list[str], setup_command: str | None = None,
+              writes: Sequence[str] | None = None) -> Mount:
+        """Make or find the worktree of `key` (in a worker thread: a checkout may take a while).
+
+        `writes`: the turn's write scopes (None: the whole tree), noted in the worktree's reach
+        before the turn can write, so its commit scans only what it could change."""
         run_id = self.ledger.run.id
-        tree = git.ensure_task_worktree(self.root, run_id, key)
+        tree = git.ensure_task_worktree(self.root, run_id, key, reach=scopes.reach(writes))
         view = self._prepare(tree, f"task {key}'s branch", copy_patterns)
         marker = None
         admin = admin_dir(tree.path)
         if setup_command and admin is not None and not (admin / SETUP_DONE).exists():
             marker = admin / SETUP_DONE
+            widen_reach(tree.path, None, once=True)  # a setup command may write anywhere
         return Mount(key, tree.path, tuple(view.binds), tuple(view.hide), marker)
 
     def view(self, copy_patterns: list[str]) -> Mount:
