@@ -300,7 +300,7 @@ def status(args: argparse.Namespace) -> int:
                       ",".join(t.depends_on) or "-", str(t.attempts),
                       f"{t.tokens:,}" + ("+?" if t.unknown_usage_turns else ""),
                       t.verdicts[-1].verdict + f" ({t.verdicts[-1].by})" if t.verdicts else "-",
-                      *([(str(len(t.changed_files)) + (" merged" if t.merged else "")) if t.changed_files
+                      *([(str(len(t.changed_files) + t.changed_more) + (" merged" if t.merged else "")) if t.changed_files
                          else "none"] if worktree else [])]
                      for t in run.tasks.values()])
     open_cps = run.open_checkpoints()
