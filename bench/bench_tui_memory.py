@@ -40,7 +40,8 @@ sys.path.insert(0, str(REPO))
 GOAL_MB = 100.0
 IMPORT_FLOORS = (("python alone", "pass"), ("import textual.app", "import textual.app"),
                  ("import agentbox.core.engine.models", "import agentbox.core.engine.models"),
-                 ("import agentbox.tui.app", "import agentbox.tui.app"))
+                 ("import agentbox.tui.app", "import agentbox.tui.app"),
+                 ("import agentbox.core.engine.engine", "import agentbox.core.engine.engine"))
 """What is imported, in a fresh interpreter, for the floor lines."""
 
 
@@ -157,8 +158,13 @@ def main(argv: list[str]) -> int:
     print(f"  engine  RSS {eng_rss:6.1f} MB   USS {eng_uss:6.1f} MB")
     print(f"  baseline: the same TUI before the run  RSS {idle_rss:6.1f} MB   USS {idle_uss:6.1f} MB"
           f"   ratio TUI busy/idle RSS {tui_rss / idle_rss:.2f}")
+    floors = {name: import_floor(statement) for name, statement in IMPORT_FLOORS}
     print("  what the imports alone hold (fresh interpreter, RSS): " + ", ".join(
-        f"{name} {import_floor(statement):.1f} MB" for name, statement in IMPORT_FLOORS))
+        f"{name} {floor:.1f} MB" for name, floor in floors.items()))
+    tui_floor, eng_floor = floors["import agentbox.tui.app"], floors["import agentbox.core.engine.engine"]
+    print(f"  breakdown, RSS: TUI = imports {tui_floor:.1f} + its own {tui_rss - tui_floor:.1f} MB; "
+          f"engine = imports {eng_floor:.1f} + its own {eng_rss - eng_floor:.1f} MB; "
+          f"imports ÷ total {(tui_floor + eng_floor) / (tui_rss + eng_rss):.2f}")
     total = tui_rss + eng_rss
     print(f"  P6 TUI + engine = {total:.0f} MB RSS ({tui_uss + eng_uss:.0f} MB USS) (goal ≤ {GOAL_MB:.0f} MB) "
           f"{'✔' if total <= GOAL_MB else '✘'}")

@@ -321,7 +321,7 @@ def status(args: argparse.Namespace) -> int:
                       f"{t.tokens:,}" + ("+?" if t.unknown_usage_turns else ""),
                       usd(t.cost_usd, t.unknown_cost_turns),
                       t.verdicts[-1].verdict + f" ({t.verdicts[-1].by})" if t.verdicts else "-",
-                      *([(str(len(t.changed_files)) + (" merged" if t.merged else "")) if t.changed_files
+                      *([(str(len(t.changed_files) + t.changed_more) + (" merged" if t.merged else "")) if t.changed_files
                          else "none"] if worktree else []),
                       *([_node(t.node)] if on_nodes else [])]
                      for t in run.tasks.values()])

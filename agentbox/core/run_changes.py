@@ -17,7 +17,11 @@ from agentbox.core.engine.models import ChangedPath, Run, Task
 from agentbox.core.errors import NotFoundError, UsageError
 from agentbox.core.paths import ProjectPaths
 
+CHANGED_KEPT = 1000
+"""Most changed files a task records in the run state (the rest are counted; git has them all)."""
 DIFF_BYTES = 1 << 20
+DIFF_PAGE_FILES = 200
+"""Files on one page of a task's diff (`task_diff_page`)."""
 """Most bytes of a patch shown (the command to see it whole is given when it is cut)."""
 
 
@@ -33,6 +37,8 @@ class TaskChanges:
     head: str | None
     merged: str | None
     files: list[ChangedPath]
+    more: int = 0
+    """Files changed beyond `files` (a flood: the run state keeps the first ones)."""
 
 
 def _worktree_run(run: Run, project: ProjectPaths | None = None) -> None:
@@ -58,7 +64,8 @@ def merge_hint(run: Run) -> str:
 def task_changes(run: Run) -> list[TaskChanges]:
     """Every task that has a branch, with what it changed (as recorded after its last turn)."""
     _worktree_run(run)
-    return [TaskChanges(t.id, t.assignee, t.state, t.branch, t.base, t.head, t.merged, list(t.changed_files))
+    return [TaskChanges(t.id, t.assignee, t.state, t.branch, t.base, t.head, t.merged, list(t.changed_files),
+                        t.changed_more)
             for t in run.tasks.values() if t.branch is not None]
 
 
@@ -78,6 +85,34 @@ def task_diff(project: ProjectPaths, run: Run, task_id: str, *, stat_only: bool 
         return git.Diff("", "", False, f"agentbox diff {run.id} {task_id}")
     return _diff(project, task.base, task.head, f"git diff {task.base[:12]} {task.head[:12]}",
                  stat_only=stat_only, max_bytes=max_bytes)
+
+
+@dataclass(frozen=True)
+class DiffPage:
+    """One page of a task's diff: the files `first` to `first + len(paths)` in git's order."""
+
+    diff: git.Diff
+    paths: list[str]
+    first: int
+    more: bool
+    """Files follow this page."""
+
+
+def task_diff_page(project: ProjectPaths, run: Run, task_id: str, page: int, *, per_page: int = DIFF_PAGE_FILES,
+                   max_bytes: int = DIFF_BYTES) -> DiffPage:
+    """Page `page` (from 0) of the task's diff: `per_page` files, listed and diffed by git as it
+    prints them, so a diff of 200,000 files costs a page of memory, never the whole."""
+    _worktree_run(run, project)
+    task = _task(run, task_id)
+    if task.base is None or task.head is None:
+        return DiffPage(git.Diff("", "", False, f"agentbox diff {run.id} {task_id}"), [], 0, False)
+    first = max(0, page) * per_page
+    paths, more = git.changed_names(project.root, task.base, task.head, first, per_page)
+    command = f"git diff {task.base[:12]} {task.head[:12]}"
+    if not paths:
+        return DiffPage(git.Diff("", "", False, command), [], first, False)
+    diff = git.diff_text(project.root, task.base, task.head, max_bytes=max_bytes, full_command=command, paths=paths)
+    return DiffPage(diff, paths, first, more)
 
 
 def run_diff(project: ProjectPaths, run: Run, *, stat_only: bool = False, max_bytes: int = DIFF_BYTES) -> git.Diff:
@@ -105,5 +140,16 @@ def run_files(project: ProjectPaths, run: Run) -> list[ChangedPath]:
 
 def changed_paths(root: Path, base: str, head: str) -> list[ChangedPath]:
     """What git says changed between two commits, as the run state records it."""
-    return [ChangedPath(path=c.path, change=c.change.value, added=c.added, removed=c.removed, old_path=c.old_path)
-            for c in git.changed_files(root, base, head)]
+    return [_recorded(c) for c in git.changed_files(root, base, head)]
+
+
+def kept_changed_paths(root: Path, base: str, head: str, keep: int = CHANGED_KEPT) -> tuple[list[ChangedPath], int]:
+    """The first `keep` files git says changed between two commits, as the run state records
+    them, and how many more changed: a flood of changes costs the run state and every reader
+    of it `keep` files, never all of them."""
+    summary = git.changed_summary(root, base, head, keep)
+    return [_recorded(c) for c in summary.files], summary.more
+
+
+def _recorded(c: git.ChangedFile) -> ChangedPath:
+    return ChangedPath(path=c.path, change=c.change.value, added=c.added, removed=c.removed, old_path=c.old_path)

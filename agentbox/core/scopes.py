@@ -26,6 +26,7 @@ import functools
 import os
 import shutil
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -169,6 +170,22 @@ def normalise(scope: str) -> tuple[str, ...]:
     if problem is not None:
         raise UsageError(problem, "name a directory (`src/**`), a file, or a one-level pattern inside the project")
     return tuple(p for p in PurePosixPath(scope).parts if p not in (".", ""))
+
+
+def reach(scopes: Sequence[str] | None) -> list[str] | None:
+    """The relative paths under which a turn with these write scopes can change anything (None:
+    anywhere): a directory scope's directory, a file scope's file, a one-level pattern's
+    directory (whose matches alone are carried back). A pattern at the top reaches the whole tree."""
+    if scopes is None:
+        return None
+    found: list[str] = []
+    for scope in scopes:
+        parts = normalise(scope)
+        static = glob_static_prefix("/".join(parts))[0] if parts else ()
+        if not static:
+            return None
+        found.append("/".join(static))
+    return found
 
 
 @functools.lru_cache(maxsize=4096)

@@ -45,6 +45,7 @@ def task_place(project: ProjectPaths, task_id: str, run_id: str | None = None) -
     from agentbox.core import runs, services
     from agentbox.core import workspace as git
     from agentbox.core.workspace.layout import common_dir, task_worktree_path
+    from agentbox.core.workspace.reach import widen_reach
 
     found_run, task_id = runs.resolve_task(project, task_id, run_id)  # a prefix names its task
     run = runs.load(project, found_run)
@@ -58,6 +59,7 @@ def task_place(project: ProjectPaths, task_id: str, run_id: str | None = None) -
         return ShellPlace("the project (a shared run works in the live tree)", project.root, agent)
     tree = task_worktree_path(common_dir(project.root), run.id, task_id)
     if writes and tree.is_dir():
+        widen_reach(tree, None)  # a person's shell (on the host too) may write anywhere in it
         what = f"task {task_id}'s worktree (branch {task.branch or git.task_branch(run.id, task_id)})"
     else:
         tree = git.ensure_view_worktree(project.root, run.id).path

@@ -194,19 +194,21 @@ def highlight(path: str, text: str) -> Any:
     return numbered
 
 
-def task_diff(project: ProjectPaths, run: Run, task_id: str) -> msg.TaskDiffLoaded:
-    """A worktree task's diff from git, cut per file and highlighted (bounded at DIFF_SHOWN_BYTES)."""
+def task_diff(project: ProjectPaths, run: Run, task_id: str, page: int = 0) -> msg.TaskDiffLoaded:
+    """One page of a worktree task's diff from git, cut per file and highlighted (a page of files,
+    bounded at DIFF_SHOWN_BYTES: a flood of changed files is never read whole)."""
     from agentbox.core import run_changes
     from agentbox.tui.diffs import render_patch
 
     task = run.tasks[task_id]
     commits = (task.base, task.head)
     try:
-        diff = run_changes.task_diff(project, run, task_id, max_bytes=DIFF_SHOWN_BYTES)
+        found = run_changes.task_diff_page(project, run, task_id, page, max_bytes=DIFF_SHOWN_BYTES)
     except AgentboxError as exc:
-        return msg.TaskDiffLoaded(task_id, commits, error=exc.message)
+        return msg.TaskDiffLoaded(task_id, commits, error=exc.message, page=page)
+    diff = found.diff
     return msg.TaskDiffLoaded(task_id, commits, render_patch(diff.patch, task.changed_files), diff.truncated,
-                              diff.full_command)
+                              diff.full_command, page=page, first=found.first, more_pages=found.more)
 
 
 def run_stat(project: ProjectPaths, run: Run) -> msg.RunStatRead:

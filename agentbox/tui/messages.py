@@ -226,6 +226,12 @@ class TaskDiffLoaded(Message):
     truncated: bool = False
     full_command: str = ""
     error: str | None = None
+    page: int = 0
+    """Which page of the diff's files this is (from 0)."""
+    first: int = 0
+    """The position of the page's first file among all the diff's files."""
+    more_pages: bool = False
+    """Files follow this page."""
 
 
 @dataclass

@@ -343,5 +343,6 @@ def changes_summary(run: Run | None, task_id: str, limit: int = 12) -> str:
         return "\nIts branch changes no file."
     lines = [f"  {c.change} {c.path}" + ("" if c.added is None else f"  +{c.added} -{c.removed}")
              for c in task.changed_files[:limit]]
-    more = f"\n  … {len(task.changed_files) - limit} more" if len(task.changed_files) > limit else ""
+    beyond = len(task.changed_files) + task.changed_more - limit
+    more = f"\n  … {beyond} more" if beyond > 0 else ""
     return "\nWhat its branch changes (from git; d shows the diff):\n" + "\n".join(lines) + more

@@ -68,7 +68,7 @@ def submission_checks(run: Run, task: Task) -> list[str]:
     """The submission gate's checks that apply to `task`'s changes (its `paths:` filters), in order."""
     changed = [p for c in task.changed_files for p in (c.path, c.old_path) if p]
     return [name for name in run.contract.gates.submission
-            if name in run.contract.checks and applies(run.contract.checks[name], changed)]
+            if name in run.contract.checks and (task.changed_more or applies(run.contract.checks[name], changed))]
 
 
 @dataclass(frozen=True)
@@ -129,8 +129,8 @@ class GateRunner:
         if not self.workspaces.active:
             return False
         changed = [p for c in task.changed_files for p in (c.path, c.old_path) if p]
-        names = [n for n in self.run.contract.gates.integration
-                 if n in self.run.contract.checks and applies(self.run.contract.checks[n], changed)]
+        names = [n for n in self.run.contract.gates.integration  # a flood's unrecorded files may match any filter
+                 if n in self.run.contract.checks and (task.changed_more or applies(self.run.contract.checks[n], changed))]
         queued = any(g.stage == "integration" for g in self.run.gates.values())
         if not names and not queued:
             return False

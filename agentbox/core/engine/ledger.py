@@ -282,10 +282,12 @@ class RunLedger:
         note, task.note = task.note, None
         return TaskNote(note, task.note_by) if note else None
 
-    def record_git(self, task: Task, *, branch: str, base: str, head: str, changed: list[ChangedPath]) -> None:
-        """Where a worktree task's branch stands and what it changed, from git."""
+    def record_git(self, task: Task, *, branch: str, base: str, head: str, changed: list[ChangedPath],
+                   more: int = 0) -> None:
+        """Where a worktree task's branch stands and what it changed, from git (`more`: files beyond `changed`)."""
         self._task(task)
         task.branch, task.base, task.head, task.changed_files = branch, base, head, list(changed)
+        task.changed_more = more
 
     def record_placement(self, job: Job, node_id: str, host: str) -> None:
         """A turn ran on a cluster node: logged, and a work turn's node kept on its task (the faces show it)."""

@@ -326,7 +326,10 @@ class Task(Model):
     head: str | None = None
     """Worktree runs: the task branch's last commit (agentbox commits each work turn)."""
     changed_files: list[ChangedPath] = Field(default_factory=list)
-    """Worktree runs: what the task changed, from git (base..head), not from the agent's reply."""
+    """Worktree runs: what the task changed, from git (base..head), not from the agent's reply; the
+    first CHANGED_KEPT files of a flood (git has the rest)."""
+    changed_more: int = 0
+    """Worktree runs: files the task changed beyond `changed_files` (a flood of changes)."""
     merged: str | None = None
     """Worktree runs: the integration branch's commit that took the task's work in."""
     node: str | None = None

@@ -98,7 +98,7 @@ class Turns:
             prompt = job.prompt
             setup = run.contract.workspace_setup
             if key is not None:
-                mount = await asyncio.to_thread(self.workspaces.mount, key, setup.copy_, setup.run)
+                mount = await asyncio.to_thread(self.workspaces.mount, key, setup.copy_, setup.run, agent.writes)
                 if mount.setup_marker is not None and setup.run:
                     await asyncio.to_thread(self._set_up, mount, setup.run, setup.timeout_s, job)
             elif self.workspaces.active and not agent.writes:

@@ -19,15 +19,18 @@ In a `shared` run nothing here does anything (`active` is False).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentbox.core import scopes
 from agentbox.core import workspace as git
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import ChangedPath, Job, Task
 from agentbox.core.errors import AgentboxError, UsageError
-from agentbox.core.run_changes import changed_paths, merge_hint
+from agentbox.core.run_changes import kept_changed_paths, merge_hint
 from agentbox.core.workspace.layout import admin_dir, common_dir, task_worktree_path
+from agentbox.core.workspace.reach import widen_reach
 
 DIFF_PROMPT_BYTES = 48 * 1024
 """Most bytes of a task's patch put in a review prompt (the stat always goes in whole)."""
@@ -80,6 +83,8 @@ class TurnGit:
     commit: str | None
     """The commit of this turn (None: the turn changed nothing)."""
     changed: list[ChangedPath]
+    more: int = 0
+    """Files changed beyond `changed` (a flood: the run state keeps the first ones)."""
 
 
 class Workspaces:
@@ -106,15 +111,20 @@ class Workspaces:
             return HANDOFF_KEY
         return None
 
-    def mount(self, key: str, copy_patterns: list[str], setup_command: str | None = None) -> Mount:
-        """Make or find the worktree of `key` (in a worker thread: a checkout may take a while)."""
+    def mount(self, key: str, copy_patterns: list[str], setup_command: str | None = None,
+              writes: Sequence[str] | None = None) -> Mount:
+        """Make or find the worktree of `key` (in a worker thread: a checkout may take a while).
+
+        `writes`: the turn's write scopes (None: the whole tree), noted in the worktree's reach
+        before the turn can write, so its commit scans only what it could change."""
         run_id = self.ledger.run.id
-        tree = git.ensure_task_worktree(self.root, run_id, key)
+        tree = git.ensure_task_worktree(self.root, run_id, key, reach=scopes.reach(writes))
         view = self._prepare(tree, f"task {key}'s branch", copy_patterns)
         marker = None
         admin = admin_dir(tree.path)
         if setup_command and admin is not None and not (admin / SETUP_DONE).exists():
             marker = admin / SETUP_DONE
+            widen_reach(tree.path, None, once=True)  # a setup command may write anywhere
         return Mount(key, tree.path, tuple(view.binds), tuple(view.hide), marker)
 
     def view(self, copy_patterns: list[str]) -> Mount:
@@ -153,17 +163,18 @@ class Workspaces:
         if heads.base is None or heads.head is None:
             raise AgentboxError(f"task {key} has no branch in git any more ({heads.branch})",
                                 "was it deleted by hand? the task's work cannot be found")
-        return TurnGit(key, heads.branch, heads.base, heads.head, commit,
-                       changed_paths(self.root, heads.base, heads.head))
+        changed, more = kept_changed_paths(self.root, heads.base, heads.head)
+        return TurnGit(key, heads.branch, heads.base, heads.head, commit, changed, more)
 
     def record(self, turn: TurnGit, job: Job) -> None:
         """Put what a turn left in git on its task and in the log (in the loop)."""
         task = self.ledger.run.tasks.get(turn.key)
         files = [c.path for c in turn.changed]
         if task is not None:
-            self.ledger.record_git(task, branch=turn.branch, base=turn.base, head=turn.head, changed=turn.changed)
+            self.ledger.record_git(task, branch=turn.branch, base=turn.base, head=turn.head, changed=turn.changed,
+                                   more=turn.more)
         what = (f"{turn.key}: {job.role}'s turn changed nothing" if turn.commit is None
-                else f"{turn.key}: {job.role}'s turn committed ({len(files)} file(s) changed on the branch)")
+                else f"{turn.key}: {job.role}'s turn committed ({len(files) + turn.more} file(s) changed on the branch)")
         self.ledger.event("commit", what, ", ".join(files[:20]) or None, task=task.id if task else None,
                           role=job.role, commit=turn.commit, head=turn.head, files=files[:200])
         if task is None and turn.commit is not None:  # a handoff turn: no review, merged at once
@@ -178,7 +189,8 @@ class Workspaces:
                              full_command=f"agentbox diff {run.id} {task.id}")
         changed = {c.path for c in task.changed_files}
         listed = list(getattr(task.submission, "artifacts", None) or [])
-        unbacked = [p for p in listed if p.strip("./") not in changed and not p.startswith(".agent-box/")]
+        unbacked = [] if task.changed_more else [  # a flood's unrecorded files may back any claim
+            p for p in listed if p.strip("./") not in changed and not p.startswith(".agent-box/")]
         parts = [f"\n\n## The task's changes (git diff {task.base[:10]}..{task.head[:10]}, committed by agentbox)\n"
                  "You are in the task's worktree, read-only: read and run the real result.\n"]
         if not changed:
@@ -244,7 +256,8 @@ class Workspaces:
         to resolve, and log the conflict (the caller sends it back)."""
         if task is not None:
             turn = self.heads(key)
-            self.ledger.record_git(task, branch=turn.branch, base=turn.base, head=turn.head, changed=turn.changed)
+            self.ledger.record_git(task, branch=turn.branch, base=turn.base, head=turn.head, changed=turn.changed,
+                                   more=turn.more)
             self.ledger.leave_note(task, merge_conflict_note(conflicts), by="agentbox")
         self.ledger.event("merge.conflict", f"{key} conflicts with the run's approved work",
                           "in " + ", ".join(conflicts[:20]) + "; " + how, task=task.id if task else None,

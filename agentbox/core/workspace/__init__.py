@@ -21,7 +21,16 @@ This package depends on nothing of agentbox's but errors and ids.
 """
 
 from agentbox.core.workspace.cleanup import CleanPlan, Orphan, OrphanKind, Refusal, clean, orphans
-from agentbox.core.workspace.diffs import Change, ChangedFile, Diff, changed_files, diff_text
+from agentbox.core.workspace.diffs import (
+    Change,
+    ChangedFile,
+    ChangedSummary,
+    Diff,
+    changed_files,
+    changed_names,
+    changed_summary,
+    diff_text,
+)
 from agentbox.core.workspace.gitcmd import GitError
 from agentbox.core.workspace.integration import (
     Base,
@@ -62,7 +71,8 @@ from agentbox.core.workspace.worktrees import (
 __all__ = [
     "SANDBOX_GIT_DIR", "Base", "Change", "ChangedFile", "CleanPlan", "DeliverResult", "Diff", "GitError",
     "MergeConflictError", "MergeResult", "Orphan", "OrphanKind", "Refusal", "RepoInfo", "SandboxGitView",
-    "SetupCopy", "SyncResult", "TaskHeads", "Worktree", "WorktreeOrigin", "changed_files", "clean",
+    "SetupCopy", "SyncResult", "TaskHeads", "Worktree", "WorktreeOrigin", "changed_files", "changed_names",
+    "changed_summary", "ChangedSummary", "clean",
     "commit_turn", "copy_setup_files", "deliver", "diff_text", "ensure_integration_branch",
     "ensure_task_worktree", "ensure_view_worktree", "integration_branch", "merge_task", "named_base", "orphans", "recover_run", "remove_spares",
     "remove_task_worktree", "remove_view_worktree", "repo_info", "sandbox_git_view", "snapshot_base", "sync_task",

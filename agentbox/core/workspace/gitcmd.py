@@ -33,7 +33,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -351,6 +351,41 @@ def git_bounded(cwd: Path, *args: str, max_bytes: int, timeout: float = GIT_TIME
             errors.seek(0)
             raise GitError(tuple(args), code, errors.read(64 * 1024).decode("utf-8", "replace"))
     return data[:max_bytes], more
+
+
+def git_fields(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> Iterator[bytes]:
+    """The NUL-separated fields `git ARGS` prints (with `-z`), read as they come: output of any
+    size costs a chunk of memory. Stopping early stops git; a failing git is a GitError."""
+    with tempfile.TemporaryFile() as errors:
+        try:
+            proc = subprocess.Popen(_argv(cwd, args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=errors, env=clean_env())
+        except FileNotFoundError:
+            raise StateError("git is not installed (or not on PATH)", "install git, then try again") from None
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        finished = False
+        try:
+            assert proc.stdout is not None
+            pending = b""
+            while chunk := proc.stdout.read(_FIELD_CHUNK):
+                *fields, pending = (pending + chunk).split(b"\0")
+                yield from fields
+            if pending:
+                yield pending
+            finished = True
+        finally:
+            timer.cancel()
+            if not finished:
+                proc.kill()
+            proc.stdout.close() if proc.stdout else None
+            code = proc.wait()
+        if code != 0:
+            errors.seek(0)
+            raise GitError(tuple(args), code, errors.read(64 * 1024).decode("utf-8", "replace"))
+
+
+_FIELD_CHUNK = 64 * 1024
 
 
 def rev(cwd: Path, name: str) -> str | None:

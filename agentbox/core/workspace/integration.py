@@ -24,6 +24,7 @@ from agentbox.core.workspace.gitcmd import (
     is_ancestor,
     merge_tree,
     person_ident,
+    ref_commits,
     rev,
     tree_of,
     update_refs,
@@ -171,11 +172,10 @@ def merge_task(root: Path, run_id: str, task_id: str, *, message: str | None = N
     working tree; exactly once (a task already merged gives `already`), and a conflict
     changes nothing and names the paths."""
     target = heads(integration_branch(run_id))
-    source = rev(root, heads(task_branch(run_id, task_id)))
+    source, integration = ref_commits(root, [heads(task_branch(run_id, task_id)), target])
     if source is None:
         raise UsageError(f"task {task_id} of run {run_id} has no branch {task_branch(run_id, task_id)}")
     for _ in range(3):
-        integration = rev(root, target)
         if integration is None:
             raise UsageError(f"run {run_id} has no integration branch {integration_branch(run_id)}")
         if is_ancestor(root, source, integration):
@@ -188,7 +188,9 @@ def merge_task(root: Path, run_id: str, task_id: str, *, message: str | None = N
         try:
             update_refs(root, [f"update {target} {commit} {integration}"], message=f"agentbox: merge {task_id}")
         except GitError:
-            if rev(root, target) != integration:
+            moved = rev(root, target)
+            if moved != integration:
+                integration = moved
                 continue  # another merge moved the branch meanwhile: merge again onto it
             raise
         return MergeResult(commit, [], False)

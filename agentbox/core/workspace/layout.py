@@ -121,9 +121,17 @@ def repo_info(root: Path) -> RepoInfo | None:
                     branch.text if branch.returncode == 0 else None)
 
 
+_common_dirs: dict[str, Path] = {}
+
+
 def common_dir(root: Path) -> Path:
-    """The repository's git common dir (absolute)."""
-    return Path(git(root, "rev-parse", "--path-format=absolute", "--git-common-dir").text)
+    """The repository's git common dir (absolute); asked of git once per directory while it exists."""
+    known = _common_dirs.get(str(root))
+    if known is not None and known.is_dir():
+        return known
+    found = Path(git(root, "rev-parse", "--path-format=absolute", "--git-common-dir").text)
+    _common_dirs[str(root)] = found
+    return found
 
 
 def worktrees_dir(common: Path, run_id: str) -> Path:

@@ -27,6 +27,7 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +58,13 @@ from agentbox.core.workspace.layout import (
     view_worktree_path,
     worktrees_dir,
     write_small,
+)
+from agentbox.core.workspace.reach import (
+    pathspecs,
+    read_reach,
+    set_reach,
+    settle_reach,
+    widen_reach,
 )
 
 CHECKOUT_TIMEOUT_S = 600.0
@@ -127,11 +135,13 @@ def task_heads(root: Path, run_id: str, task_id: str) -> TaskHeads:
     return TaskHeads(branch, *ref_commits(root, [task_base_ref(run_id, task_id), heads(branch)]))
 
 
-def ensure_task_worktree(root: Path, run_id: str, task_id: str) -> Worktree:
+def ensure_task_worktree(root: Path, run_id: str, task_id: str, reach: Sequence[str] | None = None) -> Worktree:
     """The task's branch (from the integration head) and worktree, made or found again.
 
     Idempotent and crash-safe (see the module docstring); an existing branch is reused,
-    never reset. The integration branch must exist (`ensure_integration_branch`).
+    never reset. The integration branch must exist (`ensure_integration_branch`). `reach`:
+    the relative paths under which its writers may write until the next call (None: anywhere),
+    so that commits look there only (`agentbox.core.workspace.reach`).
     """
     base = _ensure_task_refs(root, run_id, task_id)
     branch = task_branch(run_id, task_id)
@@ -139,14 +149,30 @@ def ensure_task_worktree(root: Path, run_id: str, task_id: str) -> Worktree:
     path = task_worktree_path(common, run_id, task_id)
     if _attached(path, branch):
         _drop_stale_index_lock(path)
+        widen_reach(path, reach)
         return Worktree(path, branch, base, WorktreeOrigin.EXISTING, common)
     origin = _place_worktree(root, common, run_id, task_id, path)
     _drop_stale_index_lock(path)
     if _attached(path, branch):  # it only had to be found again (a moved project): keep its files
+        widen_reach(path, reach)
         return Worktree(path, branch, base, WorktreeOrigin.EXISTING, common)
-    git(path, "read-tree", "--reset", "-u", heads(branch), timeout=CHECKOUT_TIMEOUT_S)
+    set_reach(path, None)  # until the switch is done, a crash leaves files of either commit
+    _switch(path, heads(branch), spare=origin == WorktreeOrigin.SPARE)
+    set_reach(path, reach)
     git(path, "symbolic-ref", "-m", "agentbox: task worktree", "HEAD", heads(branch))
     return Worktree(path, branch, base, origin, common)
+
+
+def _switch(path: Path, target: str, *, spare: bool, held: str | None = None) -> None:
+    """Fill the worktree at `path` with the tree of `target`. A parked worktree (a spare, or the
+    view holding commit `held`) is clean, so a two-way `read-tree -m` from its HEAD touches only
+    the paths that differ between the two trees, where a reset looks at every file; when that is
+    refused (what a killed call left half done), the reset is done."""
+    if spare or held is not None:
+        moved = git(path, "read-tree", "-m", "-u", held or "HEAD", target, timeout=CHECKOUT_TIMEOUT_S, ok=(0, 128))
+        if moved.returncode == 0:
+            return
+    git(path, "read-tree", "--reset", "-u", target, timeout=CHECKOUT_TIMEOUT_S)
 
 
 def ensure_view_worktree(root: Path, run_id: str) -> Worktree:
@@ -172,9 +198,14 @@ def ensure_view_worktree(root: Path, run_id: str) -> Worktree:
         origin = _place_view(root, common, run_id, path, head)
         admin = admin_dir(path)
         assert admin is not None
-    if read_small(admin / VIEW_HEAD) != f"{head}\n":
+    held = read_small(admin / VIEW_HEAD)
+    if held != f"{head}\n":
         _drop_stale_index_lock(path)
-        git(path, "read-tree", "--reset", "-u", head, timeout=CHECKOUT_TIMEOUT_S)
+        if held is not None and origin == WorktreeOrigin.EXISTING:
+            (admin / VIEW_HEAD).unlink()  # a call killed past here must not trust the files any more
+            _switch(path, head, spare=False, held=held.strip())
+        else:
+            _switch(path, head, spare=origin == WorktreeOrigin.SPARE)
         git(path, "update-ref", "--no-deref", "-m", "agentbox: view", "HEAD", head)
         write_small(admin / VIEW_HEAD, f"{head}\n")
     return Worktree(path, integration_branch(run_id), head, origin, common)
@@ -373,8 +404,13 @@ def _locked(admin: Path) -> bool:
 
 
 def uncommitted(path: Path) -> list[str]:
-    """Paths in a worktree that differ from its HEAD (ignored files excepted)."""
-    out = git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all")
+    """Paths in a worktree that differ from its HEAD (ignored files excepted); only its reach is
+    looked at (`agentbox.core.workspace.reach`)."""
+    reach = read_reach(path)
+    if reach == []:
+        return []
+    out = git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all", "--",
+              *pathspecs(reach))
     entries = out.stdout.split(b"\0")
     found, index = [], 0
     while index < len(entries):
@@ -388,7 +424,7 @@ def uncommitted(path: Path) -> list[str]:
     return found
 
 
-def flatten_nested(worktree: Path) -> list[str]:
+def flatten_nested(worktree: Path, reach: list[str] | None = None) -> list[str]:
     """Make every repository an agent made below the worktree's top into plain files: remove
     its `.git` (a directory, a file or a link), so git adds its files as ordinary files and
     never walks into it (a gitlink would make every later git enter a repository whose
@@ -398,11 +434,12 @@ def flatten_nested(worktree: Path) -> list[str]:
     holding a `.git` (listed by `ls-files -o` with a trailing slash, never entered) and the
     paths of submodules (gitlinks), where agentbox's checkouts leave an empty directory, so a
     `.git` there is the agent's too. A `.git` inside a tracked directory or an ignored one is
-    never entered by git, and stays.
+    never entered by git, and stays. Only `reach` is looked at (None: the whole tree).
     """
-    listed = git(worktree, "ls-files", "-z", "--others", "--exclude-standard").stdout.split(b"\0")
+    specs = ["--", *pathspecs(reach)]
+    listed = git(worktree, "ls-files", "-z", "--others", "--exclude-standard", *specs).stdout.split(b"\0")
     candidates = [os.fsdecode(entry[:-1]) for entry in listed if entry.endswith(b"/")]
-    staged = git(worktree, "ls-files", "-z", "--stage").stdout.split(b"\0")
+    staged = git(worktree, "ls-files", "-z", "--stage", *specs).stdout.split(b"\0")
     candidates += [os.fsdecode(entry.split(b"\t", 1)[1]) for entry in staged if entry.startswith(b"160000 ")]
     found = []
     for relative in sorted(set(candidates)):
@@ -428,14 +465,15 @@ def _remove_nested_git(worktree: Path, nested: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def _add_all(worktree: Path) -> list[str]:
-    """`git add -A`, leaving out the directories (or files) whose name git refuses in a
-    repository (`.GIT`, `git~1`: a `.git` on another file system), which would otherwise make
-    the whole turn uncommittable; the paths left out."""
+def _add_all(worktree: Path, reach: list[str] | None = None) -> list[str]:
+    """`git add -A` over `reach` (None: the whole tree), leaving out the directories (or files)
+    whose name git refuses in a repository (`.GIT`, `git~1`: a `.git` on another file system),
+    which would otherwise make the whole turn uncommittable; the paths left out."""
     refused: list[str] = []
+    specs = pathspecs(_known(worktree, reach) if reach is not None else None)
     for _ in range(_MAX_REFUSED):
         excluded = [f":(exclude,literal){path}" for path in refused]
-        out = git(worktree, "add", "-A", "--", ".", *excluded, timeout=CHECKOUT_TIMEOUT_S, ok=(0, 128))
+        out = git(worktree, "add", "-A", "--", *specs, *excluded, timeout=CHECKOUT_TIMEOUT_S, ok=(0, 128))
         if out.returncode == 0:
             return refused
         named = _INVALID_PATH.search(out.error_text)
@@ -448,6 +486,18 @@ def _add_all(worktree: Path) -> list[str]:
             raise GitError(("add", "-A"), out.returncode, out.error_text)
         refused.append(path)
     raise GitError(("add", "-A"), 128, f"more than {_MAX_REFUSED} paths git refuses")
+
+
+def _known(worktree: Path, reach: list[str]) -> list[str]:
+    """The paths of `reach` git can add: on disk, or in the index (a directory the turn deleted);
+    `git add` refuses a pathspec that matches neither."""
+    gone = [path for path in reach if not os.path.lexists(worktree / path)]
+    if not gone:
+        return reach
+    listed = git(worktree, "ls-files", "-z", "--", *pathspecs(gone)).stdout.split(b"\0")
+    indexed = {os.fsdecode(entry) for entry in listed if entry}
+    return [path for path in reach if path not in gone
+            or any(name == path or name.startswith(path + "/") for name in indexed)]
 
 
 _MAX_REFUSED = 20
@@ -469,14 +519,19 @@ def commit_turn(worktree: Path, *, author_name: str, author_email: str, message:
     that commit (the id is a trailer of the message). Repositories the turn made inside
     the worktree are committed as plain files (`flatten_nested`), as the message says."""
     _drop_stale_index_lock(worktree)
-    flattened = flatten_nested(worktree)
-    refused = _add_all(worktree)
-    tree = git(worktree, "write-tree").text
+    reach = read_reach(worktree)
     found = git(worktree, "rev-parse", "HEAD^{commit}", "HEAD^{tree}", ok=(0, 128))
     if found.returncode != 0:
         raise StateError(f"{worktree} has no HEAD commit", "ensure the task's worktree first")
     head, head_tree = found.text.split("\n")[:2]
+    if reach == []:  # handed to no writer since it held its HEAD
+        return head if turn_id is not None and _turn_of(worktree, head) == turn_id else None
+    flattened = flatten_nested(worktree, reach)
+    refused = _add_all(worktree, reach)
+    tree = git(worktree, "write-tree").text
     if tree == head_tree:
+        if not refused:
+            settle_reach(worktree)
         return head if turn_id is not None and _turn_of(worktree, head) == turn_id else None
     text = message.rstrip("\n") + "\n"
     if flattened:
@@ -489,6 +544,8 @@ def commit_turn(worktree: Path, *, author_name: str, author_email: str, message:
         text += f"\n{TURN_TRAILER}: {turn_id}\n"
     commit = commit_tree(worktree, tree, [head], text, ident_env(author_name, author_email))
     git(worktree, "update-ref", "-m", "agentbox: turn", "HEAD", commit, head)
+    if not refused:  # a refused path stays uncommitted in the tree
+        settle_reach(worktree)
     return commit
 
 
@@ -570,9 +627,7 @@ def remove_task_worktree(root: Path, run_id: str, task_id: str, *, keep_spare: b
         flatten_nested(path)  # `clean` would keep a nested repository, and the next task would get it
         git(path, "reset", "-q", "--hard", "HEAD")
         git(path, "clean", "-q", "-f", "-d")
-    head = rev(path, "HEAD")
-    assert head is not None
-    git(path, "update-ref", "--no-deref", "-m", "agentbox: park", "HEAD", head)
+    git(path, "update-ref", "--no-deref", "-m", "agentbox: park", "HEAD", "HEAD")  # detached where it stands
     spare = worktrees_dir(common, run_id) / SPARE_DIR / f"{task_id}-{uuid.uuid4().hex[:8]}"
     spare.parent.mkdir(parents=True, exist_ok=True)
     with admin_lock(common):

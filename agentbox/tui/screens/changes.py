@@ -168,6 +168,9 @@ class ChangesScreen(Screen[None]):
                     line.append(for_line(file.path))
                     line.append("  binary" if file.added is None else f"  +{file.added} −{file.removed}", "dim")
                     task_node.add_leaf(line, data=change.task)
+                if change.more:
+                    task_node.add_leaf(Text(f" … {change.more} more file(s): the task's diff pages through them all",
+                                            "dim"), data=change.task)
 
     @on(Tree.NodeSelected, "#changes-tree")
     def _chosen(self, event: Tree.NodeSelected[str]) -> None:

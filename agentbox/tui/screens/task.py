@@ -145,7 +145,9 @@ def diff_heading(task: Task) -> Text:
     if task.changed_files:
         added = sum(c.added or 0 for c in task.changed_files)
         removed = sum(c.removed or 0 for c in task.changed_files)
-        heading.append(f"  {len(task.changed_files)} file(s) ", "not underline")
+        heading.append(f"  {len(task.changed_files) + task.changed_more} file(s) ", "not underline")
+        if task.changed_more:
+            heading.append(f"(lines of the first {len(task.changed_files)}) ", "not underline dim")
         heading.append(f"+{added}", "not underline green")
         heading.append(f" −{removed}", "not underline red")
     if task.merged:
@@ -177,6 +179,8 @@ class TaskDetailScreen(Screen[None]):
         Binding("l", "check_log", "check log", show=False),  # said in the checks section, shown only when there are checks
         Binding("right_square_bracket", "next_file", "next file", key_display="]"),
         Binding("left_square_bracket", "previous_file", "previous file", key_display="["),
+        Binding("right_curly_bracket", "next_page", "next files", key_display="}"),
+        Binding("left_curly_bracket", "previous_page", "previous files", key_display="{"),
     ]
 
     def __init__(self, dashboard: DashboardView, task_id: str) -> None:
@@ -187,6 +191,9 @@ class TaskDetailScreen(Screen[None]):
         self.events_shown: list[dict[str, Any]] = []
         self._events_offset = 0
         self._diff_for: tuple[str | None, str | None] | None = None
+        self._diff_page = 0
+        """The page of the diff's files shown (a flood of changes is read a page at a time)."""
+        self._diff_more = False
         self._file_index = -1
 
     def compose(self) -> ComposeResult:
@@ -233,26 +240,36 @@ class TaskDetailScreen(Screen[None]):
         if commits == self._diff_for:
             view.update_heading(diff_heading(task))
             return
+        if self._diff_for is not None:
+            self._diff_page = 0  # the branch moved: its diff starts again at its first files
         self._diff_for = commits
         if not view.file_paths:
             view.show_note(diff_heading(task), "reading the diff from git…")
-        self.run_worker(partial(self._read_diff, run), thread=True, exclusive=True, group="task-diff",
-                        exit_on_error=False)
+        self._request_diff(run)
 
-    def _read_diff(self, run: Run) -> None:
-        self.post_message(loaders.task_diff(self.dashboard.project, run, self.task_id))
+    def _request_diff(self, run: Run) -> None:
+        self.run_worker(partial(self._read_diff, run, self._diff_page), thread=True, exclusive=True,
+                        group="task-diff", exit_on_error=False)
+
+    def _read_diff(self, run: Run, page: int) -> None:
+        self.post_message(loaders.task_diff(self.dashboard.project, run, self.task_id, page))
 
     def on_task_diff_loaded(self, message: msg.TaskDiffLoaded) -> None:
         """Show the diff that was read (unless the branch has moved on meanwhile: that read is under way)."""
         task = self.task
-        if task is None or message.commits != self._diff_for:
+        if task is None or message.commits != self._diff_for or message.page != self._diff_page:
             return
         view = self.query_one(DiffView)
+        self._diff_more = message.more_pages
         if message.error:
             view.show_note(diff_heading(task), f"git could not show it: {message.error}")
         else:
-            view.show_files(diff_heading(task), message.files, truncated=message.truncated,
-                            full_command=message.full_command)
+            heading = diff_heading(task)
+            if message.page or message.more_pages:
+                heading.append(f"  files {message.first + 1}–{message.first + len(message.files)}"
+                               + ("  } next" if message.more_pages else "") + ("  { previous" if message.page else ""),
+                               "not underline dim")
+            view.show_files(heading, message.files, truncated=message.truncated, full_command=message.full_command)
             self._file_index = -1
         self.refresh_bindings()
 
@@ -275,7 +292,26 @@ class TaskDetailScreen(Screen[None]):
             return task is not None and task.state not in TERMINAL_STATES
         if action in ("next_file", "previous_file"):
             return bool(self.query_one(DiffView).file_paths)
+        if action == "next_page":
+            return self._diff_more
+        if action == "previous_page":
+            return self._diff_page > 0
         return True
+
+    def action_next_page(self) -> None:
+        """Show the diff's next page of files."""
+        self._turn_page(+1)
+
+    def action_previous_page(self) -> None:
+        """Show the diff's previous page of files."""
+        self._turn_page(-1)
+
+    def _turn_page(self, step: int) -> None:
+        run = self.dashboard.run
+        if run is None or self._diff_for is None or (step > 0 and not self._diff_more):
+            return
+        self._diff_page = max(0, self._diff_page + step)
+        self._request_diff(run)
 
     def action_next_file(self) -> None:
         """Scroll the next file of the diff to the top."""
