@@ -524,10 +524,11 @@ def _note_start_time(record: SessionRecord) -> None:
     """The running process's start time (with its pid, it tells the process from a later one with the same pid)."""
     if record.running is None or record.running.get("pid") is None or "create_time" in record.running:
         return
-    with contextlib.suppress(Exception):
-        import psutil
+    from agentbox.core.process import start_time
 
-        record.running["create_time"] = psutil.Process(record.running["pid"]).create_time()
+    started = start_time(record.running["pid"])  # /proc, not psutil: a CLI turn imports no psutil for it
+    if started is not None:
+        record.running["create_time"] = started
 
 
 def _note_pid(store: SessionStore, record: SessionRecord) -> None:

@@ -254,3 +254,21 @@ def classify_exit(code: int | None, sandboxed: bool) -> ErrorKind | None:
     if sandboxed and code - 128 in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         return "killed"
     return "nonzero_exit"
+
+
+def start_time(pid: int) -> float | None:
+    """When process `pid` started, in seconds since the epoch, as psutil's `create_time()` gives it
+    (boot time + start ticks), read from /proc without importing psutil; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        with open("/proc/stat", "rb") as handle:
+            boot = next(line for line in handle if line.startswith(b"btime "))
+    except (OSError, StopIteration):
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()  # after the command name, which may hold spaces and parens
+    try:
+        ticks = int(fields[19])  # field 22 of proc(5), the third one being fields[0]
+        return float(boot.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError):
+        return None
