@@ -785,7 +785,6 @@ def _finish(store: SessionStore, record: SessionRecord, prompt: str, result: Inv
         "exit_code": result.exit_code, "native_id": result.native_id, "log_path": result.log_path,
         "model": result.model or result.model_asked,
         **({"network": result.network} if result.network is not None else {}),
-        **({"model": result.model} if result.model else {}),
     })
     store.save(record)
     if result.native_id is None and record.native_id:

@@ -26,7 +26,7 @@ FOOTER = re.compile(
 )
 RESULT_KEYS = {"status", "error_kind", "error", "text", "session_id", "native_id", "usage", "cost_usd",
                "duration_s", "exit_code", "log_path", "turn", "role", "profile", "tool", "sandboxed",
-               "truncated", "network"}
+               "truncated", "network", "model"}
 ROLES = ("lead", "builder", "tester", "reviewer")
 
 FLAKY = {
@@ -94,7 +94,8 @@ def test_invoke_json_has_the_full_result(project: Path) -> None:
     assert (data["profile"], data["tool"], data["sandboxed"], data["truncated"]) == ("demo-worker", "scripted", True, False)
     assert data["native_id"] == data["session_id"] and re.fullmatch(UUID, data["session_id"])
     assert data["usage"] == {"input_tokens": 2400, "cached_input_tokens": 900, "cache_write_tokens": None,
-                             "output_tokens": 650, "reasoning_tokens": None, "cost_usd": 0.0094}
+                             "output_tokens": 650, "reasoning_tokens": None, "cost_usd": 0.0094,
+                             "cost_source": "tool", "billing": None}  # the scripted tool reports its own cost
     assert data["cost_usd"] == 0.0094 and data["exit_code"] == 0
     assert Path(data["log_path"]).is_file()
     assert result.err == ""  # --json prints no footer
