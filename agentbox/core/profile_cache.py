@@ -61,6 +61,7 @@ class CachedResources(NamedTuple):
     """`resources:` of a checked profile.yaml (the fields of `agentbox.core.config.Resources`)."""
 
     config_dir: str | None
+    memory_mb: int | None = None
 
 
 class CachedSandbox(NamedTuple):
@@ -188,7 +189,8 @@ def _as_profile(data: Mapping[str, Any]) -> CachedProfile:
             tool=str(runtime["tool"]), model=runtime["model"], extra_args=tuple(runtime["extra_args"]),
             env=dict(runtime["env"]), pass_env=tuple(runtime["pass_env"]), command=runtime["command"],
             scenario=runtime["scenario"]),
-        resources=CachedResources(config_dir=data["resources"]["config_dir"]),
+        resources=CachedResources(config_dir=data["resources"]["config_dir"],
+                                  memory_mb=data["resources"].get("memory_mb")),
         sandbox="none" if sandbox == "none" else CachedSandbox(
             network=sandbox["network"], allow=tuple(sandbox["allow"]), ro_binds=tuple(sandbox["ro_binds"]),
             rw_binds=tuple(sandbox["rw_binds"])),
