@@ -24,11 +24,13 @@ def load(root: Path, text: str) -> object:
     return project_mod.load_crew(ProjectPaths(root)).crew
 
 
-def test_the_ladder_settings_load_and_default_off(tmp_path: Path) -> None:
+def test_the_ladder_settings_load_default_on_and_can_be_turned_off(tmp_path: Path) -> None:
     crew = load(tmp_path, CREW)
     assert crew.ladder is True and crew.no_compromise == ["auth/**", "payments/**"]  # type: ignore[attr-defined]
     plain = load(tmp_path, "roles:\n  builder: {profile: scripted-worker}\n")
-    assert plain.ladder is False and plain.no_compromise == []  # type: ignore[attr-defined]
+    assert plain.ladder is True and plain.no_compromise == []  # type: ignore[attr-defined]
+    off = load(tmp_path, "roles:\n  builder: {profile: scripted-worker}\nladder: false\n")
+    assert off.ladder is False  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(("edit", "line", "field"), [
