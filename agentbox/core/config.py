@@ -316,7 +316,8 @@ class Limits(Strict):
     max_auto_retries: int = Field(default=2, ge=0, le=20)
     """How many times the same failure (same fingerprint) is retried before asking the human."""
     retry_max_s: float = Field(default=300, ge=MIN_SECONDS, le=MAX_SECONDS)
-    """Longest total time spent backing off environment failures of one turn, in seconds (1 to 604800)."""
+    """Longest total time spent backing off environment failures of one turn, in seconds (1 to 604800);
+    on the failure ladder also of one task across all its turns and checks, until you answer retry."""
     budget: Budget = Field(default_factory=Budget)
     """Token budgets."""
 

@@ -473,3 +473,33 @@ async def test_on_the_ladder_a_check_that_cannot_be_found_is_asked_at_once(proje
 
     final = await drive(paths, run_id, person, timeout=60)
     assert final.status == "cancelled" and of_type(events(paths, run_id), "retry") == []
+
+
+async def test_the_environment_budget_is_per_task_across_its_turns(project: Path) -> None:
+    """On the ladder the waits of a task's environment back-offs add up across its turns: the work
+    turn's one crash and the rework's first use 0.8 s of a 1 s budget, so the rework's second crash
+    asks the person at once (the rework's own per-turn allowance would have retried it)."""
+    worker = [work_rule(task_id="t1", times=1, fail="crash", rule_id="crash-work"),
+              work_rule(task_id="t1", times=1, write={"src/t1/bad.txt": "bad\n"}, rule_id="bad"),
+              work_rule(task_id="t1", times=2, fail="crash", rule_id="crash-rework"),
+              work_rule(task_id="t1", write={"src/t1/good.txt": "good\n"}, rule_id="good")]
+    paths = ladder_crew(project, worker=worker, limits={"retry_max_s": 1})
+    run_id = create(paths)
+
+    async def person(engine: Any) -> None:
+        await until(engine, lambda e: open_checkpoint(e, "retry_escalation") is not None, timeout=60)
+        cp = open_checkpoint(engine, "retry_escalation")
+        t1 = engine.run.tasks["t1"]
+        assert "1 s in all, its budget" in cp.question, cp.question
+        assert t1.ladder.environment_waited_s == pytest.approx(0.8) and t1.ladder.counted_failures == 1
+        assert len(of_type(events(paths, run_id), "retry", "t1")) == 2  # one per turn, neither counted
+        ok, message = await send(engine.project, engine.run.id, action="answer", checkpoint=cp.id, text="retry")
+        assert ok, message
+
+    final = await drive(paths, run_id, person, timeout=120, backoff=[0.4, 0.4, 0.4])
+    assert final.status == "done", final.status_reason
+    t1 = final.tasks["t1"]
+    assert t1.state == "approved" and t1.ladder.environment_waited_s == 0.0  # the person's retry: a fresh budget
+    assert t1.ladder.counted_failures == 1 and [f.kind for f in t1.failures].count("environment_failure") == 3
+    asked = [c for c in final.checkpoints.values() if c.kind == "retry_escalation"]
+    assert [(c.task, c.answer) for c in asked] == [("t1", "retry")], "the budget, not the turn's allowance, asked"

@@ -84,6 +84,7 @@ class Engine:
                                    self.router.escalate)
         """The failure ladder of the run's tasks (crew.yaml's `ladder: true`; see `ladder_run`)."""
         self.router.ladder = self.ladder.failed
+        self.router.environment_wait = self.ladder.environment_wait
         self.gates.retryable = self.ladder.retryable
         self.turns = TurnRunner(project, self.store, self.crew, self.ledger, self.workspaces)
         self._commands = commands.CommandContext(self.ledger, self.mode, self.abort_turns, self.workspaces,

@@ -238,6 +238,19 @@ class LadderRunner:
                               getattr(action, "reason", None), task=task.id, fingerprint=fp)
         return True
 
+    def environment_wait(self, task_id: str | None, delay: float) -> bool:
+        """Whether task `task_id` may wait `delay` more seconds out an environment failure: on the ladder a
+        task's back-offs add up across its turns and checks to at most the limits' `retry_max_s` (always,
+        when the ladder is off or the turn is no task's). The wait is recorded with the task."""
+        task = self.run.tasks.get(task_id or "")
+        if not self.on() or task is None:
+            return True
+        waited = task.ladder.environment_waited_s + delay
+        if waited > self.run.contract.limits.retry_max_s:
+            return False
+        self.ledger.set_ladder(task, task.ladder.model_copy(update={"environment_waited_s": waited}))
+        return True
+
     def retryable(self, why: str | None) -> bool:
         """Whether an environment failure is worth waiting out (always, when the ladder is off)."""
         return not self.on() or why is None or why in self.policy().retryable_errors
