@@ -41,3 +41,14 @@ def test_mistakes_are_located(tmp_path: Path, edit: tuple[str, str], line: int, 
     with pytest.raises(ConfigError) as raised:
         load(tmp_path, CREW.replace(*edit))
     assert raised.value.line == line and raised.value.field == field, str(raised.value)
+
+
+
+def test_a_new_hierarchical_run_climbs_the_ladder_unless_the_crew_says_no(project: Path) -> None:
+    from agentbox.core import runs
+    from tests.engine.support import setup_crew
+
+    paths = setup_crew(project)  # a crew.yaml without `ladder:`
+    assert runs.create_run(paths, "a goal").contract.ladder is True
+    setup_crew(project, ladder=False)
+    assert runs.create_run(paths, "a goal").contract.ladder is False
