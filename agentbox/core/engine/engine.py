@@ -82,7 +82,7 @@ class Engine:
             fill=lambda job, task, gap: self.ladder.fill(job, task, gap)))
         self.ladder = LadderRunner(project.root, self.store, self.ledger, lambda: self.mode, self.router.structured,
                                    self.router.escalate)
-        """The failure ladder of the run's tasks (crew.yaml's `ladder: true`; see `ladder_run`)."""
+        """The failure ladder of the run's tasks (hierarchical runs, unless crew.yaml says `ladder: false`; see `ladder_run`)."""
         self.router.ladder = self.ladder.failed
         self.router.environment_wait = self.ladder.environment_wait
         self.gates.retryable = self.ladder.retryable

@@ -1,6 +1,6 @@
 """The failure ladder carried out in a run: `ladder.decide` decides, this module does what it says.
 
-With crew.yaml's `ladder: true` a hierarchical run hands every counted failure of a task (a
+A hierarchical run (unless crew.yaml says `ladder: false`) hands every counted failure of a task (a
 red submission check, a rejected review, a merge conflict) to the task's `LadderState`
 instead of the per-fingerprint retry count:
 
@@ -188,7 +188,7 @@ class LadderRunner:
         return self.root / ".agent-box"
 
     def on(self) -> bool:
-        """The run climbs the ladder (crew.yaml's `ladder: true`, a hierarchical run)."""
+        """The run climbs the ladder (a hierarchical run whose contract says so: crew.yaml's `ladder`, true by default)."""
         return self.run.contract.ladder and isinstance(self.run.contract.settings, HierarchicalSettings)
 
     def policy(self) -> LadderPolicy:

@@ -333,7 +333,7 @@ class Task(Model):
     checks: list[CheckResult] = Field(default_factory=list)
     """The checks run on its submissions and after its merge, oldest first."""
     ladder: LadderState = Field(default_factory=LadderState)
-    """Where the task stands on the failure ladder (runs with crew.yaml's `ladder: true`)."""
+    """Where the task stands on the failure ladder (hierarchical runs, unless crew.yaml says `ladder: false`)."""
 
     @field_validator("state", mode="before")
     @classmethod
