@@ -41,7 +41,7 @@ def _printer(quiet: bool, bell: bool = True) -> Any:
         kind = event["type"]
         style = _STYLE.get(kind, "dim" if kind.startswith("task.") else "")
         line = Text.assemble((stamp + " ", "dim"), (f"{for_line(kind):<16} ", style), for_line(event["what"]))
-        if event.get("why") and kind in ("checkpoint", "failure", "run.finished", "escalation", "run.status"):
+        if event.get("why") and kind in ("checkpoint", "failure", "run.finished", "escalation", "run.status", "ladder"):
             line.append(f" — {for_line(event['why'])}", style="dim")
         if event.get("human_required"):
             line.append("  ⚑ human", style="bold yellow")

@@ -320,7 +320,8 @@ class Limits(Strict):
     max_auto_retries: int = Field(default=2, ge=0, le=20)
     """How many times the same failure (same fingerprint) is retried before asking the human."""
     retry_max_s: float = Field(default=300, ge=MIN_SECONDS, le=MAX_SECONDS)
-    """Longest total time spent backing off environment failures of one turn, in seconds (1 to 604800)."""
+    """Longest total time spent backing off environment failures of one turn, in seconds (1 to 604800);
+    on the failure ladder also of one task across all its turns and checks, until you answer retry."""
     budget: Budget = Field(default_factory=Budget)
     """Token budgets."""
 
@@ -524,13 +525,15 @@ class Crew(Strict):
     """Check name → the command the code layer runs to judge work (tests, build, lint); see `gates`."""
     gates: Gates = Field(default_factory=Gates)
     """Which checks run on each submission, after each merge, and at the end of the run."""
-    ladder: bool = False
+    ladder: bool = True
     """Hierarchical runs: a task's counted failures (red checks, rejected reviews) climb the failure
-    ladder (a brief rewrite by the lead, compromise mode, advisor mode, a high-rot zone and its four
-    exits) instead of being retried `max_auto_retries` times and handed to you."""
+    ladder: the first only registers its fingerprint (a rework), the same one again has the lead rewrite
+    the brief, a different one reworks in compromise mode and then advisor mode, and past that the
+    task's module becomes a high-rot zone whose four exits you choose from. `ladder: false` keeps the
+    plain retry instead: the same failure retried `max_auto_retries` times, then handed to you."""
     no_compromise: list[ProtectedPath] = Field(default_factory=list, max_length=100)
-    """With `ladder: true`: paths whose failures never get a compromise patch (`auth/**`, `payments/**`):
-    a drifting failure there goes straight to advisor mode."""
+    """Paths whose failures never get a compromise patch (`auth/**`, `payments/**`): a drifting
+    failure there goes straight to advisor mode."""
 
     host_only_keys: ClassVar[tuple[str, ...]] = ("hooks", "notify")
     """Keys of the user's own $AGENT_BOX_HOME/config.yaml: a crew.yaml comes with a repository, so it

@@ -26,7 +26,7 @@ import pytest
 
 from agentbox.core.demo import DEMO_ANSWER, DEMO_GOAL
 from tests.conftest import run_cli
-from tests.engine.support import review_rule, setup_crew, task
+from tests.engine.support import review_rule, setup_crew, task, write_profile
 
 pytestmark = pytest.mark.bwrap
 
@@ -149,14 +149,23 @@ def test_ctrl_c_on_a_terminal_says_what_became_of_the_run(project: Path, termina
 
 
 def test_a_task_waiting_in_review_is_approved_inline(project: Path, terminal: type[Terminal]) -> None:
-    setup_crew(project, tasks=[task("t1")], reviewer=[review_rule("reject")], limits={"max_auto_retries": 1})
+    """Two reviewers disagree (the critic raises a blocker the reviewer did not see): the task waits in
+    review on a checkpoint, and the person approves it at the prompt."""
+    blocker = {**review_rule("reject"), "id": "blocker"}
+    blocker["do"]["reply_json"]["blocking_issues"][0]["severity"] = "blocker"
+    write_profile("t-critic", [blocker])
+    roles = {"lead": {"profile": "t-lead", "writes": []}, "builder": {"profile": "t-worker", "writes": ["src/**"]},
+             "reviewer": {"profile": "t-reviewer", "writes": []}, "critic": {"profile": "t-critic", "writes": []}}
+    setup_crew(project, tasks=[task("t1")], roles=roles, hierarchical={"reviewers": ["reviewer", "critic"]},
+               sequential={"steps": ["builder"]})
     term = terminal(project, "run", "build the thing")
     match = term.read_until(r"(cp-\d+) — approve \[NOTE\], rework NOTE, or an answer \(empty: later\) > ")
     shown = plain(term.text)
     run_id = re.search(r"run (run-[\w-]+)", shown).group(1)  # type: ignore[union-attr]
     assert f"approve:    agentbox approve t1 --run {run_id}" in shown
     assert f'send back:  agentbox rework t1 --run {run_id} --note "WHAT TO FIX"' in shown
-    assert f'answer:     agentbox answer {run_id} {match.group(1)} "retry [NOTE] | cancel"' in shown
+    assert f'answer:     agentbox answer {run_id} {match.group(1)} "YOUR ANSWER"' in shown
+    assert "disagree" in shown, shown
     term.type("approve good enough for me\r")
     term.read_until("task t1 approved")
     term.read_until(rf"run {run_id}: done")

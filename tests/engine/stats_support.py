@@ -56,7 +56,8 @@ def _run(project: Path, tasks: list[dict[str, Any]], models: tuple[str, str],
          reviewer: list[dict[str, Any]], human: Any = None) -> str:
     """One run of the crew with these tasks, role models and reviewer rules, driven to its end."""
     paths = setup_crew(project, tasks=tasks, roles=_roles(*models), reviewer=reviewer,
-                       limits={"max_workers": 6, "max_auto_retries": 2}, sequential={"steps": ["builder"]})
+                       limits={"max_workers": 6, "max_auto_retries": 2}, sequential={"steps": ["builder"]},
+                       ladder=False)  # the plain retry: c1's escalation; the ladder's figures are tested pure
     write_profile("t-lead", [plan_rule(tasks, delay=0), synthesis_rule(delay=0)])
     write_profile("t-worker", [work_rule(delay=0)])
     write_profile("t-reviewer", [*reviewer, review_rule(delay=0)])

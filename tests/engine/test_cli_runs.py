@@ -190,29 +190,49 @@ def test_approve_and_rework_through_the_cli_while_the_reviewer_is_slow(project: 
     assert wait_gone(lambda: agent_processes(str(project))) == []
 
 
-def test_retry_escalation_answered_retry_then_cancel_through_the_cli(project: Path,
-                                                                    detached: Callable[..., str]) -> None:
-    paths = setup_crew(project, reviewer=[review_rule("reject", task_id="t1")], limits={"max_auto_retries": 1})
+REWRITE = {"brief": "do t1, better", "acceptance": [{"id": "a1", "criterion": "t1 meets a1"}], "writes": ["src/t1/**"],
+           "root_cause": "the reviewer's issue b1 on a1 says the work is not good enough", "evidence": ["b1"]}
+"""The lead's reply to a rewrite prompt: the plan entry again, with a root cause citing the verdict."""
+
+
+def test_ladder_checkpoints_answered_rewrite_then_cancel_through_the_cli(project: Path,
+                                                                         detached: Callable[..., str]) -> None:
+    """A reviewer that always rejects with the same issue: the ladder's second rewrite and its L3
+    exits are asked through `agentbox answer`, which allows the rewrite and then cancels the task."""
+    lead = [{"id": "rewrite", "when": {"prompt_contains": "[agentbox:rewrite task=t1", "times": 1},
+             "do": {"delay_s": 0.05, "reply_json": REWRITE}},
+            {"id": "rewrite-again", "when": {"prompt_contains": "[agentbox:rewrite task=t1"},
+             "do": {"delay_s": 0.05, "reply_json": {**REWRITE, "brief": "do t1, better still"}}}]
+    paths = setup_crew(project, lead=lead, reviewer=[review_rule("reject", task_id="t1")])
     run_id = detached()
 
-    def escalations(state: dict[str, Any]) -> list[dict[str, Any]]:
-        return [c for c in state["checkpoints"].values() if c["kind"] == "retry_escalation"]
+    def asked(state: dict[str, Any]) -> list[dict[str, Any]]:
+        return [c for c in state["checkpoints"].values() if c["kind"] == "ladder"]
 
     state = poll(project, run_id, lambda s: s["status"] == "waiting_user")
-    (cp,) = escalations(state)
-    assert cp["status"] == "open" and cp["task"] == "t1" and cp["options"] == ["retry", "cancel"]
-    result = run_cli("answer", run_id, cp["id"], "retry", cwd=project)
+    (cp,) = asked(state)
+    assert cp["status"] == "open" and cp["task"] == "t1" and cp["options"] == ["rewrite", "cancel"]
+    assert state["tasks"]["t1"]["ladder"]["waiting_on"] == "second_rewrite"
+    assert state["tasks"]["t1"]["ladder"]["rewrites_auto"] == 1
+    result = run_cli("answer", run_id, cp["id"], "rewrite", cwd=project)
     assert result.code == 0, result.err
-    state = poll(project, run_id, lambda s: s["status"] == "waiting_user" and len(escalations(s)) == 2)
-    second = next(c for c in escalations(state) if c["status"] == "open")
+    state = poll(project, run_id, lambda s: s["status"] == "waiting_user" and len(asked(s)) == 2)
+    second = next(c for c in asked(state) if c["status"] == "open")
+    assert state["tasks"]["t1"]["ladder"]["level"] == "L3" and state["tasks"]["t1"]["ladder"]["waiting_on"] == "exit"
     result = run_cli("answer", "latest", second["id"], "cancel", cwd=project)
     assert result.code == 0, result.err
     state = poll(project, run_id, lambda s: s["status"] == "done")
     wait_engine_exit(project, run_id)
     assert state["tasks"]["t1"]["state"] == "cancelled" and state["tasks"]["t2"]["state"] == "approved"
+    assert state["tasks"]["t1"]["brief"] == "do t1, better still" and state["tasks"]["t1"]["ladder"]["rewrites_total"] == 2
     log = assert_log_consistent(paths, run_id)
-    assert len(of_type(log, "task.reject", "t1")) == 1 + 1 + 1
-    assert len({f["fingerprint"] for f in of_type(log, "failure", "t1")}) == 1
+    verdicts = [v["verdict"] for v in state["tasks"]["t1"]["verdicts"]]
+    assert verdicts == ["reject"] * 4  # L0, the automatic rewrite, the rewrite asked for, L3
+    failures = of_type(log, "failure", "t1")
+    assert len(failures) == 4 and len({f["fingerprint"] for f in failures}) == 1
+    assert [(e["from_level"], e["to_level"]) for e in of_type(log, "ladder", "t1")] == [
+        ("L0", "L0"), ("L0", "L1"), ("L1", "L1"), ("L1", "L3"), ("L3", "L3")]  # registered … L3, then cancelled
+    assert of_type(log, "escalation", "t1") == [] and not state["retries"]  # the old retry never ran
 
 
 def test_cancel_a_task_then_the_run_through_the_cli(project: Path, detached: Callable[..., str]) -> None:

@@ -111,8 +111,10 @@ async def test_paths_filter_skips_a_check_the_changes_do_not_touch(project: Path
 
 
 async def test_a_missing_command_is_an_environment_failure_not_counted(project: Path) -> None:
+    """`ladder: false`: a check that could not run is backed off like any environment failure
+    (on the ladder it is asked at once: test_ladder_runs)."""
     paths = crew(project, checks={"smoke": {"run": "no-such-runner -q"}}, submission=["smoke"],
-                 limits={"max_auto_retries": 0})
+                 limits={"max_auto_retries": 0}, ladder=False)
     run_id = create(paths)
 
     async def person(engine: Any) -> None:

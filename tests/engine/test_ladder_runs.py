@@ -61,10 +61,10 @@ def entry(brief: str, *acceptance: dict[str, str], root_cause: str = "", evidenc
 
 
 def ladder_crew(project: Path, *, worker: list[dict[str, Any]], lead: list[dict[str, Any]] | None = None,
-                check: str = GOOD, **extra: Any) -> Any:
+                check: str = GOOD, check_timeout_s: float = 60, **extra: Any) -> Any:
     make_repo(project)
     return setup_crew(project, tasks=[task("t1", "builder", writes=["src/t1/**"])], worker=worker, lead=lead or [],
-                      checks={"smoke": {"run": check, "timeout_s": 60}}, gates={"submission": ["smoke"]},
+                      checks={"smoke": {"run": check, "timeout_s": check_timeout_s}}, gates={"submission": ["smoke"]},
                       ladder=True, **extra)
 
 
@@ -473,3 +473,55 @@ async def test_on_the_ladder_a_check_that_cannot_be_found_is_asked_at_once(proje
 
     final = await drive(paths, run_id, person, timeout=60)
     assert final.status == "cancelled" and of_type(events(paths, run_id), "retry") == []
+
+
+async def test_the_environment_budget_is_per_task_across_its_turns(project: Path) -> None:
+    """On the ladder the waits of a task's environment back-offs add up across its turns: the work
+    turn's one crash and the rework's first use 0.8 s of a 1 s budget, so the rework's second crash
+    asks the person at once (the rework's own per-turn allowance would have retried it)."""
+    worker = [work_rule(task_id="t1", times=1, fail="crash", rule_id="crash-work"),
+              work_rule(task_id="t1", times=1, write={"src/t1/bad.txt": "bad\n"}, rule_id="bad"),
+              work_rule(task_id="t1", times=2, fail="crash", rule_id="crash-rework"),
+              work_rule(task_id="t1", write={"src/t1/good.txt": "good\n"}, rule_id="good")]
+    paths = ladder_crew(project, worker=worker, limits={"retry_max_s": 1})
+    run_id = create(paths)
+
+    async def person(engine: Any) -> None:
+        await until(engine, lambda e: open_checkpoint(e, "retry_escalation") is not None, timeout=60)
+        cp = open_checkpoint(engine, "retry_escalation")
+        t1 = engine.run.tasks["t1"]
+        assert "1 s in all, its budget" in cp.question, cp.question
+        assert t1.ladder.environment_waited_s == pytest.approx(0.8) and t1.ladder.counted_failures == 1
+        assert len(of_type(events(paths, run_id), "retry", "t1")) == 2  # one per turn, neither counted
+        ok, message = await send(engine.project, engine.run.id, action="answer", checkpoint=cp.id, text="retry")
+        assert ok, message
+
+    final = await drive(paths, run_id, person, timeout=120, backoff=[0.4, 0.4, 0.4])
+    assert final.status == "done", final.status_reason
+    t1 = final.tasks["t1"]
+    assert t1.state == "approved" and t1.ladder.environment_waited_s == 0.0  # the person's retry: a fresh budget
+    assert t1.ladder.counted_failures == 1 and [f.kind for f in t1.failures].count("environment_failure") == 3
+    asked = [c for c in final.checkpoints.values() if c.kind == "retry_escalation"]
+    assert [(c.task, c.answer) for c in asked] == [("t1", "retry")], "the budget, not the turn's allowance, asked"
+
+
+async def test_a_check_that_keeps_timing_out_spends_the_same_budget(project: Path) -> None:
+    """The work turn's crash waited 0.4 s and the check's first time-out 0.4 s more: its second
+    time-out would pass the task's 1 s, so the person is asked then (not after three reruns)."""
+    worker = [work_rule(task_id="t1", times=1, fail="crash", rule_id="crash-work"),
+              work_rule(task_id="t1", write={"src/t1/x.txt": "x\n"}, rule_id="write")]
+    paths = ladder_crew(project, worker=worker, check="sleep 30", check_timeout_s=1, limits={"retry_max_s": 1})
+    run_id = create(paths)
+
+    async def person(engine: Any) -> None:
+        await until(engine, lambda e: open_checkpoint(e, "retry_escalation") is not None, timeout=60)
+        t1 = engine.run.tasks["t1"]
+        assert "has waited out the environment for its budget" in open_checkpoint(engine, "retry_escalation").question
+        assert [c.cannot_run for c in t1.checks] == ["timeout", "timeout"]
+        assert t1.ladder.environment_waited_s == pytest.approx(0.8) and t1.ladder.counted_failures == 0
+        ok, message = await send(engine.project, engine.run.id, action="cancel_run")
+        assert ok, message
+
+    final = await drive(paths, run_id, person, timeout=120, backoff=[0.4, 0.4, 0.4])
+    assert final.status == "cancelled"
+    assert [c.kind for c in final.checkpoints.values()] == ["retry_escalation"]

@@ -183,3 +183,13 @@ def test_a_mode_state_of_another_mode_is_damage(project: Path) -> None:
     data["mode_state"] = {"mode": "graph", "phase": "running"}
     with pytest.raises(DamagedRunError, match="mode_state is for graph in a sequential run"):
         load(project, data)
+
+
+def test_an_old_hierarchical_run_keeps_the_plain_retry_it_was_started_with(project: Path) -> None:
+    """The failure ladder is crew.yaml's default now; a run.json from before has no `ladder` field and
+    goes on with the per-fingerprint retry it began with."""
+    data = old_run("hierarchical")
+    assert "ladder" not in data["contract"]
+    run = load(project, data)
+    assert run.contract.ladder is False
+    assert all(task.ladder.counted_failures == 0 and not task.ladder.history for task in run.tasks.values())

@@ -101,12 +101,15 @@ async def test_rework_loop_in_the_same_worker_session(project: Path) -> None:
     assert "not good enough" in prompts[1]
     (failure,) = of_type(log, "failure", "t1")
     assert failure["what"].startswith("implementation_defect")
-    assert run.retries == {failure["fingerprint"]: 1}
+    # the failure ladder's L0: the first counted failure only registers its fingerprint
+    assert t1.ladder.level == "L0" and t1.ladder.mode == "normal" and t1.ladder.counted_failures == 1
+    assert t1.ladder.last_fingerprint == failure["fingerprint"] and not run.retries
 
 
 async def test_retry_then_escalation_after_max_auto_retries(project: Path) -> None:
-    """A reviewer that always rejects with the same issue: N reworks, then the human decides."""
-    paths = setup_crew(project, reviewer=[review_rule("reject", task_id="t1")], limits={"max_auto_retries": 2})
+    """`ladder: false`: a reviewer that always rejects with the same issue: N reworks, then the human decides."""
+    paths = setup_crew(project, reviewer=[review_rule("reject", task_id="t1")], limits={"max_auto_retries": 2},
+                       ladder=False)
     run_id = create(paths)
 
     def rejections(engine: Engine) -> list[object]:
@@ -138,6 +141,7 @@ async def test_retry_then_escalation_after_max_auto_retries(project: Path) -> No
     work_prompts = prompts_of(paths, t1.session_id)
     assert len(work_prompts) == 1 + 2 + 1 + 2
     assert "Note from the human: retry use the other greeting" in work_prompts[3]
+    assert of_type(log, "ladder", "t1") == [] and t1.ladder.counted_failures == 0  # the ladder is off
 
 
 async def test_environment_failure_is_retried_with_backoff(project: Path, short_backoff: list[float]) -> None:

@@ -422,6 +422,8 @@ def _answer(ctx: CommandContext, command: Answer) -> str:
     if isinstance(decision, RetryEscalated):
         if decision.fingerprint:
             ledger.reset_retries(decision.fingerprint)
+        if task is not None and task.ladder.environment_waited_s:  # the person looked: a fresh environment budget
+            ledger.set_ladder(task, task.ladder.model_copy(update={"environment_waited_s": 0.0}))
         if task is not None and decision.how in ("unblock", "rework"):
             if decision.how == "unblock":
                 ledger.transition(task, TaskEvent.UNBLOCK, f"human said retry at {cp.id}", human=True)

@@ -88,8 +88,9 @@ class Engine:
             fill=lambda job, task, gap: self.ladder.fill(job, task, gap)))
         self.ladder = LadderRunner(project.root, self.store, self.ledger, lambda: self.mode, self.router.structured,
                                    self.router.escalate)
-        """The failure ladder of the run's tasks (crew.yaml's `ladder: true`; see `ladder_run`)."""
+        """The failure ladder of the run's tasks (hierarchical runs, unless crew.yaml says `ladder: false`; see `ladder_run`)."""
         self.router.ladder = self.ladder.failed
+        self.router.environment_wait = self.ladder.environment_wait
         self.gates.retryable = self.ladder.retryable
         self.turns = Turns(project, self.store, self.crew, self.ledger, self.workspaces, runner)
         self._commands = commands.CommandContext(self.ledger, self.mode, self.abort_turns, self.workspaces,

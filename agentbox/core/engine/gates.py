@@ -350,8 +350,10 @@ class GateRunner:
         self.ledger.event("failure", f"{kind.value} in check {result.name} of {gate.task or 'the run'}", message[:500],
                           task=gate.task, fingerprint=fp, check=result.name)
         delays = self.router.backoff(self.run.contract.limits.retry_max_s)
-        if gate.attempt <= min(ENV_RETRIES, len(delays)) and self.retryable(result.cannot_run):
-            delay = delays[gate.attempt - 1]
+        retry = gate.attempt <= min(ENV_RETRIES, len(delays)) and self.retryable(result.cannot_run)
+        delay = delays[gate.attempt - 1] if retry else 0.0
+        spent = retry and not self.router.environment_wait(gate.task, delay)
+        if retry and not spent:
             self.ledger.check_backoff(gate, self.ledger.clock() + delay)
             self.ledger.event("retry", f"check {result.name} runs again in {delay:.1f} s "
                               f"(retry {gate.attempt - 1}/{ENV_RETRIES})",
@@ -364,7 +366,9 @@ class GateRunner:
                                                                                f"check {result.name} could not run"):
             return
         question = (f"check {result.name} could not run {gate.attempt} times ({result.cannot_run}); "
-                    f"its log: {result.log}. Answering retry runs the work turn and its checks again")
+                    + (f"task {gate.task} has waited out the environment for its budget "
+                       f"({self.run.contract.limits.retry_max_s:.0f} s in all); " if spent else "")
+                    + f"its log: {result.log}. Answering retry runs the work turn and its checks again")
         self.router.escalate(job, fp, question, job.original_prompt, job.data)
 
     def _decided(self, gate: PendingGate) -> None:

@@ -1,6 +1,6 @@
 """The failure ladder carried out in a run: `ladder.decide` decides, this module does what it says.
 
-With crew.yaml's `ladder: true` a hierarchical run hands every counted failure of a task (a
+A hierarchical run (unless crew.yaml says `ladder: false`) hands every counted failure of a task (a
 red submission check, a rejected review, a merge conflict) to the task's `LadderState`
 instead of the per-fingerprint retry count:
 
@@ -188,7 +188,7 @@ class LadderRunner:
         return self.root / ".agent-box"
 
     def on(self) -> bool:
-        """The run climbs the ladder (crew.yaml's `ladder: true`, a hierarchical run)."""
+        """The run climbs the ladder (a hierarchical run whose contract says so: crew.yaml's `ladder`, true by default)."""
         return self.run.contract.ladder and isinstance(self.run.contract.settings, HierarchicalSettings)
 
     def policy(self) -> LadderPolicy:
@@ -236,6 +236,19 @@ class LadderRunner:
         else:  # a failure while the task waits on the human: nothing should have run
             self.ledger.event("ladder.refused", f"{task.id}: the failure ladder refused a failure",
                               getattr(action, "reason", None), task=task.id, fingerprint=fp)
+        return True
+
+    def environment_wait(self, task_id: str | None, delay: float) -> bool:
+        """Whether task `task_id` may wait `delay` more seconds out an environment failure: on the ladder a
+        task's back-offs add up across its turns and checks to at most the limits' `retry_max_s` (always,
+        when the ladder is off or the turn is no task's). The wait is recorded with the task."""
+        task = self.run.tasks.get(task_id or "")
+        if not self.on() or task is None:
+            return True
+        waited = task.ladder.environment_waited_s + delay
+        if waited > self.run.contract.limits.retry_max_s:
+            return False
+        self.ledger.set_ladder(task, task.ladder.model_copy(update={"environment_waited_s": waited}))
         return True
 
     def retryable(self, why: str | None) -> bool:

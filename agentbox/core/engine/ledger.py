@@ -224,8 +224,10 @@ class RunLedger:
         self._task(task).ladder = state
         self.dirty = True
         if transition is not None:
-            self.event("ladder", f"{task.id}: {transition.from_level.value} {transition.from_mode.value} → "
-                       f"{transition.to_level.value} {transition.to_mode.value}", transition.why, task=task.id,
+            to = f"{transition.to_level.value} {transition.to_mode.value}"
+            came = f"{transition.from_level.value} {transition.from_mode.value}"
+            self.event("ladder", f"{task.id}: {came} → {to}" if came != to else f"{task.id}: stays at {to}",
+                       transition.why, task=task.id,
                        role=task.assignee, from_level=transition.from_level.value,
                        to_level=transition.to_level.value, from_mode=transition.from_mode.value,
                        to_mode=transition.to_mode.value, fingerprint=transition.fingerprint)

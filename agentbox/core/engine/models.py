@@ -117,7 +117,8 @@ class Contract(Model):
     gates: Gates = Field(default_factory=Gates)
     """crew.yaml's gates at creation: which checks run on each submission, merge and at the end."""
     ladder: bool = False
-    """A task's counted failures climb the failure ladder (crew.yaml's `ladder`)."""
+    """A task's counted failures climb the failure ladder (crew.yaml's `ladder`, on by default; a run.json
+    written before it had this field keeps the retry it was started with, hence False here)."""
     no_compromise: list[str] = Field(default_factory=list)
     """crew.yaml's `no_compromise` paths at creation."""
 
@@ -337,7 +338,7 @@ class Task(Model):
     checks: list[CheckResult] = Field(default_factory=list)
     """The checks run on its submissions and after its merge, oldest first."""
     ladder: LadderState = Field(default_factory=LadderState)
-    """Where the task stands on the failure ladder (runs with crew.yaml's `ladder: true`)."""
+    """Where the task stands on the failure ladder (hierarchical runs, unless crew.yaml says `ladder: false`)."""
 
     @field_validator("state", mode="before")
     @classmethod

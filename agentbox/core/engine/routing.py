@@ -81,6 +81,9 @@ class FailureRouter:
     """The mode's `retry(job, kind, message, original_prompt, data)`."""
     ladder: Callable[..., bool] | None = None
     """The failure ladder's `failed(job, kind, message, fingerprint, files)`: True when it took the failure."""
+    environment_wait: Callable[[str | None, float], bool] = lambda _task, _delay: True
+    """Whether task `task` may wait `delay` more seconds out an environment failure (the ladder's budget of
+    waiting per task, across its turns); records the wait when it may."""
 
     def structured(self, job: Job, result: InvokeResult, model: type[M],
                    check: Callable[[M], list[str]] | None = None) -> M | None:
@@ -119,6 +122,10 @@ class FailureRouter:
         decision = route_failure(self.ledger.run, job, kind, message, fp, delays)
         if isinstance(decision, Escalate):
             self.escalate(job, fp, decision.question, original, data)
+        elif isinstance(decision, RetryAfter) and not self.environment_wait(job.task, decision.delay_s):
+            self.escalate(job, fp, f"{job.kind} turn of {job.role} kept failing ({message[:300]}); task {job.task} "
+                          f"has waited out the environment for {self.ledger.run.contract.limits.retry_max_s:.0f} s "
+                          "in all, its budget", original, data)
         elif isinstance(decision, RetryAfter):
             if task is not None and task.state == TaskState.EXECUTING:
                 ledger.transition(task, TaskEvent.REQUEUE, "environment failure: retry after back-off")
