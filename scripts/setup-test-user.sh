@@ -29,7 +29,9 @@ fi
 reqs=$("$py" - <<'PY'
 import tomllib
 data = tomllib.load(open("pyproject.toml", "rb"))["project"]
-print("\n".join([*data["dependencies"], *data["optional-dependencies"]["test"]]))
+# agentbox's own extras are not requirements here: as a plain line `agentbox[...]` names another project on PyPI
+print("\n".join(r for r in [*data["dependencies"], *data["optional-dependencies"]["test"]]
+                if not r.replace("-", "_").lower().startswith("agentbox")))
 PY
 )
 stamp=$(printf '%s\n%s\n' "$py" "$reqs" | sha256sum | cut -c1-16)
