@@ -27,7 +27,7 @@ class Totals:
     """Sums of usage over turns (a session's or a run's); unknown usage is counted, never added as 0."""
 
     tokens: int = 0
-    """All known tokens (the sum of the token counters)."""
+    """All known tokens: the sum of the token counters (made with counters and no `tokens`, it is their sum)."""
     input_tokens: int = 0
     cached_input_tokens: int = 0
     cache_write_tokens: int = 0
@@ -41,6 +41,10 @@ class Totals:
     """Turns whose cost neither the tool nor the price table knew (not in `cost_usd`)."""
     subscription_turns: int = 0
     """Turns run on a subscription login (their cost is what the tokens would cost, not a bill)."""
+
+    def __post_init__(self) -> None:
+        if not self.tokens:
+            self.tokens = self.known_tokens()
 
     def add(self, usage: Usage) -> None:
         """Add one turn's usage: a turn whose usage is unknown is counted in `unknown_usage_turns`,

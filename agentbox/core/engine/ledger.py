@@ -41,7 +41,7 @@ from agentbox.core.engine.models import (
     Verdict,
 )
 from agentbox.core.engine.replies import NodeResult, Submission
-from agentbox.core.runtimes.base import Usage, add_usage
+from agentbox.core.runtimes.base import Usage
 from agentbox.core.tasks import TaskEvent, transition
 
 
@@ -323,11 +323,8 @@ class RunLedger:
 
     def account(self, task: Task | None, usage: Usage, role: str | None = None) -> None:
         """Add a finished turn's usage and cost to the run's totals, to its task and to its role."""
-        totals = self.run.totals
-        totals.turns += 1
+        self.run.totals.add(usage)
         tokens = usage.total_tokens
-        add_usage(totals, usage)
-        totals.tokens += tokens or 0
         if task is not None:
             self._task(task)
             if tokens is None:

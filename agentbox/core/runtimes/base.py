@@ -77,26 +77,6 @@ TOKEN_FIELDS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "ou
 """The token counters of a Usage, in display order."""
 
 
-def add_usage(totals: Any, usage: Usage) -> None:
-    """Add one turn's usage to running sums (a session's or a run's).
-
-    A turn whose usage is unknown is counted in `totals.unknown_usage_turns`, one whose cost
-    is unknown in `totals.unknown_cost_turns`; neither is ever summed as 0.
-    """
-    if not usage.known:
-        totals.unknown_usage_turns += 1
-    for key in TOKEN_FIELDS:
-        value = getattr(usage, key)
-        if value is not None:
-            setattr(totals, key, getattr(totals, key) + value)
-    if usage.cost_usd is not None:
-        totals.cost_usd = (totals.cost_usd or 0.0) + usage.cost_usd
-    else:
-        totals.unknown_cost_turns += 1
-    if usage.billing == "subscription":
-        totals.subscription_turns += 1
-
-
 def optional_int(value: Any) -> int | None:
     """An int from JSON, or None when absent or not a number (unknown stays unknown)."""
     if isinstance(value, bool) or value is None:
