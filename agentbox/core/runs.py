@@ -16,6 +16,7 @@ from agentbox.core.engine.models import (
     check_id,
     no_engine_reason,
 )
+from agentbox.core.engine.records import Event, as_events
 from agentbox.core.engine.run_store import DamagedRun, DamagedRunError, RunStore, new_run_id
 from agentbox.core.errors import NotFoundError, UsageError
 from agentbox.core.paths import ProjectPaths
@@ -173,7 +174,7 @@ def list_runs(project: ProjectPaths) -> list[Run | DamagedRun]:
     return RunStore(project).scan()
 
 
-def history(project: ProjectPaths) -> tuple[list[tuple[Run, list[dict[str, Any]]]], list[DamagedRun]]:
+def history(project: ProjectPaths) -> tuple[list[tuple[Run, list[Event]]], list[DamagedRun]]:
     """Every readable run of the project with its decision log, oldest first (`agentbox stats`), and the damaged ones."""
     store = RunStore(project)
     readable, damaged = [], []
@@ -183,7 +184,7 @@ def history(project: ProjectPaths) -> tuple[list[tuple[Run, list[dict[str, Any]]
             continue
         logged, _ = store.events(run.id)
         last = max((e.get("seq", 0) for e in logged), default=0)  # events saved with the state, not yet logged
-        readable.append((run, [*logged, *(e for e in run.outbox if e.get("seq", 0) > last)]))
+        readable.append((run, [*logged, *as_events([e for e in run.outbox if e.get("seq", 0) > last])]))
     return readable, damaged
 
 

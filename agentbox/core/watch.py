@@ -24,6 +24,7 @@ from typing import Any
 
 from agentbox.core import store
 from agentbox.core.engine.models import Run
+from agentbox.core.engine.records import ArtifactEntry, Event, as_artifact_entries, as_events
 from agentbox.core.engine.run_store import (
     EVENTS_FILE,
     MANIFEST_FILE,
@@ -222,12 +223,12 @@ def read_run_if_changed(project: ProjectPaths, run_id: str, last_digest: bytes |
     return runs.parse_state(run_id, state), digest.digest()
 
 
-def read_events(project: ProjectPaths, run_id: str, offset: int) -> tuple[list[dict[str, Any]], int]:
+def read_events(project: ProjectPaths, run_id: str, offset: int) -> tuple[list[Event], int]:
     """Decision-log records appended since byte `offset`, and the next offset."""
     return RunStore(project).events(run_id, offset)
 
 
-def tail_events(project: ProjectPaths, run_id: str, limit: int, chunk: int = 1 << 18) -> tuple[list[dict[str, Any]], int]:
+def tail_events(project: ProjectPaths, run_id: str, limit: int, chunk: int = 1 << 18) -> tuple[list[Event], int]:
     """The last `limit` decision-log records and the offset of the end of the log.
 
     Reads backwards from the end in chunks, so opening a run with a huge log costs only
@@ -262,11 +263,11 @@ def tail_events(project: ProjectPaths, run_id: str, limit: int, chunk: int = 1 <
     for raw in lines[-limit:] if limit else []:
         if raw.strip() and (record := store.parse_line(raw)) is not None:
             records.append(record)
-    return records, complete_end
+    return as_events(records), complete_end
 
 
 def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int = 0,
-                limit: int = 500) -> tuple[list[dict[str, Any]], int]:
+                limit: int = 500) -> tuple[list[Event], int]:
     """The last `limit` decision-log records about one task from byte `offset`, and the next offset.
 
     A task detail view reads the log once, then follows it from the returned offset; only
@@ -289,10 +290,10 @@ def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int = 
                         found.append(record)
     except FileNotFoundError:
         return [], offset
-    return found[-limit:], offset
+    return as_events(found[-limit:]), offset
 
 
-def read_manifest(project: ProjectPaths, run_id: str, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+def read_manifest(project: ProjectPaths, run_id: str, offset: int = 0) -> tuple[list[ArtifactEntry], int]:
     """Well-formed artifact manifest entries added since byte `offset`, and the next offset."""
     entries, offset = store.read_jsonl(RunStore(project).artifacts_dir(run_id) / MANIFEST_FILE, offset)
-    return [e for e in entries if manifest_problem(e) is None], offset
+    return as_artifact_entries([e for e in entries if manifest_problem(e) is None]), offset

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from textual.message import Message
 
 from agentbox.core.engine.models import Checkpoint, Run
+from agentbox.core.engine.records import ArtifactEntry, Event
+from agentbox.core.records import TurnRecord
 from agentbox.core.watch import BoxChange
 from agentbox.tui.model import CrewInfo
 
@@ -76,7 +78,7 @@ class EventsRead(Message):
     """Decision-log records were read up to `offset` (`initial`: the tail of a newly opened run)."""
 
     run_id: str
-    records: list[dict[str, Any]]
+    records: list[Event]
     offset: int
     initial: bool = False
 
@@ -86,7 +88,7 @@ class ManifestRead(Message):
     """Artifact manifest entries were read up to `offset`."""
 
     run_id: str
-    entries: list[dict[str, Any]]
+    entries: list[ArtifactEntry]
     offset: int
     initial: bool = False
 
@@ -186,7 +188,7 @@ class TaskEventsLoaded(Message):
     """The decision-log records about one task were read."""
 
     task_id: str
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[Event] = field(default_factory=list)
     """The records after the offset the read started at."""
     offset: int = 0
     """Where the next read starts."""
@@ -197,7 +199,7 @@ class TurnsLoaded(Message):
     """The turns of one session were read."""
 
     session_id: str
-    turns: list[dict[str, Any]] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)
 
 
 @dataclass

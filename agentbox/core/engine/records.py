@@ -17,7 +17,7 @@ The records of a session (turns, the running turn, usage totals) are in `agentbo
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 
 class EventBase(TypedDict):
@@ -406,12 +406,29 @@ class EventFields(TypedDict, total=False):
 
 
 class ArtifactEntry(TypedDict):
-    """One line of a run's artifact manifest: who made which file (its hash and size when it was recorded)."""
+    """One line of a run's artifact manifest: who made which file (its hash and size when it was recorded).
+
+    The engine writes every key; a reader gets the rest with `.get` (a manifest line needs
+    only its `path`, and a face may name a file by its path alone)."""
 
     path: str
-    role: str | None
-    session: str | None
-    task: str | None
-    sha256: str | None
-    size: int | None
-    at: float | None
+    role: NotRequired[str | None]
+    session: NotRequired[str | None]
+    task: NotRequired[str | None]
+    sha256: NotRequired[str]
+    size: NotRequired[int]
+    at: NotRequired[float]
+
+
+def as_events(lines: list[dict[str, Any]]) -> list[Event]:
+    """Lines read from events.jsonl (or a run's outbox), as the events the engine wrote.
+
+    Only a claim for the type checker (nothing is converted): the log's readers check a
+    line's `seq`, `type` and `what`; a reader of a kind's own fields uses `.get`.
+    """
+    return cast("list[Event]", lines)
+
+
+def as_artifact_entries(lines: list[dict[str, Any]]) -> list[ArtifactEntry]:
+    """Manifest lines that passed `manifest_problem`, as the entries the engine wrote."""
+    return cast("list[ArtifactEntry]", lines)
