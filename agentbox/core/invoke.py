@@ -48,6 +48,7 @@ from agentbox.core.profiles import ProfileInfo, ensure_state
 from agentbox.core.records import running_turn, turn_record
 from agentbox.core.runtimes import adapter_for, find_executable
 from agentbox.core.runtimes.base import (
+    Adapter,
     CapturedOutput,
     ParseError,
     ToolCommand,
@@ -269,9 +270,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     tool_homes.check_bind_source(profile.config_dir, profile.state_dir)  # before anything is written in it
     # a shell sees none of the tool's config and credentials: it needs none of them
     homes, home_env = ([], {}) if command is not None else adapter.homes(profile.config_dir, home)
-    created = getattr(adapter, "created_session", None)
-    if record.native_id is None and created is not None and (record.turns > 0 or record.running):
-        record.native_id = created(TurnRequest(
+    if record.native_id is None and (record.turns > 0 or record.running):
+        record.native_id = adapter.created_session(TurnRequest(
             prompt="", session_id=record.id, native_id=None, first_turn=True, instructions=None,
             model=None, extra_args=(), read_only=True, cwd=agent.cwd, home=home, scratch=scratch,
             executable="", config_dir=profile.config_dir))
@@ -742,15 +742,14 @@ def _keep_interrupted_logs(out_log: Path, err_log: Path) -> Path | None:
     return kept
 
 
-def _adopt_created_session(adapter: object, request: TurnRequest, record: SessionRecord) -> None:
+def _adopt_created_session(adapter: Adapter, request: TurnRequest, record: SessionRecord) -> None:
     """After a failed first turn, keep the native session if the tool created it anyway.
 
     Tools with caller-chosen ids (claude, scripted) refuse the same id twice, so a retry
     must resume the half-made session rather than create it again.
     """
-    created = getattr(adapter, "created_session", None)
-    if record.native_id is None and created is not None:
-        record.native_id = created(request)
+    if record.native_id is None:
+        record.native_id = adapter.created_session(request)
 
 
 def _tail(text: str, limit: int = 4000) -> str:

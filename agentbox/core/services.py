@@ -141,7 +141,7 @@ def interactive_session(agent: Agent, session_id: str | None) -> Iterator[Intera
     prepared = prepare(agent, "", record, interactive=True)
     config_dir = prepared.request.config_dir
     try:
-        if record.native_id is None and hasattr(adapter_for(record.tool), "created_session"):
+        if record.native_id is None and adapter_for(record.tool).takes_session_id:
             record.native_id = record.id  # these tools take the caller's id for a new session
         agent.sessions.save(record)
         known = len(typed_turns(record.tool, config_dir, record.native_id))

@@ -235,7 +235,12 @@ class ParseError(Exception):
 
 
 class Adapter(Protocol):
-    """One agent CLI."""
+    """One agent CLI.
+
+    An adapter subclasses this protocol, so the optional capabilities below come with
+    their defaults (a tool that has one overrides it); nothing asks whether an adapter has
+    an attribute.
+    """
 
     tool: ClassVar[str]
     """Tool name as used in profile.yaml."""
@@ -270,3 +275,14 @@ class Adapter(Protocol):
         Asked about each line that looks like a JSON object; other lines are shown as text
         without asking (a flood of them costs no call per line)."""
         ...
+
+    # ------------------------------------------------------------------ optional, with defaults
+    turn_home: ClassVar[TurnHome | None] = None
+    """Set for a tool that writes files it also loads: its home is rebuilt for every headless turn."""
+    takes_session_id: ClassVar[bool] = False
+    """True when the tool makes a new session under the id agentbox gives it (its native id is agentbox's)."""
+
+    def created_session(self, request: TurnRequest) -> str | None:
+        """The native id of the session the tool stored although its first turn failed (None: none, or it
+        cannot be told), so a retry resumes the session instead of making it again under the same id."""
+        return None

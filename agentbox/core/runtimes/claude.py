@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agentbox.core.runtimes.base import (
+    Adapter,
     CapturedOutput,
     DisplayEvent,
     HomeBind,
@@ -113,7 +114,7 @@ TURN_HOME = TurnHome(
 )
 
 
-class ClaudeAdapter:
+class ClaudeAdapter(Adapter):
     """Claude Code. The profile's `dot-claude/` is `CLAUDE_CONFIG_DIR` inside the sandbox."""
 
     tool: ClassVar[str] = "claude"
@@ -133,6 +134,7 @@ class ClaudeAdapter:
         "settings.json", "settings.local.json", "CLAUDE.md", "keybindings.json", "loop.md",
         "commands/", "agents/", "hooks/", "plugins/", "skills/", "output-styles/", "rules/", "themes/",
         "workflows/")
+    takes_session_id: ClassVar[bool] = True
     turn_home: ClassVar[TurnHome | None] = TURN_HOME
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:

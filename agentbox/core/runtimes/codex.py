@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agentbox.core.runtimes.base import (
+    Adapter,
     CapturedOutput,
     DisplayEvent,
     HomeBind,
@@ -28,7 +29,7 @@ from agentbox.core.runtimes.common import input_summary, json_lines, json_object
 _COUNTERS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens", "reasoning_output_tokens")
 
 
-class CodexAdapter:
+class CodexAdapter(Adapter):
     """Codex CLI. The profile's `dot-codex/` is `CODEX_HOME` inside the sandbox."""
 
     tool: ClassVar[str] = "codex"

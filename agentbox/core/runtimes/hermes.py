@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from agentbox.core import safe_io
 from agentbox.core.runtimes.base import (
+    Adapter,
     CapturedOutput,
     HomeBind,
     LineDisplay,
@@ -71,7 +72,7 @@ _DB_COUNTERS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wri
                 "estimated_cost_usd")
 
 
-class HermesAdapter(LineDisplay):
+class HermesAdapter(LineDisplay, Adapter):
     """Nous Research's hermes. The profile's `dot-hermes/` is `HERMES_HOME` inside the sandbox.
 
     hermes prints its answer as plain text (`-z`, `chat -q -Q`), so that is what is shown live.

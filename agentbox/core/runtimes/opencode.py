@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agentbox.core.runtimes.base import (
+    Adapter,
     CapturedOutput,
     DisplayEvent,
     HomeBind,
@@ -56,7 +57,7 @@ def step_tokens(tokens: Any) -> dict[str, int]:
     return found
 
 
-class OpencodeAdapter:
+class OpencodeAdapter(Adapter):
     """opencode. The profile's `dot-opencode/` is ~/.config/opencode; data, state and cache live in it too."""
 
     tool: ClassVar[str] = "opencode"

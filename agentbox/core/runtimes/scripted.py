@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from agentbox.core import safe_io
 from agentbox.core.runtimes.base import (
+    Adapter,
     CapturedOutput,
     DisplayEvent,
     HomeBind,
@@ -80,13 +81,14 @@ def _compile_program() -> None:
         py_compile.compile(str(PROGRAM), cfile=str(target), doraise=True)
 
 
-class ScriptedAdapter:
+class ScriptedAdapter(Adapter):
     """Runs `scripted_agent.py` with the interpreter agentbox runs on, claude-style flags."""
 
     tool: ClassVar[str] = "scripted"
     executable_name: ClassVar[str] = "python3"
     env_defaults: ClassVar[dict[str, str]] = {}
     loaded_config: ClassVar[tuple[str, ...]] = ()
+    takes_session_id: ClassVar[bool] = True
     turn_home: ClassVar[TurnHome | None] = None
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
