@@ -997,3 +997,5 @@ def test_optional_capabilities_come_from_the_adapter_interface_with_defaults() -
     overridden = {tool for tool in tools if type(adapter_for(tool)).created_session is not Adapter.created_session}
     assert overridden == takes
     assert {tool for tool in tools if adapter_for(tool).turn_home is not None} == {"claude"}
+    # each tool's transcript reader is its adapter's (the base's default reads nothing)
+    assert all(type(adapter_for(tool)).read_transcript is not Adapter.read_transcript for tool in tools)

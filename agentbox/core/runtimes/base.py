@@ -234,6 +234,15 @@ class ParseError(Exception):
     """The output does not have the tool's expected shape."""
 
 
+@dataclass(frozen=True)
+class TypedTurn:
+    """One exchange of an attached session, read back from the tool's own session files."""
+
+    prompt: str
+    text: str
+    usage: Usage
+
+
 class Adapter(Protocol):
     """One agent CLI.
 
@@ -286,3 +295,9 @@ class Adapter(Protocol):
         """The native id of the session the tool stored although its first turn failed (None: none, or it
         cannot be told), so a retry resumes the session instead of making it again under the same id."""
         return None
+
+    def read_transcript(self, config_dir: Path, native_id: str) -> list[TypedTurn]:
+        """Every turn the tool's own session files hold for `native_id`, oldest first: the turns a person
+        typed in an attached session (none when the tool keeps no files agentbox can read). The agent
+        wrote those files, so they are read as hostile: regular files only, bounded, SQLite read-only."""
+        return []
