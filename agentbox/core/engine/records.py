@@ -236,7 +236,7 @@ class ReviewComparedEvent(EventBase):
     type: Literal["review.compared"]
     outcome: str
     reviewers: list[str]
-    to_verify: list[list[str]]
+    to_verify: list[list[str | None]]
 
 
 class SpeechEvent(EventBase):
@@ -383,7 +383,7 @@ class EventFields(TypedDict, total=False):
     sha256: str
     outcome: str
     reviewers: list[str]
-    to_verify: list[list[str]]
+    to_verify: list[list[str | None]]
     n: int
     round: int
     done: bool

@@ -8,7 +8,7 @@ command of a new or resumed turn, and how to read the tool's output back into a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
@@ -67,7 +67,7 @@ class Usage:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> Usage:
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Usage:
         """Inverse of `as_dict` (missing keys stay unknown)."""
         data = data or {}
         return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
