@@ -15,6 +15,7 @@ from textual.message import Message
 from agentbox.core.engine.models import Checkpoint, Run
 from agentbox.core.engine.records import ArtifactEntry, Event
 from agentbox.core.records import TurnRecord
+from agentbox.core.sessions import SessionRecord
 from agentbox.core.watch import BoxChange
 from agentbox.tui.model import CrewInfo
 
@@ -68,7 +69,7 @@ class CrewLoaded(Message):
 class SessionsLoaded(Message):
     """Session records were read; `complete` means every record of the project."""
 
-    records: list[Any]
+    records: list[SessionRecord]
     complete: bool = False
     removed: tuple[str, ...] = ()
 
