@@ -9,12 +9,17 @@ record lacks, and every field its record requires.
 from __future__ import annotations
 
 import ast
+import types
 import typing
 from pathlib import Path
 
+import pytest
+
+from agentbox.core.demo import make_demo_project, run_demo
 from agentbox.core.engine import records
 from agentbox.core.engine.ledger import task_event_kind
 from agentbox.core.engine.records import Event, EventBase, EventFields, EventKind
+from agentbox.core.engine.run_store import RunStore
 from agentbox.core.tasks import TaskEvent
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agentbox"
@@ -86,3 +91,43 @@ def test_the_members_are_the_modules_event_classes() -> None:
     defined = {name for name, value in vars(records).items()
                if isinstance(value, type) and name.endswith("Event") and value is not EventBase}
     assert defined == {member.__name__ for member in MEMBERS}
+
+
+def _matches(value: object, hint: object) -> bool:
+    """`value` is of type `hint` (the few shapes an event field has)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.NotRequired:
+        return _matches(value, args[0])
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in args)
+    if origin is typing.Literal:
+        return value in _flat(hint)
+    if origin is list:
+        return isinstance(value, list) and all(_matches(item, args[0]) for item in value)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(hint, type) and isinstance(value, hint)
+
+
+@pytest.mark.bwrap
+async def test_the_events_of_a_real_run_are_what_their_kinds_say(tmp_path: Path) -> None:
+    """The demo crew (real bwrap and git, checks, a rework, a merge checkpoint): every line it logs has
+    exactly its kind's fields, each of its declared type, the same as the engine handed to `on_event`."""
+    project = make_demo_project(tmp_path)
+    seen: list[Event] = []
+    final = await run_demo(project, on_event=seen.append, answer_after_s=0.1)
+    assert final.status == "done", final.status_reason
+    logged, _ = RunStore(project).events(final.id)
+    assert logged == seen and len({e["type"] for e in logged}) > 15
+    for event in logged:
+        member = BY_KIND[event["type"]]
+        hints = typing.get_type_hints(member, include_extras=True)
+        required = {k for k, hint in hints.items() if typing.get_origin(hint) is not typing.NotRequired}
+        where = f"seq {event['seq']} ({event['type']})"
+        assert required <= set(event) <= set(hints), (where, set(event) ^ set(hints))
+        for key, value in event.items():
+            assert _matches(value, hints[key]), (where, key, value, hints[key])
