@@ -18,8 +18,10 @@ import pytest
 from agentbox.core.demo import make_demo_project, run_demo
 from agentbox.core.engine import records
 from agentbox.core.engine.ledger import task_event_kind
-from agentbox.core.engine.records import Event, EventBase, EventFields, EventKind
+from agentbox.core.engine.records import ArtifactEntry, Event, EventBase, EventFields, EventKind
 from agentbox.core.engine.run_store import RunStore
+from agentbox.core.records import TurnRecord
+from agentbox.core.sessions import SessionStore
 from agentbox.core.tasks import TaskEvent
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agentbox"
@@ -104,6 +106,10 @@ def _matches(value: object, hint: object) -> bool:
         return value in _flat(hint)
     if origin is list:
         return isinstance(value, list) and all(_matches(item, args[0]) for item in value)
+    if typing.is_typeddict(hint):
+        return isinstance(value, dict) and _conforms(value, hint) is None
+    if origin is dict:
+        return isinstance(value, dict)
     if hint is type(None):
         return value is None
     if hint is float:
@@ -113,21 +119,33 @@ def _matches(value: object, hint: object) -> bool:
     return isinstance(hint, type) and isinstance(value, hint)
 
 
+def _conforms(record: dict[str, object], shape: object) -> str | None:
+    """What keeps `record` from being of the TypedDict `shape` written whole (None: nothing)."""
+    hints = typing.get_type_hints(shape, include_extras=True)
+    required = {k for k, hint in hints.items() if typing.get_origin(hint) is not typing.NotRequired}
+    if not required <= set(record) <= set(hints):
+        return f"keys {sorted(set(record) ^ (required if not required <= set(record) else set(hints)))}"
+    wrong = [key for key, value in record.items() if not _matches(value, hints[key])]
+    return f"{wrong} not of their type" if wrong else None
+
+
 @pytest.mark.bwrap
 async def test_the_events_of_a_real_run_are_what_their_kinds_say(tmp_path: Path) -> None:
     """The demo crew (real bwrap and git, checks, a rework, a merge checkpoint): every line it logs has
-    exactly its kind's fields, each of its declared type, the same as the engine handed to `on_event`."""
+    exactly its kind's fields, each of its declared type, the same as the engine handed to `on_event`;
+    its manifest entries and its sessions' turn lines are whole `ArtifactEntry`s and `TurnRecord`s."""
     project = make_demo_project(tmp_path)
     seen: list[Event] = []
     final = await run_demo(project, on_event=seen.append, answer_after_s=0.1)
     assert final.status == "done", final.status_reason
     logged, _ = RunStore(project).events(final.id)
     assert logged == seen and len({e["type"] for e in logged}) > 15
-    for event in logged:
-        member = BY_KIND[event["type"]]
-        hints = typing.get_type_hints(member, include_extras=True)
-        required = {k for k, hint in hints.items() if typing.get_origin(hint) is not typing.NotRequired}
-        where = f"seq {event['seq']} ({event['type']})"
-        assert required <= set(event) <= set(hints), (where, set(event) ^ set(hints))
-        for key, value in event.items():
-            assert _matches(value, hints[key]), (where, key, value, hints[key])
+    wrong = [(e["seq"], e["type"], _conforms(dict(e), BY_KIND[e["type"]])) for e in logged]
+    assert [w for w in wrong if w[2] is not None] == []
+    entries = RunStore(project).manifest(final.id)
+    assert entries and all(e.keys() == ArtifactEntry.__annotations__.keys() for e in entries)  # written whole
+    assert [_conforms(dict(e), ArtifactEntry) for e in entries] == [None] * len(entries)
+    sessions = SessionStore(project.sessions_dir)
+    turns = [turn for record in sessions.list() for turn in sessions.turns(record)]
+    assert len(turns) == final.totals.turns
+    assert [_conforms(dict(turn), TurnRecord) for turn in turns] == [None] * len(turns)
