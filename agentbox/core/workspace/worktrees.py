@@ -393,7 +393,7 @@ def drop_unfinished(common: Path, under: Path) -> list[Path]:
             path = _making(admin)
             if path is None or not path.is_relative_to(under):
                 continue
-            shutil.rmtree(admin, ignore_errors=True)
+            _discard_admin(common, admin)
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
             dropped.append(path)
@@ -449,9 +449,22 @@ def forget_missing_worktrees(common: Path) -> list[Path]:
             # no gitdir: a `worktree add` killed early, whose lock still names the worktree
             worktree = Path(gitdir.strip()).parent if gitdir is not None else _making(admin)
             if worktree is not None and worktree.is_relative_to(ours) and not os.path.lexists(worktree):
-                shutil.rmtree(admin, ignore_errors=True)
+                _discard_admin(common, admin)
                 forgotten.append(worktree)
         return forgotten
+
+
+def _discard_admin(common: Path, admin: Path) -> None:
+    """Delete a worktree's admin dir: renamed into the trash first (atomic), so a kill never
+    leaves half of one (without its `gitdir`, nothing would recognise it as agentbox's)."""
+    trash = common / "agentbox" / "trash"
+    trash.mkdir(parents=True, exist_ok=True)
+    aside = trash / f"admin-{uuid.uuid4().hex}"
+    try:
+        os.rename(admin, aside)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _locked(admin: Path) -> bool:
@@ -716,13 +729,15 @@ def remove_spares(root: Path, run_id: str) -> list[Path]:
 
 def trash_worktree(common: Path, path: Path) -> None:
     """Delete a worktree of agentbox's: rename it into the trash (atomic), forget its admin
-    dir, delete the files. A crash leaves a trash dir, emptied by the next call."""
+    dir (renamed into the trash too: a kill half-way through deleting it in place would leave
+    an admin dir without its `gitdir`, which nothing recognises as agentbox's any more),
+    delete the files. A crash leaves a trash dir, emptied by the next call."""
     with admin_lock(common):
         admin = admin_dir(path)
         trash = common / "agentbox" / "trash"
         trash.mkdir(parents=True, exist_ok=True)
         os.rename(path, trash / uuid.uuid4().hex)
-        if admin is not None and admin.parent == common / "worktrees":
-            shutil.rmtree(admin, ignore_errors=True)
+        if admin is not None and admin.parent == common / "worktrees" and admin.is_dir():
+            os.rename(admin, trash / f"admin-{uuid.uuid4().hex}")  # emptied with the trash below
         for leftover in trash.iterdir():
             shutil.rmtree(leftover, ignore_errors=True)
