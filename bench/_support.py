@@ -17,6 +17,12 @@ def write_scripted_profile(home: Path, name: str, scenario: dict[str, Any]) -> N
         {"name": name, "runtime": {"tool": "scripted", "scenario": "scenario.json"}, "sandbox": {"network": False}}))
 
 
+def result(key: str, **values: float | int | str) -> None:
+    """Print one machine-readable figure line, `RESULT <key> name=value ...`, that `run_all.py` collects."""
+    print(f"RESULT {key} " + " ".join(f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
+                                      for name, value in values.items()), flush=True)
+
+
 def percentile(values: list[float], q: float) -> float:
     """The `q` quantile (0..1) of `values`, nearest rank."""
     ordered = sorted(values)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _support import write_scripted_profile  # bench/ is sys.path[0] when a script runs
+from _support import result, write_scripted_profile  # bench/ is sys.path[0] when a script runs
 
 REPO = Path(__file__).resolve().parent.parent
 READER = """
@@ -136,6 +136,9 @@ def main(argv: list[str]) -> int:
               f"{flood['reader_rss']:.1f} MB   ratio {flood['reader_rss'] / base['reader_rss']:.2f}; "
               f"pages read in {flood['pages_s']:.2f} s, {flood['first']} and {flood['last']} files, "
               f"paged {'✔' if flood['paged'] else '✘'}")
+        result("flood", files=args.files, engine_ratio=flood["engine_peak"] / base["engine_peak"],
+               reader_ratio=flood["reader_rss"] / base["reader_rss"], wall_s=flood["wall"], base_wall_s=base["wall"],
+               engine_mb=flood["engine_peak"], paged=int(bool(flood["paged"])))
         return 0 if flood["paged"] else 1
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

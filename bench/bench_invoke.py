@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _support import write_scripted_profile  # bench/ is sys.path[0] when a script runs
+from _support import result, write_scripted_profile  # bench/ is sys.path[0] when a script runs
 
 NOOP_SCENARIO = {"rules": [], "fallback": {"reply": "ok"}}
 P1_GOAL = 1.3
@@ -178,6 +178,8 @@ def main() -> int:
     print(f"  P2  python -c pass                                           {p2['python']:8.1f}")
     print(f"      agentbox --version                                       {p2['version']:8.1f}"
           f"   ratio {p2_ratio:4.2f}  (goal <= {P2_GOAL})  {'ok' if p2_ratio <= P2_GOAL else 'MISSED'}")
+    result("invoke", cli_ratio=cli_ratio, library_ratio=lib_ratio, version_ratio=p2_ratio, by_hand_ms=p1["by_hand"],
+           cli_ms=p1["cli"])
     for command, modules in leaks.items():
         status = "no textual" if not modules else f"IMPORTS {', '.join(modules[:5])}"
         print(f"      agentbox {command:<32} {status}")

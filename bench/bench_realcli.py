@@ -239,6 +239,8 @@ def main() -> int:
                                                     "library": lambda p, n=name: bench.library(n, p)}, args.runs)
                     (hand_s, hand_n), (cli_s, _), (lib_s, _) = found["by_hand"], found["cli"], found["library"]
                     ratio = cli_s / hand_s
+                    print(f"RESULT realcli tool={tool} ratio={ratio:.4g} library_ratio={lib_s / hand_s:.4g} "
+                          f"by_hand_s={hand_s:.4g}", flush=True)
                     lines.append(f"  {tool:<9} ({rounds:2} rounds) by hand {hand_s:6.2f} s   agentbox invoke {cli_s:6.2f} s   "
                                  f"ratio {ratio:5.3f}  (goal <= {P7_GOAL})  {'ok' if ratio <= P7_GOAL else 'MISSED'}"
                                  f"   library invoke() {lib_s:6.2f} s  ratio {lib_s / hand_s:5.3f}"

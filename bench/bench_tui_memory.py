@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _support import write_scripted_profile  # bench/ is sys.path[0] when a script runs
+from _support import result, write_scripted_profile  # bench/ is sys.path[0] when a script runs
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -166,6 +166,8 @@ def main(argv: list[str]) -> int:
           f"engine = imports {eng_floor:.1f} + its own {eng_rss - eng_floor:.1f} MB; "
           f"imports ÷ total {(tui_floor + eng_floor) / (tui_rss + eng_rss):.2f}")
     total = tui_rss + eng_rss
+    result("memory", total_mb=total, uss_mb=tui_uss + eng_uss, tui_mb=tui_rss, engine_mb=eng_rss,
+           imports_mb=tui_floor + eng_floor, imports_share=(tui_floor + eng_floor) / total, idle_tui_mb=idle_rss)
     print(f"  P6 TUI + engine = {total:.0f} MB RSS ({tui_uss + eng_uss:.0f} MB USS) (goal ≤ {GOAL_MB:.0f} MB) "
           f"{'✔' if total <= GOAL_MB else '✘'}")
     return 0

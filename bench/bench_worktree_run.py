@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _support import write_scripted_profile  # bench/ is sys.path[0] when a script runs
+from _support import result, write_scripted_profile  # bench/ is sys.path[0] when a script runs
 
 REPO = Path(__file__).resolve().parent.parent
 GOAL_S = 0.3
@@ -137,6 +137,7 @@ def main(argv: list[str]) -> int:
             print(f"  shared run {shared:6.2f} s, worktree run {worktree:6.2f} s, work turn {turn:.3f} s")
             print(f"  worktree adds {added:+.3f} s per task (goal ≤ +{GOAL_S:.1f}) {verdict}, "
                   f"÷ the work turn {added / turn:.2f}")
+            result("worktree_run", files=files, added_s=added, turn_s=turn, ratio=worktree / shared)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

@@ -140,15 +140,19 @@ def _limit_memory(limit: int) -> None:
 
 def run_check(name: str, check: Check, *, root: Path, tree: Path, views: tuple[tuple[Path, Path], ...],
               view_hidden: tuple[Path, ...], log_path: Path,
-              on_spawn: Callable[[int], None] | None = None, attempt: int = 1) -> CheckOutcome:
+              on_spawn: Callable[[int], None] | None = None, attempt: int = 1,
+              base: Path | None = None, over: tuple[Path, ...] = ()) -> CheckOutcome:
     """Run `check` over `tree` (seen at `root`) in its sandbox; blocking, never raises for the check's failure.
 
     `on_spawn` gets the pid of the sandbox's process group leader once it runs (a caller may kill the group).
+    `base`, `over`: a sparse worktree's shared base and its own dirs (`agentbox.core.workspace.bases`).
     """
     home = Path.home()
     box = root / ".agent-box"
     metadata = scopes.worktree_metadata_paths(tree) if tree != root else scopes.metadata_paths(root)
     scratch = tuple(root / p.relative_to(tree) for p in _scratch_dirs(tree, check.scratch))
+    if base is not None and tree != root:  # a RAM disk's mount point: made in the base too, as in a whole tree
+        _scratch_dirs(base, check.scratch)
     env = sandbox.sandbox_env(sandbox.host_env(), home, {
         "AGENTBOX_CHECK": name, "AGENTBOX_CHECK_ATTEMPT": str(attempt), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/tmp/.pycache",
         "XDG_CACHE_HOME": "/tmp/.cache", "CI": "1",
@@ -158,6 +162,7 @@ def run_check(name: str, check: Check, *, root: Path, tree: Path, views: tuple[t
         if check.network else None
     spec = sandbox.SandboxSpec(
         project_root=tree, mount_at=root if tree != root else None, views=views,
+        base=base if tree != root else None, over=over,
         view_hidden=(*view_hidden, *scratch), writable=(), protected=(box, *metadata), extra_rw=(), homes=(),
         hidden=(*sandbox.private_paths(home, agent_box_home()), *sandbox.run_state_dirs(root)),
         # the bridge is run by this Python, which may live under the hidden home

@@ -95,6 +95,9 @@ class Agent:
     """(source, dest) read-only binds after the project's: the worktree's git metadata."""
     view_hidden: tuple[Path, ...] = ()
     """Dirs inside `views` covered by an empty tmpfs (the other tasks' worktrees)."""
+    base: Path | None = None
+    """A sparse worktree's shared base, seen at `cwd` under `over` (`agentbox.core.workspace.bases`)."""
+    over: tuple[Path, ...] = ()
     egress_allow: tuple[str, ...] = ()
     """`host:port` entries agentbox adds to the sandbox's allowlist for this turn (the trace collector)."""
 
@@ -335,6 +338,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
             mount_at=agent.cwd if agent.worktree is not None else None,
             views=agent.views,
             view_hidden=agent.view_hidden,
+            base=agent.base if agent.worktree is not None else None,
+            over=agent.over,
             writable=scope_plan.writable,
             staged=tuple((view.stage, view.real) for view in scope_plan.staged),
             sealed=scope_plan.sealed,

@@ -12,7 +12,7 @@ Layout inside the sandbox, mounted in this order (later mounts cover earlier one
    size-bounded tmpfs — other profiles, `~/.ssh`, the real `~/.claude` are gone;
 3. install dirs of the tool (and the Python running the scripted agent) bound back
    read-only when they lived under a hidden root;
-4. the project at its own path, read-only;
+4. the project at its own path, read-only (a sparse worktree: its base, then its own dirs over it);
 5. the role's write scopes (see `agentbox.core.scopes`): directories read-write, file and
    one-level pattern scopes as a staged private view with every other entry bound back
    read-only and symlinks recreated, the parents of protected paths bound onto themselves;
@@ -129,10 +129,22 @@ class SandboxSpec:
     """(source, dest): read-only binds made after the project's, such as a worktree's git metadata."""
     view_hidden: tuple[Path, ...] = ()
     """Dirs inside `views` replaced by an empty tmpfs (the other tasks' worktrees)."""
+    base: Path | None = None
+    """A full read-only tree bound at the project's path in `project_root`'s place, with `over`
+    bound over it: a sparse worktree seen whole (`agentbox.core.workspace.bases`). Protected
+    and metadata paths outside `over` are the base's own, read-only already."""
+    over: tuple[Path, ...] = ()
+    """Dirs of `project_root` bound read-only over `base` (before the write scopes)."""
 
 
 def _under(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == root or path.is_relative_to(root) for root in roots)
+
+
+def _shown(spec: SandboxSpec, path: Path) -> bool:
+    """False for a path of a sparse worktree outside its own dirs: the base shows it, read-only."""
+    return (spec.base is None or not path.is_relative_to(spec.project_root)
+            or _under(path, (*spec.over, *spec.writable)))
 
 
 def _depth(path: Path) -> int:
@@ -179,7 +191,11 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
             argv += _sized_tmpfs(hidden, HIDDEN_TMPFS_SIZE)
     for path in sorted(set(spec.ro_binds), key=_depth):
         argv += ["--ro-bind", str(path), str(path)]
-    argv += ["--ro-bind", str(spec.project_root), str(root)]
+    if spec.base is None:
+        argv += ["--ro-bind", str(spec.project_root), str(root)]
+    else:
+        argv += ["--ro-bind", str(spec.base), str(root)]
+        argv += [flag for d in sorted(set(spec.over), key=_depth) for flag in ("--ro-bind", str(d), seen(d))]
     # shallower first; at one depth a staged view or writable dir before what is bound inside it
     mounts: list[tuple[Path, int, list[str]]] = []
     mounts += [(p, 0, ["--bind", str(p), seen(p)]) for p in set(spec.writable)]
@@ -187,13 +203,13 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
     mounts += [(p, 1, ["--ro-bind", str(p), seen(p)]) for p in set(spec.sealed)]
     mounts += [(p, 1, ["--symlink", target, seen(p)]) for target, p in set(spec.links)]
     mounted = set(spec.writable) | {real for _, real in spec.staged} | set(spec.sealed)
-    for pin in set(spec.pinned) - mounted:
+    for pin in {p for p in spec.pinned if _shown(spec, p)} - mounted:
         over = max((m for m in set(spec.writable) | set(spec.sealed) if pin.is_relative_to(m)), key=_depth, default=None)
         flag = "--bind" if over is not None and over in spec.writable else "--ro-bind"
         mounts.append((pin, 2, [flag, str(pin), seen(pin)]))
     for _path, _rank, flags in sorted(mounts, key=lambda m: (_depth(m[0]), m[1], str(m[0]))):
         argv += flags
-    for path in sorted(set(spec.protected), key=lambda p: (_depth(Path(seen(p))), str(p))):
+    for path in sorted({p for p in spec.protected if _shown(spec, p)}, key=lambda p: (_depth(Path(seen(p))), str(p))):
         argv += ["--ro-bind", str(path), seen(path)]
     for source, dest in spec.views:
         argv += ["--ro-bind", str(source), str(dest)]

@@ -188,6 +188,19 @@ def reach(scopes: Sequence[str] | None) -> list[str] | None:
     return found
 
 
+def directory_reach(scopes: Sequence[str] | None) -> list[str]:
+    """Of `reach(scopes)`, the paths that are directories a turn may write anything in (`src/**`,
+    `docs/`), so that may be made when missing, where a missing literal path is a file."""
+    found: list[str] = []
+    for scope in scopes or ():
+        parts = normalise(scope)
+        static = glob_static_prefix("/".join(parts))[0] if parts else ()
+        if static and (parts[len(static):] in (("**",), ("**", "*")) or (len(static) == len(parts)
+                                                                            and scope.endswith("/"))):
+            found.append("/".join(static))
+    return found
+
+
 @functools.lru_cache(maxsize=4096)
 def glob_static_prefix(pattern: str) -> tuple[tuple[str, ...], bool]:
     """The literal leading path components of a write glob, and whether the whole pattern is literal."""

@@ -60,13 +60,15 @@ def task_place(project: ProjectPaths, task_id: str, run_id: str | None = None) -
     tree = task_worktree_path(common_dir(project.root), run.id, task_id)
     if writes and tree.is_dir():
         widen_reach(tree, None)  # a person's shell (on the host too) may write anywhere in it
+        git.make_whole(tree)
         what = f"task {task_id}'s worktree (branch {task.branch or git.task_branch(run.id, task_id)})"
     else:
         tree = git.ensure_view_worktree(project.root, run.id).path
         what = f"run {run.id}'s view, read-only (its approved work: the task has no worktree now)"
         agent = replace(agent, writes=())
     view = git.sandbox_git_view(project.root, tree)
-    agent = replace(agent, worktree=tree, views=tuple(view.binds), view_hidden=tuple(view.hide))
+    agent = replace(agent, worktree=tree, views=tuple(view.binds), view_hidden=tuple(view.hide), base=view.base,
+                    over=view.over)
     return ShellPlace(what, tree, agent)
 
 

@@ -104,7 +104,8 @@ class Turns:
             elif self.workspaces.active and not agent.writes:
                 mount = await asyncio.to_thread(self.workspaces.view, setup.copy_)
             if mount is not None:
-                agent = dataclasses.replace(agent, worktree=mount.path, views=mount.views, view_hidden=mount.hidden)
+                agent = dataclasses.replace(agent, worktree=mount.path, views=mount.views, view_hidden=mount.hidden,
+                                            base=mount.base, over=mount.over)
             task = run.tasks.get(key or "")
             if job.kind == "review" and task is not None:
                 agent = dataclasses.replace(agent, writes=())

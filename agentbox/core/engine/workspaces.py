@@ -70,6 +70,9 @@ class Mount:
     hidden: tuple[Path, ...]
     setup_marker: Path | None = None
     """Written once crew.yaml's setup command has run in this worktree (None: nothing to run)."""
+    base: Path | None = None
+    """A sparse worktree's shared base, seen under `over` (`agentbox.core.workspace.bases`)."""
+    over: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,14 +121,21 @@ class Workspaces:
         `writes`: the turn's write scopes (None: the whole tree), noted in the worktree's reach
         before the turn can write, so its commit scans only what it could change."""
         run_id = self.ledger.run.id
-        tree = git.ensure_task_worktree(self.root, run_id, key, reach=scopes.reach(writes))
-        view = self._prepare(tree, f"task {key}'s branch", copy_patterns)
+        admin = admin_dir(task_worktree_path(common_dir(self.root), run_id, key))
+        pending = bool(setup_command) and (admin is None or not (admin / SETUP_DONE).exists())
+        # a new worktree holds only what its scopes need over a shared base, unless a setup command
+        # (which may write anywhere) or copied setup files (not in git) need every file there
+        tree = git.ensure_task_worktree(self.root, run_id, key, reach=scopes.reach(writes),
+                                        sparse=not pending and not copy_patterns,
+                                        new_dirs=scopes.directory_reach(writes))
         marker = None
         admin = admin_dir(tree.path)
         if setup_command and admin is not None and not (admin / SETUP_DONE).exists():
             marker = admin / SETUP_DONE
             widen_reach(tree.path, None, once=True)  # a setup command may write anywhere
-        return Mount(key, tree.path, tuple(view.binds), tuple(view.hide), marker)
+            git.make_whole(tree.path)
+        view = self._prepare(tree, f"task {key}'s branch", copy_patterns)
+        return Mount(key, tree.path, tuple(view.binds), tuple(view.hide), marker, view.base, view.over)
 
     def view(self, copy_patterns: list[str]) -> Mount:
         """The run's read-only view at its integration head, for a turn that writes nothing:

@@ -20,6 +20,7 @@ entered (`worktrees.flatten_nested`). Repositories and agents are untrusted.
 This package depends on nothing of agentbox's but errors and ids.
 """
 
+from agentbox.core.workspace.bases import make_whole
 from agentbox.core.workspace.cleanup import CleanPlan, Orphan, OrphanKind, Refusal, clean, orphans
 from agentbox.core.workspace.diffs import (
     Change,
@@ -74,7 +75,7 @@ __all__ = [
     "SetupCopy", "SyncResult", "TaskHeads", "Worktree", "WorktreeOrigin", "changed_files", "changed_names",
     "changed_summary", "ChangedSummary", "clean",
     "commit_turn", "copy_setup_files", "deliver", "diff_text", "ensure_integration_branch",
-    "ensure_task_worktree", "ensure_view_worktree", "integration_branch", "merge_task", "named_base", "orphans", "recover_run", "remove_spares",
+    "ensure_task_worktree", "ensure_view_worktree", "integration_branch", "make_whole", "merge_task", "named_base", "orphans", "recover_run", "remove_spares",
     "remove_task_worktree", "remove_view_worktree", "repo_info", "sandbox_git_view", "snapshot_base", "sync_task",
     "task_branch", "task_heads", "unresolved_conflicts",
 ]

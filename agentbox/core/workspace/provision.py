@@ -31,6 +31,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from agentbox.core.errors import StateError, UsageError
+from agentbox.core.workspace.bases import read_base
 from agentbox.core.workspace.gitcmd import git
 from agentbox.core.workspace.layout import admin_dir, common_dir, gitfiles_dir, write_small
 
@@ -56,6 +57,11 @@ class SandboxGitView:
     the worktree is bound at `<root>`."""
     hide: list[Path]
     """Sandbox paths to cover with an empty tmpfs after the binds (every task's files)."""
+    base: Path | None = None
+    """A sparse worktree's base (`agentbox.core.workspace.bases`): bound read-only at `<root>`
+    in the worktree's place, with `over` bound over it (None: the worktree is whole)."""
+    over: tuple[Path, ...] = ()
+    """The sparse worktree's own dirs (host paths), bound over the base."""
 
 
 def copy_setup_files(root: Path, worktree: Path, patterns: Sequence[str]) -> SetupCopy:
@@ -177,4 +183,7 @@ def sandbox_git_view(root: Path, worktree: Path, *, mount_at: Path = SANDBOX_GIT
     gitfile = gitfiles_dir(common) / admin.name
     gitfile.parent.mkdir(parents=True, exist_ok=True)
     write_small(gitfile, f"gitdir: {mount_at / 'worktrees' / admin.name}\n")
-    return SandboxGitView(binds=[(common, mount_at), (gitfile, root / ".git")], hide=[mount_at / "agentbox"])
+    seen = read_base(worktree)
+    return SandboxGitView(binds=[(common, mount_at), (gitfile, root / ".git")], hide=[mount_at / "agentbox"],
+                          base=seen.base if seen is not None else None,
+                          over=tuple(worktree / d for d in seen.over) if seen is not None else ())

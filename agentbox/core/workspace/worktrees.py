@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentbox.core.errors import StateError, UsageError
+from agentbox.core.workspace import bases
 from agentbox.core.workspace.gitcmd import (
     AGENTBOX_IDENT,
     GitError,
@@ -135,44 +136,108 @@ def task_heads(root: Path, run_id: str, task_id: str) -> TaskHeads:
     return TaskHeads(branch, *ref_commits(root, [task_base_ref(run_id, task_id), heads(branch)]))
 
 
-def ensure_task_worktree(root: Path, run_id: str, task_id: str, reach: Sequence[str] | None = None) -> Worktree:
+def ensure_task_worktree(root: Path, run_id: str, task_id: str, reach: Sequence[str] | None = None, *,
+                         sparse: bool = False, new_dirs: Sequence[str] = ()) -> Worktree:
     """The task's branch (from the integration head) and worktree, made or found again.
 
     Idempotent and crash-safe (see the module docstring); an existing branch is reused,
     never reset. The integration branch must exist (`ensure_integration_branch`). `reach`:
     the relative paths under which its writers may write until the next call (None: anywhere),
-    so that commits look there only (`agentbox.core.workspace.reach`).
+    so that commits look there only (`agentbox.core.workspace.reach`). `sparse`: a new
+    worktree (no spare to take) checks out only what its reach needs, over the shared base
+    of its commit (`agentbox.core.workspace.bases`), when the reach allows it; `new_dirs`: the
+    reach paths that are directories the writers may make (`scopes.directory_reach`).
     """
-    base = _ensure_task_refs(root, run_id, task_id)
+    base, head = _ensure_task_refs(root, run_id, task_id)
     branch = task_branch(run_id, task_id)
     common = common_dir(root)
     path = task_worktree_path(common, run_id, task_id)
     if _attached(path, branch):
         _drop_stale_index_lock(path)
         widen_reach(path, reach)
+        _refit(root, common, path, head, new_dirs)
         return Worktree(path, branch, base, WorktreeOrigin.EXISTING, common)
     origin = _place_worktree(root, common, run_id, task_id, path)
     _drop_stale_index_lock(path)
     if _attached(path, branch):  # it only had to be found again (a moved project): keep its files
         widen_reach(path, reach)
+        _refit(root, common, path, head, new_dirs)
         return Worktree(path, branch, base, WorktreeOrigin.EXISTING, common)
     set_reach(path, None)  # until the switch is done, a crash leaves files of either commit
-    _switch(path, heads(branch), spare=origin == WorktreeOrigin.SPARE)
+    if not (sparse and origin == WorktreeOrigin.NEW and reach is not None
+            and _check_out_sparse(root, common, path, head, reach, new_dirs)):
+        bases.forget_sparse(path)
+        _switch(path, heads(branch), spare=origin == WorktreeOrigin.SPARE)
     set_reach(path, reach)
     git(path, "symbolic-ref", "-m", "agentbox: task worktree", "HEAD", heads(branch))
     return Worktree(path, branch, base, origin, common)
+
+
+def _check_out_sparse(root: Path, common: Path, path: Path, head: str, reach: Sequence[str],
+                      new_dirs: Sequence[str]) -> bool:
+    """Check out only what `reach` needs of `head` in the new worktree at `path`, over a base;
+    False when the reach needs the whole tree (nothing done). Under the admin lock, so no run
+    prunes the base chosen before the marker names it."""
+    with admin_lock(common):
+        return _sparse_locked(root, common, path, head, reach, new_dirs)
+
+
+def _sparse_locked(root: Path, common: Path, path: Path, head: str, reach: Sequence[str],
+                   new_dirs: Sequence[str]) -> bool:
+    commit, base_path = bases.choose_base(root, common, path, head)
+    over = bases.fit(base_path, (), reach, bases.differing(root, commit, head), new_dirs)
+    if over is None and commit != head and bases.fit(base_path, (), reach, (), new_dirs) is not None:
+        commit, base_path = head, bases.ensure_base(root, common, head)  # the newest base is too far away
+        over = bases.fit(base_path, (), reach, (), new_dirs)
+    if over is None:
+        return False
+    return bases.check_out_sparse(path, bases.BaseView(commit, base_path, head, tuple(over)), head, reset=True)
+
+
+def _refit(root: Path, common: Path, path: Path, head: str, new_dirs: Sequence[str] = ()) -> None:
+    """Keep a sparse worktree seen whole: its over dirs grown to its reach and to where its
+    HEAD now differs from its base, or the whole tree checked out when that is needed."""
+    view = bases.read_base(path)
+    if view is None:
+        return
+    reach = read_reach(path)
+    if reach is None:
+        bases.make_whole(path)
+        return
+    if not view.base.is_dir():  # removed by hand: made again
+        bases.ensure_base(root, common, view.commit)
+    differing = bases.differing(path, view.head, head) if head != view.head else []
+    over = bases.fit(view.base, view.over, reach, differing, new_dirs)
+    if over is None:
+        bases.make_whole(path)
+    elif tuple(over) != view.over:
+        if not bases.check_out_sparse(path, bases.BaseView(view.commit, view.base, head, tuple(over)), "HEAD",
+                                      reset=False):
+            bases.make_whole(path, force=True)
+    elif not bases.place_over(path, view.over):
+        bases.make_whole(path)
+    elif head != view.head:  # its own commits, inside its over dirs
+        bases.write_marker(path, bases.BaseView(view.commit, view.base, head, view.over))
 
 
 def _switch(path: Path, target: str, *, spare: bool, held: str | None = None) -> None:
     """Fill the worktree at `path` with the tree of `target`. A parked worktree (a spare, or the
     view holding commit `held`) is clean, so a two-way `read-tree -m` from its HEAD touches only
     the paths that differ between the two trees, where a reset looks at every file; when that is
-    refused (what a killed call left half done), the reset is done."""
+    refused (what a killed call left half done), the reset is done. Entries a sparse checkout
+    left skip-worktree are checked out too (git keeps that mark unless told the patterns)."""
+    admin = admin_dir(path)
+    patterns = admin / "info" / "sparse-checkout" if admin is not None else None
+    flags = bases.SPARSE if patterns is not None and patterns.exists() else ()
+    if flags:
+        write_small(patterns, "/*\n")  # type: ignore[arg-type]
     if spare or held is not None:
-        moved = git(path, "read-tree", "-m", "-u", held or "HEAD", target, timeout=CHECKOUT_TIMEOUT_S, ok=(0, 128))
-        if moved.returncode == 0:
-            return
-    git(path, "read-tree", "--reset", "-u", target, timeout=CHECKOUT_TIMEOUT_S)
+        moved = git(path, *flags, "read-tree", "-m", "-u", held or "HEAD", target, timeout=CHECKOUT_TIMEOUT_S,
+                    ok=(0, 128))
+    if not (spare or held is not None) or moved.returncode != 0:
+        git(path, *flags, "read-tree", "--reset", "-u", target, timeout=CHECKOUT_TIMEOUT_S)
+    if flags:
+        patterns.unlink(missing_ok=True)  # type: ignore[union-attr]
 
 
 def ensure_view_worktree(root: Path, run_id: str) -> Worktree:
@@ -251,27 +316,27 @@ def remove_view_worktree(root: Path, run_id: str) -> None:
     forget_missing_worktrees(common)
 
 
-def _ensure_task_refs(root: Path, run_id: str, task_id: str) -> str:
-    """Create the task's base ref and branch at the integration head; the base commit."""
+def _ensure_task_refs(root: Path, run_id: str, task_id: str) -> tuple[str, str]:
+    """Create the task's base ref and branch at the integration head; the base commit and the branch's head."""
     base_ref, branch_ref = task_base_ref(run_id, task_id), heads(task_branch(run_id, task_id))
     found = ref_commits(root, [base_ref, branch_ref, heads(integration_branch(run_id))])
     base, head, integration = found
     if base and head:
-        return base
+        return base, head
     if integration is None:
         raise UsageError(f"run {run_id} has no integration branch {integration_branch(run_id)}",
                          "the run's base must be recorded before its tasks get worktrees")
     if base is None and head is None:
         update_refs(root, [f"create {base_ref} {integration}", f"create {branch_ref} {integration}"],
                     message="agentbox: task branch")
-        return integration
+        return integration, integration
     if head is None:
         assert base is not None
         update_refs(root, [f"create {branch_ref} {base}"], message="agentbox: task branch")
-        return base
+        return base, base
     fork = git(root, "merge-base", head, integration).text
     update_refs(root, [f"create {base_ref} {fork}"])
-    return fork
+    return fork, head
 
 
 def _attached(path: Path, branch: str) -> bool:
@@ -328,7 +393,7 @@ def drop_unfinished(common: Path, under: Path) -> list[Path]:
             path = _making(admin)
             if path is None or not path.is_relative_to(under):
                 continue
-            shutil.rmtree(admin, ignore_errors=True)
+            _discard_admin(common, admin)
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
             dropped.append(path)
@@ -384,9 +449,22 @@ def forget_missing_worktrees(common: Path) -> list[Path]:
             # no gitdir: a `worktree add` killed early, whose lock still names the worktree
             worktree = Path(gitdir.strip()).parent if gitdir is not None else _making(admin)
             if worktree is not None and worktree.is_relative_to(ours) and not os.path.lexists(worktree):
-                shutil.rmtree(admin, ignore_errors=True)
+                _discard_admin(common, admin)
                 forgotten.append(worktree)
         return forgotten
+
+
+def _discard_admin(common: Path, admin: Path) -> None:
+    """Delete a worktree's admin dir: renamed into the trash first (atomic), so a kill never
+    leaves half of one (without its `gitdir`, nothing would recognise it as agentbox's)."""
+    trash = common / "agentbox" / "trash"
+    trash.mkdir(parents=True, exist_ok=True)
+    aside = trash / f"admin-{uuid.uuid4().hex}"
+    try:
+        os.rename(admin, aside)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _locked(admin: Path) -> bool:
@@ -581,7 +659,8 @@ def sync_task(root: Path, run_id: str, task_id: str) -> SyncResult:
         if left:
             raise StateError(f"task {task_id}'s worktree has uncommitted changes: {', '.join(left[:5])}",
                              "commit the turn before bringing in the integration branch")
-        git(path, "read-tree", "-m", "-u", head, commit, timeout=CHECKOUT_TIMEOUT_S)
+        sparse = bases.SPARSE if bases.read_base(path) is not None else ()  # the next ensure refits it
+        git(path, *sparse, "read-tree", "-m", "-u", head, commit, timeout=CHECKOUT_TIMEOUT_S)
     base_command = f"update {base_ref} {integration} {old_base}" if old_base else f"create {base_ref} {integration}"
     update_refs(root, [f"update {heads(branch)} {commit} {head}", base_command], message="agentbox: sync task")
     return SyncResult(commit, conflicts, False)
@@ -620,7 +699,7 @@ def remove_task_worktree(root: Path, run_id: str, task_id: str, *, keep_spare: b
     if left and not discard_uncommitted:
         raise StateError(f"task {task_id}'s worktree has uncommitted changes: {', '.join(left[:5])}",
                          "commit the turn first, or discard the changes (a cancelled task)")
-    if not keep_spare:
+    if not keep_spare or bases.read_base(path) is not None:  # a spare holds every file: a sparse one is not kept
         trash_worktree(common, path)
         return
     if left:
@@ -636,24 +715,29 @@ def remove_task_worktree(root: Path, run_id: str, task_id: str, *, keep_spare: b
 
 
 def remove_spares(root: Path, run_id: str) -> list[Path]:
-    """Delete the run's spare worktrees (when its last task is done); the paths removed."""
+    """Delete the run's spare worktrees (when its last task is done), and the shared bases no
+    worktree is seen over any more but the newest; the paths of the spares removed."""
     common = common_dir(root)
     spares = worktrees_dir(common, run_id) / SPARE_DIR
     removed = sorted(spares.iterdir()) if spares.is_dir() else []
     for spare in removed:
         trash_worktree(common, spare)
+    with admin_lock(common):
+        bases.prune_bases(common, agentbox_worktree_dirs(common), keep=1)
     return removed
 
 
 def trash_worktree(common: Path, path: Path) -> None:
     """Delete a worktree of agentbox's: rename it into the trash (atomic), forget its admin
-    dir, delete the files. A crash leaves a trash dir, emptied by the next call."""
+    dir (renamed into the trash too: a kill half-way through deleting it in place would leave
+    an admin dir without its `gitdir`, which nothing recognises as agentbox's any more),
+    delete the files. A crash leaves a trash dir, emptied by the next call."""
     with admin_lock(common):
         admin = admin_dir(path)
         trash = common / "agentbox" / "trash"
         trash.mkdir(parents=True, exist_ok=True)
         os.rename(path, trash / uuid.uuid4().hex)
-        if admin is not None and admin.parent == common / "worktrees":
-            shutil.rmtree(admin, ignore_errors=True)
+        if admin is not None and admin.parent == common / "worktrees" and admin.is_dir():
+            os.rename(admin, trash / f"admin-{uuid.uuid4().hex}")  # emptied with the trash below
         for leftover in trash.iterdir():
             shutil.rmtree(leftover, ignore_errors=True)
