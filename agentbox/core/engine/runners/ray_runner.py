@@ -20,9 +20,11 @@ turn (`max_retries=0`), so no turn runs twice without the engine knowing.
 A head killed mid-turn takes its turns with it (Ray stops the tasks of a driver that died,
 and bwrap dies with its worker), so `run --resume` resumes them as after a local crash.
 
-What this runner assumes today: the nodes see the head's AGENT_BOX_HOME and the
-project's session store at the same paths (one machine, or a shared file system), so the
-profile, its config home and the session's files are read where they are.
+The session travels with the turn (`travel`): the head sends the profile and this
+session's files, the node runs the turn in a home of its own and sends back what the turn
+changed, which the head keeps where a local turn leaves it; so a session's next turn may
+run on any node. What a turn without a workspace reads (a review's view of the project)
+is still read at the project's path on the node.
 """
 
 from __future__ import annotations
@@ -38,10 +40,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentbox.core.engine.runners import travel
 from agentbox.core.engine.runners.base import Turn, TurnDone
 from agentbox.core.errors import AgentboxError
 from agentbox.core.invoke import Agent, InvokeResult
-from agentbox.core.paths import agent_box_home
 
 if TYPE_CHECKING:
     from agentbox.core.profiles import ProfileInfo
@@ -50,6 +52,10 @@ TOOL_RESOURCE = "agentbox-tool:{tool}"
 """The custom resource a node advertises for each tool it has (`ray start --resources`)."""
 TURN_REF = "refs/agentbox/turn"
 """The ref a node's bundle carries the turn's commit under."""
+NODE_TURN_DIR = "agentbox-node-turn."
+"""Prefix of a turn's scratch dir on a node (the bundles, its worktree), in the temp dir."""
+NODE_HOME_DIR = "agentbox-node-home."
+"""Prefix of a turn's home on a node (the profile, the session's files), memory-backed when it can be."""
 
 
 def tool_resource(tool: str) -> str:
@@ -77,6 +83,10 @@ class RayRunner:
             self._remote = ray.remote(max_retries=0)(run_on_node)
         return ray
 
+    def task_options(self, turn: Turn) -> dict[str, Any]:
+        """More Ray options for the task of `turn` (none: Ray places it; a subclass may pin a node)."""
+        return {}
+
     def room(self, job_id: str, profile: ProfileInfo) -> str | None:
         """Ray queues a turn until a node has its resources; a tool no node has is said so."""
         ray = self._connect()
@@ -93,11 +103,17 @@ class RayRunner:
         options: dict[str, Any] = {"num_cpus": self.cpus_per_turn, "resources": {tool_resource(agent.profile.tool): 1}}
         if memory_mb is not None:
             options["memory"] = memory_mb * 2**20
-        bundle = await asyncio.to_thread(_bundle_of, turn.workspace.path) if turn.workspace is not None else None
-        ref = self._remote.options(**options).remote(_secret_env(agent), NodeTurn(
+        options.update(self.task_options(turn))
+        try:
+            bundle = await asyncio.to_thread(_bundle_of, turn.workspace.path) if turn.workspace is not None else None
+            sent, logins = await asyncio.to_thread(travel.pack, agent, turn.session_id, turn.resume)
+        except AgentboxError as exc:
+            return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
+                                         error=f"preparing the turn for a node failed: {exc.message}",
+                                         role=agent.role))
+        ref = self._remote.options(**options).remote(NodeSecrets(_secret_env(agent), logins), NodeTurn(
             agent=agent, prompt=turn.prompt, session_id=turn.session_id, resume=turn.resume,
-            timeout_s=turn.timeout_s, run_id=turn.run_id, task_id=turn.task_id, bundle=bundle,
-            home=str(agent_box_home())))
+            timeout_s=turn.timeout_s, run_id=turn.run_id, task_id=turn.task_id, bundle=bundle, session=sent))
         try:
             back: NodeDone = await asyncio.to_thread(ray.get, ref)
         except asyncio.CancelledError:
@@ -109,8 +125,15 @@ class RayRunner:
                                          error=f"the node running the turn was lost: {type(exc).__name__}: "
                                                f"{str(exc).splitlines()[0][:300] if str(exc) else ''}",
                                          role=agent.role))
-        result = back.result
         where = {"node_id": back.node_id, "host": back.host}
+        try:
+            await asyncio.to_thread(travel.store_back, agent, back.session)
+        except (AgentboxError, OSError) as exc:
+            return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
+                                         error=f"keeping the session's files from the node failed: {exc}",
+                                         role=agent.role), **where)
+        result = dataclasses.replace(back.result, log_path=travel.local_path(back.session, agent,
+                                                                             back.result.log_path))
         if turn.workspace is None or result.error_kind == "spawn_failed":
             return TurnDone(result, None, back.peak_rss_mb, **where)
         try:
@@ -139,8 +162,18 @@ class NodeTurn:
     task_id: str | None
     bundle: bytes | None
     """The task branch's head as a git bundle (None: the turn commits nothing)."""
-    home: str
-    """The head's AGENT_BOX_HOME (the profiles and private dirs the sandbox hides)."""
+    session: travel.SessionPack
+    """The profile and the session's files (login files travel in `NodeSecrets`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSecrets:
+    """What a node gets in memory only: small, so Ray sends it inline with the task."""
+
+    env: dict[str, str]
+    """The variables the profile takes from the head's environment."""
+    logins: dict[str, bytes]
+    """The profile's login files (relative to its state dir)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,26 +185,34 @@ class NodeDone:
     node_id: str
     host: str
     peak_rss_mb: float | None
+    session: travel.SessionBack
 
 
-def run_on_node(secret_env: dict[str, str], turn: NodeTurn) -> NodeDone:
-    """On a node: the turn in its own worktree cloned from the bundle, through the local runner.
+def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> NodeDone:
+    """On a node: the turn in a home of its own, in its own worktree cloned from the bundle,
+    through the local runner.
 
-    `secret_env` holds the variables the profile takes from the head's environment: they
-    are put in this worker's environment for the turn only (memory, never a file) and
-    taken out after it. It is an argument of its own, small, so Ray sends it inline with
-    the task, never through its object store (which may spill to disk).
+    `secrets` holds the variables the profile takes from the head's environment and its
+    login files: the variables are put in this worker's environment for the turn only
+    (memory, never a file) and taken out after it; the login files are written into the
+    turn's home, memory-backed when the node has `/dev/shm`, removed after the turn. It is
+    an argument of its own, small, so Ray sends it inline with the task, never through its
+    object store (which may spill to disk).
     """
     import ray
 
     from agentbox.core.engine.runners.local import LocalRunner
+    from agentbox.core.sessions import SessionStore
     from agentbox.core.workspace import commit_turn
     from agentbox.core.workspace.gitcmd import git
 
     node_id = ray.get_runtime_context().get_node_id()
-    scratch = Path(tempfile.mkdtemp(prefix="agentbox-node-turn."))
+    _sweep_left_behind()
+    scratch = _node_dir(NODE_TURN_DIR, None)
+    home_root = _node_dir(NODE_HOME_DIR, travel.node_home_parent())
     try:
-        agent = turn.agent
+        home = travel.unpack(home_root, turn.agent.profile, turn.session, secrets.logins)
+        agent = dataclasses.replace(turn.agent, profile=home.profile, sessions=SessionStore(home.store_root))
         work = None
         if turn.bundle is not None:
             (scratch / "in.bundle").write_bytes(turn.bundle)
@@ -180,10 +221,11 @@ def run_on_node(secret_env: dict[str, str], turn: NodeTurn) -> NodeDone:
             agent = dataclasses.replace(agent, worktree=work, views=((work / ".git", agent.cwd / ".git"),),
                                         view_hidden=())
         runner = LocalRunner(reading=_no_limit)
-        with _environment({"AGENT_BOX_HOME": turn.home, **secret_env}):  # one task at a time per worker
+        with _environment({"AGENT_BOX_HOME": str(home_root), **secrets.env}):  # one task at a time per worker
             done = asyncio.run(runner.run(Turn(
                 job_id=turn.session_id, run_id=turn.run_id, task_id=turn.task_id, agent=agent, prompt=turn.prompt,
                 session_id=turn.session_id, resume=turn.resume, timeout_s=turn.timeout_s)))
+        session = travel.collect(home, turn.session_id)
         bundle = None
         if work is not None and done.result.error_kind != "spawn_failed":
             base = git(work, "rev-parse", "HEAD").text.strip()
@@ -193,9 +235,37 @@ def run_on_node(secret_env: dict[str, str], turn: NodeTurn) -> NodeDone:
                 git(work, "update-ref", TURN_REF, commit)
                 git(work, "bundle", "create", "-q", str(scratch / "out.bundle"), TURN_REF, f"^{base}")
                 bundle = (scratch / "out.bundle").read_bytes()
-        return NodeDone(done.result, bundle, node_id, socket.gethostname(), done.peak_rss_mb)
+        return NodeDone(done.result, bundle, node_id, socket.gethostname(), done.peak_rss_mb, session)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(home_root, ignore_errors=True)
+
+
+def _node_dir(prefix: str, parent: str | None) -> Path:
+    """A fresh dir of this worker's turn, named with the worker's pid (see `_sweep_left_behind`)."""
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}.", dir=parent))
+
+
+def _sweep_left_behind() -> None:
+    """Remove the dirs of turns whose worker died mid-turn (killed with its node, its driver, or a
+    cancel), so no session's files or login outlive it on the node."""
+    for parent in {tempfile.gettempdir(), travel.node_home_parent() or tempfile.gettempdir()}:
+        with contextlib.suppress(OSError), os.scandir(parent) as entries:
+            for entry in entries:
+                prefix = next((p for p in (NODE_TURN_DIR, NODE_HOME_DIR) if entry.name.startswith(p)), None)
+                pid = entry.name[len(prefix):].partition(".")[0] if prefix else ""
+                if pid.isdigit() and not _alive(int(pid)) and entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _secret_env(agent: Agent) -> dict[str, str]:
