@@ -68,17 +68,15 @@ class RayRunner:
 
     kind = "ray"
 
-    def __init__(self, address: str, *, cpus_per_turn: float = 1.0) -> None:
+    def __init__(self, address: str, *, cpus_per_turn: float = 1.0, tls_env: dict[str, str] | None = None) -> None:
         self.address = address
         self.cpus_per_turn = cpus_per_turn
+        self.tls_env = tls_env
+        """RAY_USE_TLS and its certificates (config.yaml's `runner.tls`), None: the cluster speaks plain gRPC."""
         self._remote: Any = None
 
     def _connect(self) -> Any:
-        import ray
-
-        if not ray.is_initialized():
-            ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False, namespace="agentbox")
+        ray = connect(self.address, self.tls_env)
         if self._remote is None:
             self._remote = ray.remote(max_retries=0)(run_on_node)
         return ray
@@ -335,16 +333,31 @@ class NodeProbe:
     problem: str | None = None
 
 
-def probe_cluster(address: str, probe_bwrap: Callable[[], tuple[str | None, str | None]], *,
-                  timeout_s: float = 60.0) -> list[NodeProbe]:
-    """Every node of the cluster at `address`: alive, the tools it offers, and what `probe_bwrap`
-    (run on the node) says: bwrap's version once it made a sandbox there, else why it could not."""
+def connect(address: str, tls_env: dict[str, str] | None) -> Any:
+    """Ray, connected as a driver to the cluster at `address` (once per process).
+
+    With `tls_env` this process speaks TLS to the cluster: Ray reads RAY_USE_TLS and the
+    certificate paths from the environment when it connects, so they are set first. The
+    cluster's own processes (`ray start` on each node) need the same variables set by whoever
+    starts them.
+    """
+    if tls_env:
+        os.environ.update(tls_env)
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False,
                  namespace="agentbox")
+    return ray
+
+
+def probe_cluster(address: str, probe_bwrap: Callable[[], tuple[str | None, str | None]], *,
+                  timeout_s: float = 60.0, tls_env: dict[str, str] | None = None) -> list[NodeProbe]:
+    """Every node of the cluster at `address`: alive, the tools it offers, and what `probe_bwrap`
+    (run on the node) says: bwrap's version once it made a sandbox there, else why it could not."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray = connect(address, tls_env)
     probe = ray.remote(num_cpus=0, max_retries=0)(probe_bwrap)
     nodes = ray.nodes()
     prefix = TOOL_RESOURCE.format(tool="")
