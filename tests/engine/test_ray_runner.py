@@ -304,6 +304,78 @@ async def test_a_claude_session_resumed_on_another_node_sees_its_first_turn(
     assert named and not (Path("/dev/shm") / named.group()).exists()  # the node's turn home is gone
 
 
+PROBE = """
+import json, os, pathlib, sys, time
+mine = sys.argv[1]
+pathlib.Path(f"secret-{mine}.txt").write_text(mine)
+time.sleep(2.5)  # the other turn on this node has written its file by now, and still runs
+files = []
+for root, dirs, names in os.walk("/"):
+    if root in ("/proc", "/sys", "/dev", "/usr"):
+        dirs[:] = []
+        continue
+    files += [os.path.join(root, n) for n in names if n.startswith("secret-")]
+procs = []
+for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+    try:
+        procs.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode())
+    except OSError:
+        pass
+print(json.dumps({"files": files, "procs": procs, "tmp": os.listdir("/tmp"), "shm": os.listdir("/dev/shm")}))
+time.sleep(1.5)
+"""
+
+
+async def test_two_turns_on_one_node_see_neither_each_other_nor_the_node_s_ray_processes(
+        cluster: RayCluster, agent_box_home: Path, tmp_path: Path) -> None:
+    import json
+
+    from agentbox.core import services
+    from agentbox.core.engine.runners.base import Turn, TurnWorkspace
+    from agentbox.core.invoke import new_session_id
+    from tests.engine.support import session_processes, write_profile
+
+    write_profile("t-iso", [{"id": "iso", "when": {"prompt_regex": r"iso (?P<mine>\w+)"},
+                             "do": {"run": "python3 probe.py {mine}", "reply": "{run_output}"}}])
+    runner = PinnedRayRunner(cluster.address, cpus_per_turn=0.5)
+    runner.node = cluster.workers[0].node_id  # both turns on one node, at once
+    turns, markers = [], ["m" + os.urandom(4).hex() for _ in range(2)]
+    for marker in markers:
+        repo = tmp_path / marker
+        repo.mkdir()
+        make_repo(repo)
+        (repo / "probe.py").write_text(PROBE)
+        git(repo, "add", "probe.py")
+        git(repo, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "commit", "-qm", "probe")
+        agent = services.profile_agent("t-iso", repo, None)
+        turns.append(Turn(job_id=marker, run_id="r", task_id=None, agent=agent, prompt=f"iso {marker}",
+                          session_id=new_session_id(), resume=False, timeout_s=60,
+                          workspace=TurnWorkspace(marker, repo, "main", None, lambda summary: None)))  # type: ignore[arg-type,return-value]
+    flight = asyncio.ensure_future(asyncio.gather(*(runner.run(t) for t in turns)))
+    together, files_on_node = 0, set()
+    while not flight.done():  # from the host: both turns run at once, and both files are on the node
+        running = set()
+        for proc in session_processes([t.session_id for t in turns]):
+            with contextlib.suppress(psutil.Error):
+                running.add(proc.environ().get("AGENTBOX_SESSION_ID"))
+        together = max(together, len(running))
+        files_on_node |= {p.name for p in Path(tempfile.gettempdir()).glob("agentbox-node-turn.*/work/secret-*")}
+        await asyncio.sleep(0.1)
+    done = flight.result()
+    assert together == 2 and {f"secret-{m}.txt" for m in markers} <= files_on_node
+    homes: list[list[str]] = []
+    for marker, turn_done in zip(markers, done, strict=True):
+        assert turn_done.result.ok and turn_done.node_id == cluster.workers[0].node_id, turn_done.result
+        seen = json.loads(turn_done.result.text)
+        assert [Path(f).name for f in seen["files"]] == [f"secret-{marker}.txt"], seen["files"]  # its own only
+        shown = " ".join(seen["procs"])
+        assert not any(m in shown for m in markers if m != marker), seen["procs"]  # no other turn's process
+        assert not any(word in shown for word in ("raylet", "gcs_server", "default_worker", "ray::")), seen["procs"]
+        assert not any(n.startswith("agentbox-node") for n in seen["tmp"]), seen["tmp"]
+        homes.append([n for n in seen["shm"] if n.startswith("agentbox-node")])
+    assert all(len(names) == 1 for names in homes) and homes[0] != homes[1], homes  # its own home's mount point only
+
+
 def test_doctor_checks_every_node_of_the_cluster(cluster: RayCluster, agent_box_home: Path) -> None:
     from agentbox.core import doctor
 
