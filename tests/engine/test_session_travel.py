@@ -100,3 +100,16 @@ def test_the_record_and_logs_come_back_under_the_head_s_store(agent_box_home: Pa
     head_log = agent.sessions.logs_dir(here) / "turn-2.log"
     assert head_log.read_text() == "output\n"
     assert agent.sessions.turns(here) == [{"turn": 2, "status": "ok", "log": str(head_log)}]
+
+
+async def test_a_session_busy_with_a_turn_here_is_not_sent_to_a_node(agent_box_home: Path, tmp_path: Path) -> None:
+    from agentbox.core import store
+    from agentbox.core.engine.runners.base import Turn
+    from agentbox.core.engine.runners.ray_runner import RayRunner
+
+    agent, session_id = claude_agent(agent_box_home, tmp_path)
+    runner = RayRunner("127.0.0.1:1")  # never reached: the lock is taken before the cluster is
+    with store.locked(agent.sessions.root / ".locks" / session_id):  # as `agentbox invoke --session` holds it
+        done = await runner.run(Turn(job_id="j", run_id="r", task_id=None, agent=agent, prompt="p",
+                                     session_id=session_id, resume=True, timeout_s=10))
+    assert done.result.error_kind == "spawn_failed" and "busy with another turn" in (done.result.error or "")

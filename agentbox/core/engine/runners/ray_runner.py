@@ -94,7 +94,26 @@ class RayRunner:
         return None
 
     async def run(self, turn: Turn) -> TurnDone:
-        """The turn as a Ray task; its commit fetched from the node's bundle and committed here."""
+        """The turn as a Ray task; its commit fetched from the node's bundle and committed here.
+
+        The session is locked here for the whole turn, as a local turn locks it: no other turn
+        of the session (`agentbox invoke --session`, here or through another runner) runs meanwhile.
+        """
+        from agentbox.core import store
+        from agentbox.core.errors import StateError
+        from agentbox.core.sessions import check_session_id
+
+        lock = turn.agent.sessions.root / ".locks" / check_session_id(turn.session_id)  # the file invoke locks
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(store.locked(lock, timeout=0))
+            except StateError:
+                return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
+                                             error=f"session {turn.session_id} is busy with another turn",
+                                             role=turn.agent.role))
+            return await self._run(turn)
+
+    async def _run(self, turn: Turn) -> TurnDone:
         ray = self._connect()
         agent = turn.agent
         memory_mb = agent.profile.profile.resources.memory_mb
