@@ -36,12 +36,13 @@ if TYPE_CHECKING:
     from agentbox.core.profiles import ProfileInfo
 
 SESSION_DIRS: dict[str, tuple[str, ...]] = {
-    "claude": ("projects", "file-history", "tasks", "sessions", "plans"),
+    "claude": ("projects", "file-history", "tasks"),
     "codex": ("sessions",),
     "scripted": ("sessions",),
 }
-"""Dirs of a tool's config home holding one entry per session: only this session's entries travel
-(hermes and opencode keep every session in one database file, which travels whole)."""
+"""Dirs of a tool's config home holding one entry per session, named by its id: only this session's
+entries travel. Everything else travels whole (claude's plans, named by a slug; hermes' and
+opencode's database, which holds every session)."""
 LOGIN_FILES = frozenset({".credentials.json", ".claude.json", "auth.json", ".env"})
 """Names of the files a tool keeps its login in (anywhere in its config home)."""
 MAX_PACK_BYTES = 256 << 20
