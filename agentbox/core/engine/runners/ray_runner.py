@@ -52,10 +52,6 @@ TOOL_RESOURCE = "agentbox-tool:{tool}"
 """The custom resource a node advertises for each tool it has (`ray start --resources`)."""
 TURN_REF = "refs/agentbox/turn"
 """The ref a node's bundle carries the turn's commit under."""
-NODE_TURN_DIR = "agentbox-node-turn."
-"""Prefix of a turn's scratch dir on a node (the bundles, its worktree), in the temp dir."""
-NODE_HOME_DIR = "agentbox-node-home."
-"""Prefix of a turn's home on a node (the profile, the session's files), memory-backed when it can be."""
 
 
 def tool_resource(tool: str) -> str:
@@ -224,9 +220,9 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> NodeDone:
     from agentbox.core.workspace.gitcmd import git
 
     node_id = ray.get_runtime_context().get_node_id()
-    _sweep_left_behind()
-    scratch = _node_dir(NODE_TURN_DIR, None)
-    home_root = _node_dir(NODE_HOME_DIR, travel.node_home_parent())
+    travel.sweep_left_behind()
+    scratch = travel.node_dir(travel.NODE_TURN_DIR, None)
+    home_root = travel.node_dir(travel.NODE_HOME_DIR, travel.node_home_parent())
     try:
         home = travel.unpack(home_root, turn.agent.profile, turn.session, secrets.logins)
         agent = dataclasses.replace(turn.agent, profile=home.profile, sessions=SessionStore(home.store_root))
@@ -256,33 +252,6 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> NodeDone:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(home_root, ignore_errors=True)
-
-
-def _node_dir(prefix: str, parent: str | None) -> Path:
-    """A fresh dir of this worker's turn, named with the worker's pid (see `_sweep_left_behind`)."""
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}.", dir=parent))
-
-
-def _sweep_left_behind() -> None:
-    """Remove the dirs of turns whose worker died mid-turn (killed with its node, its driver, or a
-    cancel), so no session's files or login outlive it on the node."""
-    for parent in {tempfile.gettempdir(), travel.node_home_parent() or tempfile.gettempdir()}:
-        with contextlib.suppress(OSError), os.scandir(parent) as entries:
-            for entry in entries:
-                prefix = next((p for p in (NODE_TURN_DIR, NODE_HOME_DIR) if entry.name.startswith(p)), None)
-                pid = entry.name[len(prefix):].partition(".")[0] if prefix else ""
-                if pid.isdigit() and not _alive(int(pid)) and entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _secret_env(agent: Agent) -> dict[str, str]:

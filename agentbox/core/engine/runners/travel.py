@@ -9,7 +9,8 @@ unpacks them into a home of its own, in memory-backed storage when the node has 
 (`/dev/shm`), runs the turn there and sends back what the turn changed in the tool's
 config home, the session's new record, its turn line and its logs. The head stores them
 where a local turn leaves them, so the next turn of the session, on whichever node, starts
-from the same files.
+from the same files. A turn's dirs on a node are named with its worker's pid, so those of a
+worker that died mid-turn are removed by the next turn there (`sweep_left_behind`).
 
 Login files (`LOGIN_FILES`: a tool's OAuth tokens or keys) travel with the secrets, in
 the task's small inline argument, never through Ray's object store, and never come back:
@@ -21,9 +22,12 @@ plain files, never through a link.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +51,10 @@ LOGIN_FILES = frozenset({".credentials.json", ".claude.json", "auth.json", ".env
 """Names of the files a tool keeps its login in (anywhere in its config home)."""
 MAX_PACK_BYTES = 256 << 20
 """The most a session's files may weigh, each way."""
+NODE_TURN_DIR = "agentbox-node-turn."
+"""Prefix of a turn's scratch dir on a node (the bundles, its worktree), in the temp dir."""
+NODE_HOME_DIR = "agentbox-node-home."
+"""Prefix of a turn's home on a node (the profile, the session's files), memory-backed when it can be."""
 
 
 @dataclass(frozen=True)
@@ -262,3 +270,30 @@ def node_home_parent() -> str | None:
     """Memory-backed storage for a node's turn homes when the node has it (None: the temp dir)."""
     shm = "/dev/shm"
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+
+
+def node_dir(prefix: str, parent: str | None) -> Path:
+    """A fresh dir of this worker's turn, named with the worker's pid (see `sweep_left_behind`)."""
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}.", dir=parent))
+
+
+def sweep_left_behind() -> None:
+    """Remove the dirs of turns whose worker died mid-turn (killed with its node, its driver, or a
+    cancel), so no session's files or login outlive it on the node."""
+    for parent in {tempfile.gettempdir(), node_home_parent() or tempfile.gettempdir()}:
+        with contextlib.suppress(OSError), os.scandir(parent) as entries:
+            for entry in entries:
+                prefix = next((p for p in (NODE_TURN_DIR, NODE_HOME_DIR) if entry.name.startswith(p)), None)
+                pid = entry.name[len(prefix):].partition(".")[0] if prefix else ""
+                if pid.isdigit() and not _alive(int(pid)) and entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
