@@ -5,11 +5,14 @@ R1  one no-op scripted turn through the Ray runner ÷ the same turn through the 
 R2  N short turns (each sleeps --turn-s) on one worker node, then on three: throughput of
     three ÷ one -- goal >= 2.5 (each node offers one CPU, each turn asks for one).
 R3  the head's memory (this process's RSS) with 50 turns in flight ÷ before they were sent.
+R4  one real claude turn (the pinned CLI in .tools, against the project's fake model server,
+    a new session, its network through the egress proxy) through the Ray runner ÷ the same
+    turn through the local runner, interleaved, medians -- goal <= 1.1.
 
 The cluster (`ray.cluster_utils.Cluster`, its own temp dir, no dashboard) is started here and
 stopped at the end, its processes killed. Everything happens in a temporary AGENT_BOX_HOME.
 
-    .venv/bin/python bench/bench_runners.py [--runs 15] [--turns 200] [--turn-s 0.5]
+    .venv/bin/python bench/bench_runners.py [--runs 15] [--turns 200] [--turn-s 0.5] [--claude-runs 9]
 """
 
 from __future__ import annotations
@@ -26,11 +29,32 @@ from pathlib import Path
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read when ray is imported: every node on 127.0.0.1
 
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
 import psutil  # noqa: E402
 from _support import write_scripted_profile  # noqa: E402  (bench/ is sys.path[0] when a script runs)
 
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from tests.fakes.model_server import FakeModelServer  # noqa: E402  (the project's fake model server)
+
 R1_GOAL = 1.3
 R2_GOAL = 2.5
+R4_GOAL = 1.1
+
+
+def claude_profile(name: str, base_url: str) -> None:
+    """A claude profile from the bundled template, pointed at the fake server (as tests/realcli does)."""
+    from agentbox.core.yaml_io import load_yaml, write_yaml
+
+    script = Path(sys.executable).parent / "agentbox"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "agentbox"]
+    subprocess.run([*command, "profile", "add", name, "--from", "claude"], check=True, capture_output=True)
+    path = Path(os.environ["AGENT_BOX_HOME"]) / "profiles" / name / "profile.yaml"
+    document = load_yaml(path)
+    document["runtime"]["env"] = {"ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": "fake-key"}
+    write_yaml(path, document)
 
 
 def turn_for(agent: object, prompt: str) -> object:
@@ -59,6 +83,11 @@ async def main(args: argparse.Namespace) -> None:
 
     work = Path(tempfile.mkdtemp(prefix="abbench-"))
     home = work / "home"
+    os.environ["PATH"] = f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"
+    for var in ("CLAUDE_CONFIG_DIR", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        os.environ.pop(var, None)
+    server = FakeModelServer(work / "requests.jsonl")
+    server.__enter__()
     write_scripted_profile(home, "noop", {"rules": [
         {"id": "short", "when": {"prompt_contains": "short"}, "do": {"delay_s": args.turn_s, "reply": "ok"}},
         {"id": "long", "when": {"prompt_contains": "long"}, "do": {"delay_s": 3.0, "reply": "ok"}}],
@@ -69,7 +98,7 @@ async def main(args: argparse.Namespace) -> None:
     agent = services.profile_agent("noop", project, None)
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 0, "include_dashboard": False, "temp_dir": str(work / "ray"), "node_ip_address": "127.0.0.1"})
-    tool = {tool_resource("scripted"): 64}
+    tool = {tool_resource("scripted"): 64, tool_resource("claude"): 64}
     try:
         cluster.add_node(num_cpus=1, resources=tool)
         cluster.wait_for_nodes()
@@ -84,6 +113,20 @@ async def main(args: argparse.Namespace) -> None:
         print(f"R1 no-op turn: local {statistics.median(local_s) * 1000:.0f} ms, "
               f"ray {statistics.median(ray_s) * 1000:.0f} ms, ratio {r1:.2f} (goal <= {R1_GOAL}) "
               f"{'ok' if r1 <= R1_GOAL else 'MISSED'}")
+
+        if args.claude_runs:
+            claude_profile("bench-claude", str(server.base_url))
+            claude = services.profile_agent("bench-claude", project, None)
+            await timed(local, claude, "hello")  # the CLI's files in the page cache, for both
+            await timed(remote, claude, "hello")
+            local_c, ray_c = [], []
+            for _ in range(args.claude_runs):
+                local_c.append(await timed(local, claude, "hello"))
+                ray_c.append(await timed(remote, claude, "hello"))
+            r4 = statistics.median(ray_c) / statistics.median(local_c)
+            print(f"R4 real claude turn: local {statistics.median(local_c) * 1000:.0f} ms, "
+                  f"ray {statistics.median(ray_c) * 1000:.0f} ms, ratio {r4:.2f} (goal <= {R4_GOAL}) "
+                  f"{'ok' if r4 <= R4_GOAL else 'MISSED'}")
 
         async def batch() -> float:
             start = time.perf_counter()
@@ -111,6 +154,7 @@ async def main(args: argparse.Namespace) -> None:
         print(f"R3 head RSS: {before / 2**20:.0f} MB before, {peak / 2**20:.0f} MB with 50 turns in flight, "
               f"ratio {peak / before:.2f} (+{(peak - before) / 2**20 / 50:.2f} MB per turn)")
     finally:
+        server.__exit__(None, None, None)
         with contextlib.suppress(Exception):
             ray.shutdown()
         with contextlib.suppress(Exception):
@@ -127,4 +171,5 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--turn-s", type=float, default=0.5)
+    parser.add_argument("--claude-runs", type=int, default=9, help="R4's turns each way (0: skip R4)")
     asyncio.run(main(parser.parse_args()))

@@ -317,7 +317,8 @@ def check_runner() -> list[Check]:
     try:
         from agentbox.core.engine.runners.ray_runner import probe_cluster
 
-        nodes = probe_cluster(config.address, probe_bwrap_here)
+        nodes = probe_cluster(config.address, probe_bwrap_here,
+                              tls_env=config.tls.env() if config.tls is not None else None)
     except ImportError:
         return [Check("runner", "fail", "config.yaml names a Ray cluster, but ray is not installed",
                       hint="pip install 'agentbox[ray]'")]

@@ -157,6 +157,35 @@ def _host_port(value: str) -> str:
     return value
 
 
+def _readable_file(value: str) -> str:
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        raise ValueError(f"{value[:200]!r} is not an absolute path")
+    if not path.is_file() or not os.access(path, os.R_OK):
+        raise ValueError(f"{str(path)[:200]!r} is not a readable file")
+    return str(path)
+
+
+ReadableFile = Annotated[str, AfterValidator(_readable_file)]
+"""An absolute path (`~` expanded) to a file that exists and can be read."""
+
+
+class RayTls(Strict):
+    """The certificates of a Ray cluster whose processes talk over TLS (RAY_USE_TLS, `docs/scale.md`)."""
+
+    ca_cert: ReadableFile
+    """The CA that signed every node's certificate (RAY_TLS_CA_CERT)."""
+    server_cert: ReadableFile
+    """This machine's certificate, signed by `ca_cert` (RAY_TLS_SERVER_CERT)."""
+    server_key: ReadableFile
+    """Its private key (RAY_TLS_SERVER_KEY); keep it readable by you only."""
+
+    def env(self) -> dict[str, str]:
+        """The variables Ray reads to speak TLS."""
+        return {"RAY_USE_TLS": "1", "RAY_TLS_CA_CERT": self.ca_cert, "RAY_TLS_SERVER_CERT": self.server_cert,
+                "RAY_TLS_SERVER_KEY": self.server_key}
+
+
 class Runner(Strict):
     """Where turns run and when this machine has room for one more (`docs/scale.md`)."""
 
@@ -170,11 +199,15 @@ class Runner(Strict):
     """Memory (MB) kept free for the machine itself: a turn starts only when its need fits beside it."""
     max_load_per_cpu: float | None = Field(default=8.0, gt=0, le=1024)
     """No turn starts while the 1-minute load average per core is above this; null: the load never holds one back."""
+    tls: RayTls | None = None
+    """`ray`: the cluster speaks TLS; agentbox talks to it with these certificates."""
 
     @model_validator(mode="after")
     def _ray_has_an_address(self) -> Runner:
         if self.kind == "ray" and self.address is None:
             raise ValueError("kind: ray needs address: HOST:PORT (the cluster's head)")
+        if self.kind != "ray" and self.tls is not None:
+            raise ValueError("tls: is for kind: ray (the certificates of the Ray cluster)")
         return self
 
 class UserConfig(Strict):

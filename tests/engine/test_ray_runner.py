@@ -1,6 +1,7 @@
 """The Ray runner on a real cluster on this machine: a head and three worker nodes on 127.0.0.1.
 
-Two worker nodes offer the scripted tool (`agentbox-tool:scripted`), one offers nothing.
+Two worker nodes offer the scripted tool and claude (`agentbox-tool:scripted`,
+`agentbox-tool:claude`), one offers nothing.
 The cluster is started once for this module (`ray.cluster_utils.Cluster`, its own temp
 dir, no dashboard) and every Ray process is gone after it. The agents are real scripted
 processes under bwrap on the nodes.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -31,6 +33,16 @@ from tests.conftest import run_cli
 from tests.engine.support import create, events, of_type, setup_crew, task, until, work_rule
 from tests.engine.test_runners import GB, room
 from tests.engine.test_worktree_runs import make_repo
+from tests.realcli.conftest import (  # noqa: F401  (fixtures of the real-CLI turn)
+    FakeView,
+    body_text,
+    fake,
+    host_home,
+    make_profile,
+    model_server,
+    profile_config,
+    realcli_env,
+)
 
 pytestmark = pytest.mark.bwrap
 
@@ -47,7 +59,7 @@ class RayCluster:
         self.temp_dir = temp_dir
         self.cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 0, "include_dashboard": False, "temp_dir": str(temp_dir), "node_ip_address": "127.0.0.1"})
-        tool = {tool_resource("scripted"): 8}
+        tool = {tool_resource("scripted"): 8, tool_resource("claude"): 8}
         self.workers = [self.cluster.add_node(num_cpus=1, resources=tool), self.cluster.add_node(num_cpus=1, resources=tool)]
         self.bare = self.cluster.add_node(num_cpus=1)
         self.cluster.wait_for_nodes()
@@ -85,6 +97,17 @@ def cluster() -> Iterator[RayCluster]:
         made.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert all(p.status() == psutil.STATUS_ZOMBIE for p in made.processes())
+
+
+class PinnedRayRunner(RayRunner):
+    """The Ray runner with each task pinned to `node` (the test chooses where a turn runs)."""
+
+    node: str | None = None
+
+    def task_options(self, turn: Any) -> dict[str, Any]:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(self.node, soft=False)} if self.node else {}
 
 
 def ray_ports(cluster: RayCluster) -> set[int]:
@@ -168,8 +191,8 @@ async def test_a_tool_no_node_offers_waits_for_a_node(cluster: RayCluster, proje
     setup_crew(project, tasks=[task("t1")])
     runner = RayRunner(cluster.address)
     assert runner.room("j1", profiles.resolve("t-lead")) is None  # scripted: two nodes offer it
-    held = runner.room("j2", profiles.resolve("claude"))
-    assert held == f"waiting for a node: no node of the cluster offers {tool_resource('claude')}"
+    held = runner.room("j2", profiles.resolve("codex"))
+    assert held == f"waiting for a node: no node of the cluster offers {tool_resource('codex')}"
 
 
 async def test_a_sandboxed_turn_on_a_node_cannot_reach_the_cluster_s_ports(
@@ -229,6 +252,130 @@ async def test_a_secret_reaches_the_node_in_memory_only(cluster: RayCluster, age
             assert proc.environ().get("AB_NODE_SECRET") is None and proc.environ().get("AB_TOKEN") != secret
 
 
+@pytest.mark.realcli
+async def test_a_claude_session_resumed_on_another_node_sees_its_first_turn(
+        cluster: RayCluster, make_profile: Any, fake: FakeView, tmp_path: Path,  # noqa: F811
+        agent_box_home: Path) -> None:
+    from agentbox.core import services
+    from agentbox.core.engine.runners.base import Turn
+    from agentbox.core.invoke import new_session_id
+
+    name = make_profile("claude")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    agent = services.profile_agent(name, workdir, None)
+    tag = os.urandom(4).hex()
+    first, second = f"alpha one {tag}", f"beta two {tag}"
+    session_id = new_session_id()
+    runner = PinnedRayRunner(cluster.address)
+    one, other = (node.node_id for node in cluster.workers)
+
+    def turn(prompt: str, resume: bool) -> Turn:
+        return Turn(job_id=prompt, run_id="r", task_id=None, agent=agent, prompt=prompt, session_id=session_id,
+                    resume=resume, timeout_s=120)
+
+    runner.node = one
+    done = await runner.run(turn(first, resume=False))
+    assert done.result.ok and f"echo: {first}" in done.result.text, done.result
+    assert done.node_id == one
+    native = done.result.native_id
+    assert native and list((profile_config(name, "claude") / "projects").glob(f"*/{native}.jsonl"))
+    assert agent.sessions.find(session_id).native_id == native  # the record came back to the head's store
+
+    runner.node = other  # the resumed turn shows which files its claude home is bound from
+    fake.enqueue({"tool_use": {"name": "Bash", "input": {"command": "grep claude /proc/self/mountinfo",
+                                                         "description": "mounts"}},
+                  "match": {"protocol": "anthropic", "contains": second, "not_contains": "tool_result"}})
+    resumed = await runner.run(turn(second, resume=True))
+    assert resumed.result.ok, resumed.result
+    assert resumed.node_id == other and resumed.result.native_id == native
+    mounts = [line for line in resumed.result.text.splitlines() if "/.claude/projects " in line]
+    assert mounts and all("/agentbox-node-home." in line and str(agent_box_home) not in line for line in mounts), \
+        resumed.result.text  # the node's own copy of the session, not the head's profile
+    asked = [r for r in fake.model_requests("anthropic") if second in body_text(r)]
+    assert asked, "no request carried the second prompt"
+    body = body_text(asked[-1])  # the second node's claude read the first node's conversation
+    assert body.index(first) < body.index(f"echo: {first}") < body.rindex(second), body[-2000:]
+    record = agent.sessions.find(session_id)
+    assert record.turns == 2 and [t["status"] for t in agent.sessions.turns(record)] == ["ok", "ok"]
+    assert resumed.result.log_path and Path(resumed.result.log_path).is_relative_to(agent.sessions.root)
+    assert Path(resumed.result.log_path).is_file()
+    named = re.search(r"agentbox-node-home\.[^/ ]+", mounts[0])
+    assert named and not (Path("/dev/shm") / named.group()).exists()  # the node's turn home is gone
+
+
+PROBE = """
+import json, os, pathlib, sys, time
+mine = sys.argv[1]
+pathlib.Path(f"secret-{mine}.txt").write_text(mine)
+time.sleep(2.5)  # the other turn on this node has written its file by now, and still runs
+files = []
+for root, dirs, names in os.walk("/"):
+    if root in ("/proc", "/sys", "/dev", "/usr"):
+        dirs[:] = []
+        continue
+    files += [os.path.join(root, n) for n in names if n.startswith("secret-")]
+procs = []
+for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+    try:
+        procs.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode())
+    except OSError:
+        pass
+print(json.dumps({"files": files, "procs": procs, "tmp": os.listdir("/tmp"), "shm": os.listdir("/dev/shm")}))
+time.sleep(1.5)
+"""
+
+
+async def test_two_turns_on_one_node_see_neither_each_other_nor_the_node_s_ray_processes(
+        cluster: RayCluster, agent_box_home: Path, tmp_path: Path) -> None:
+    import json
+
+    from agentbox.core import services
+    from agentbox.core.engine.runners.base import Turn, TurnWorkspace
+    from agentbox.core.invoke import new_session_id
+    from tests.engine.support import session_processes, write_profile
+
+    write_profile("t-iso", [{"id": "iso", "when": {"prompt_regex": r"iso (?P<mine>\w+)"},
+                             "do": {"run": "python3 probe.py {mine}", "reply": "{run_output}"}}])
+    runner = PinnedRayRunner(cluster.address, cpus_per_turn=0.5)
+    runner.node = cluster.workers[0].node_id  # both turns on one node, at once
+    turns, markers = [], ["m" + os.urandom(4).hex() for _ in range(2)]
+    for marker in markers:
+        repo = tmp_path / marker
+        repo.mkdir()
+        make_repo(repo)
+        (repo / "probe.py").write_text(PROBE)
+        git(repo, "add", "probe.py")
+        git(repo, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "commit", "-qm", "probe")
+        agent = services.profile_agent("t-iso", repo, None)
+        turns.append(Turn(job_id=marker, run_id="r", task_id=None, agent=agent, prompt=f"iso {marker}",
+                          session_id=new_session_id(), resume=False, timeout_s=60,
+                          workspace=TurnWorkspace(marker, repo, "main", None, lambda summary: None)))  # type: ignore[arg-type,return-value]
+    flight = asyncio.ensure_future(asyncio.gather(*(runner.run(t) for t in turns)))
+    together, files_on_node = 0, set()
+    while not flight.done():  # from the host: both turns run at once, and both files are on the node
+        running = set()
+        for proc in session_processes([t.session_id for t in turns]):
+            with contextlib.suppress(psutil.Error):
+                running.add(proc.environ().get("AGENTBOX_SESSION_ID"))
+        together = max(together, len(running))
+        files_on_node |= {p.name for p in Path(tempfile.gettempdir()).glob("agentbox-node-turn.*/work/secret-*")}
+        await asyncio.sleep(0.1)
+    done = flight.result()
+    assert together == 2 and {f"secret-{m}.txt" for m in markers} <= files_on_node
+    homes: list[list[str]] = []
+    for marker, turn_done in zip(markers, done, strict=True):
+        assert turn_done.result.ok and turn_done.node_id == cluster.workers[0].node_id, turn_done.result
+        seen = json.loads(turn_done.result.text)
+        assert [Path(f).name for f in seen["files"]] == [f"secret-{marker}.txt"], seen["files"]  # its own only
+        shown = " ".join(seen["procs"])
+        assert not any(m in shown for m in markers if m != marker), seen["procs"]  # no other turn's process
+        assert not any(word in shown for word in ("raylet", "gcs_server", "default_worker", "ray::")), seen["procs"]
+        assert not any(n.startswith("agentbox-node") for n in seen["tmp"]), seen["tmp"]
+        homes.append([n for n in seen["shm"] if n.startswith("agentbox-node")])
+    assert all(len(names) == 1 for names in homes) and homes[0] != homes[1], homes  # its own home's mount point only
+
+
 def test_doctor_checks_every_node_of_the_cluster(cluster: RayCluster, agent_box_home: Path) -> None:
     from agentbox.core import doctor
 
@@ -238,7 +385,7 @@ def test_doctor_checks_every_node_of_the_cluster(cluster: RayCluster, agent_box_
     by_node = {c.name.split()[1]: c for c in checks.values() if c.name.startswith("node ")}
     for node in cluster.workers:
         check = by_node[node.node_id[:12]]
-        assert check.status == "ok" and check.detail.startswith("bubblewrap") and "tools: scripted" in check.detail
+        assert check.status == "ok" and check.detail.startswith("bubblewrap") and "tools: claude, scripted" in check.detail
     bare = by_node[cluster.bare.node_id[:12]]
     assert bare.status == "warn" and "tools: none" in bare.detail
     assert doctor.healthy(list(checks.values()))
@@ -278,6 +425,18 @@ async def test_a_killed_head_s_turns_end_with_it_and_resume_runs_them_once(
     assert of_type(log, "recover")
     done_work = [e for e in of_type(log, "turn") if e["what"].startswith("work turn") and "ok" in e["what"]]
     assert sorted(e["task"] for e in done_work) == ["t1", "t2"]  # each work turn ended once
+    assert left_behind() == []  # the killed turns' dirs on the nodes went with the next turns there
+
+
+def left_behind() -> list[Path]:
+    """Turn dirs on this machine's nodes whose worker is dead."""
+    found = []
+    for parent in (Path(tempfile.gettempdir()), Path("/dev/shm")):
+        for path in parent.glob("agentbox-node-*.*.*"):
+            pid = path.name.split(".")[1]
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                found.append(path)
+    return found
 
 
 def crew_again(paths: Any) -> Any:

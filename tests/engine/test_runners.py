@@ -93,6 +93,29 @@ def test_user_config_names_the_runner_limits(agent_box_home: Path) -> None:
     assert "config.yaml" in caught.value.message and "reserve" in caught.value.message
 
 
+def test_user_config_names_the_ray_cluster_s_certificates(agent_box_home: Path, tmp_path: Path) -> None:
+    from agentbox.core.engine.runners.ray_runner import RayRunner
+
+    for name in ("ca.crt", "node.crt", "node.key"):
+        (tmp_path / name).write_text("pem\n")
+    tls = f"  tls:\n    ca_cert: {tmp_path}/ca.crt\n    server_cert: {tmp_path}/node.crt\n    server_key: {tmp_path}/node.key\n"
+    (agent_box_home / "config.yaml").write_text("runner:\n  kind: ray\n  address: 127.0.0.1:6379\n" + tls)
+    runner = configured_runner()
+    assert isinstance(runner, RayRunner) and runner.tls_env == {
+        "RAY_USE_TLS": "1", "RAY_TLS_CA_CERT": f"{tmp_path}/ca.crt", "RAY_TLS_SERVER_CERT": f"{tmp_path}/node.crt",
+        "RAY_TLS_SERVER_KEY": f"{tmp_path}/node.key"}
+    (agent_box_home / "config.yaml").write_text("runner:\n  kind: ray\n  address: 127.0.0.1:6379\n"
+                                                + tls.replace("node.key", "missing.key"))
+    with pytest.raises(ConfigError) as caught:
+        load_user_config()
+    assert "config.yaml:7" in caught.value.message and "runner.tls.server_key" in caught.value.message
+    assert "not a readable file" in caught.value.message
+    (agent_box_home / "config.yaml").write_text("runner:\n  kind: local\n" + tls)
+    with pytest.raises(ConfigError) as caught:
+        load_user_config()
+    assert "tls: is for kind: ray" in caught.value.message
+
+
 def test_a_profile_memory_limit_is_validated(agent_box_home: Path) -> None:
     from agentbox.core import profiles
 

@@ -22,5 +22,6 @@ def configured_runner() -> TurnRunner:
         from agentbox.core.engine.runners.ray_runner import RayRunner
 
         assert config.address is not None  # the config's validation says so
-        return RayRunner(config.address, cpus_per_turn=config.cpus_per_turn)
+        return RayRunner(config.address, cpus_per_turn=config.cpus_per_turn,
+                         tls_env=config.tls.env() if config.tls is not None else None)
     return LocalRunner(limits=AdmissionLimits(reserve_mb=config.reserve_mb, max_load_per_cpu=config.max_load_per_cpu))

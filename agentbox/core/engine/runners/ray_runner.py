@@ -20,9 +20,11 @@ turn (`max_retries=0`), so no turn runs twice without the engine knowing.
 A head killed mid-turn takes its turns with it (Ray stops the tasks of a driver that died,
 and bwrap dies with its worker), so `run --resume` resumes them as after a local crash.
 
-What this runner assumes today: the nodes see the head's AGENT_BOX_HOME and the
-project's session store at the same paths (one machine, or a shared file system), so the
-profile, its config home and the session's files are read where they are.
+The session travels with the turn (`travel`): the head sends the profile and this
+session's files, the node runs the turn in a home of its own and sends back what the turn
+changed, which the head keeps where a local turn leaves it; so a session's next turn may
+run on any node. What a turn without a workspace reads (a review's view of the project)
+is still read at the project's path on the node.
 """
 
 from __future__ import annotations
@@ -38,10 +40,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentbox.core.engine.runners import travel
 from agentbox.core.engine.runners.base import Turn, TurnDone
 from agentbox.core.errors import AgentboxError
 from agentbox.core.invoke import Agent, InvokeResult
-from agentbox.core.paths import agent_box_home
 
 if TYPE_CHECKING:
     from agentbox.core.profiles import ProfileInfo
@@ -62,20 +64,22 @@ class RayRunner:
 
     kind = "ray"
 
-    def __init__(self, address: str, *, cpus_per_turn: float = 1.0) -> None:
+    def __init__(self, address: str, *, cpus_per_turn: float = 1.0, tls_env: dict[str, str] | None = None) -> None:
         self.address = address
         self.cpus_per_turn = cpus_per_turn
+        self.tls_env = tls_env
+        """RAY_USE_TLS and its certificates (config.yaml's `runner.tls`), None: the cluster speaks plain gRPC."""
         self._remote: Any = None
 
     def _connect(self) -> Any:
-        import ray
-
-        if not ray.is_initialized():
-            ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False, namespace="agentbox")
+        ray = connect(self.address, self.tls_env)
         if self._remote is None:
             self._remote = ray.remote(max_retries=0)(run_on_node)
         return ray
+
+    def task_options(self, turn: Turn) -> dict[str, Any]:
+        """More Ray options for the task of `turn` (none: Ray places it; a subclass may pin a node)."""
+        return {}
 
     def room(self, job_id: str, profile: ProfileInfo) -> str | None:
         """Ray queues a turn until a node has its resources; a tool no node has is said so."""
@@ -86,18 +90,43 @@ class RayRunner:
         return None
 
     async def run(self, turn: Turn) -> TurnDone:
-        """The turn as a Ray task; its commit fetched from the node's bundle and committed here."""
+        """The turn as a Ray task; its commit fetched from the node's bundle and committed here.
+
+        The session is locked here for the whole turn, as a local turn locks it: no other turn
+        of the session (`agentbox invoke --session`, here or through another runner) runs meanwhile.
+        """
+        from agentbox.core import store
+        from agentbox.core.errors import StateError
+        from agentbox.core.sessions import check_session_id
+
+        lock = turn.agent.sessions.root / ".locks" / check_session_id(turn.session_id)  # the file invoke locks
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(store.locked(lock, timeout=0))
+            except StateError:
+                return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
+                                             error=f"session {turn.session_id} is busy with another turn",
+                                             role=turn.agent.role))
+            return await self._run(turn)
+
+    async def _run(self, turn: Turn) -> TurnDone:
         ray = self._connect()
         agent = turn.agent
         memory_mb = agent.profile.profile.resources.memory_mb
         options: dict[str, Any] = {"num_cpus": self.cpus_per_turn, "resources": {tool_resource(agent.profile.tool): 1}}
         if memory_mb is not None:
             options["memory"] = memory_mb * 2**20
-        bundle = await asyncio.to_thread(_bundle_of, turn.workspace.path) if turn.workspace is not None else None
-        ref = self._remote.options(**options).remote(_secret_env(agent), NodeTurn(
+        options.update(self.task_options(turn))
+        try:
+            bundle = await asyncio.to_thread(_bundle_of, turn.workspace.path) if turn.workspace is not None else None
+            sent, logins = await asyncio.to_thread(travel.pack, agent, turn.session_id, turn.resume)
+        except AgentboxError as exc:
+            return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
+                                         error=f"preparing the turn for a node failed: {exc.message}",
+                                         role=agent.role))
+        ref = self._remote.options(**options).remote(NodeSecrets(_secret_env(agent), logins), NodeTurn(
             agent=agent, prompt=turn.prompt, session_id=turn.session_id, resume=turn.resume,
-            timeout_s=turn.timeout_s, run_id=turn.run_id, task_id=turn.task_id, bundle=bundle,
-            home=str(agent_box_home())))
+            timeout_s=turn.timeout_s, run_id=turn.run_id, task_id=turn.task_id, bundle=bundle, session=sent))
         try:
             back: NodeDone = await asyncio.to_thread(ray.get, ref)
         except asyncio.CancelledError:
@@ -109,8 +138,15 @@ class RayRunner:
                                          error=f"the node running the turn was lost: {type(exc).__name__}: "
                                                f"{str(exc).splitlines()[0][:300] if str(exc) else ''}",
                                          role=agent.role))
-        result = back.result
         where = {"node_id": back.node_id, "host": back.host}
+        try:
+            await asyncio.to_thread(travel.store_back, agent, back.session)
+        except (AgentboxError, OSError) as exc:
+            return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
+                                         error=f"keeping the session's files from the node failed: {exc}",
+                                         role=agent.role), **where)
+        result = dataclasses.replace(back.result, log_path=travel.local_path(back.session, agent,
+                                                                             back.result.log_path))
         if turn.workspace is None or result.error_kind == "spawn_failed":
             return TurnDone(result, None, back.peak_rss_mb, **where)
         try:
@@ -139,8 +175,18 @@ class NodeTurn:
     task_id: str | None
     bundle: bytes | None
     """The task branch's head as a git bundle (None: the turn commits nothing)."""
-    home: str
-    """The head's AGENT_BOX_HOME (the profiles and private dirs the sandbox hides)."""
+    session: travel.SessionPack
+    """The profile and the session's files (login files travel in `NodeSecrets`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSecrets:
+    """What a node gets in memory only: small, so Ray sends it inline with the task."""
+
+    env: dict[str, str]
+    """The variables the profile takes from the head's environment."""
+    logins: dict[str, bytes]
+    """The profile's login files (relative to its state dir)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,26 +198,34 @@ class NodeDone:
     node_id: str
     host: str
     peak_rss_mb: float | None
+    session: travel.SessionBack
 
 
-def run_on_node(secret_env: dict[str, str], turn: NodeTurn) -> NodeDone:
-    """On a node: the turn in its own worktree cloned from the bundle, through the local runner.
+def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> NodeDone:
+    """On a node: the turn in a home of its own, in its own worktree cloned from the bundle,
+    through the local runner.
 
-    `secret_env` holds the variables the profile takes from the head's environment: they
-    are put in this worker's environment for the turn only (memory, never a file) and
-    taken out after it. It is an argument of its own, small, so Ray sends it inline with
-    the task, never through its object store (which may spill to disk).
+    `secrets` holds the variables the profile takes from the head's environment and its
+    login files: the variables are put in this worker's environment for the turn only
+    (memory, never a file) and taken out after it; the login files are written into the
+    turn's home, memory-backed when the node has `/dev/shm`, removed after the turn. It is
+    an argument of its own, small, so Ray sends it inline with the task, never through its
+    object store (which may spill to disk).
     """
     import ray
 
     from agentbox.core.engine.runners.local import LocalRunner
+    from agentbox.core.sessions import SessionStore
     from agentbox.core.workspace import commit_turn
     from agentbox.core.workspace.gitcmd import git
 
     node_id = ray.get_runtime_context().get_node_id()
-    scratch = Path(tempfile.mkdtemp(prefix="agentbox-node-turn."))
+    travel.sweep_left_behind()
+    scratch = travel.node_dir(travel.NODE_TURN_DIR, None)
+    home_root = travel.node_dir(travel.NODE_HOME_DIR, travel.node_home_parent())
     try:
-        agent = turn.agent
+        home = travel.unpack(home_root, turn.agent.profile, turn.session, secrets.logins)
+        agent = dataclasses.replace(turn.agent, profile=home.profile, sessions=SessionStore(home.store_root))
         work = None
         if turn.bundle is not None:
             (scratch / "in.bundle").write_bytes(turn.bundle)
@@ -180,10 +234,11 @@ def run_on_node(secret_env: dict[str, str], turn: NodeTurn) -> NodeDone:
             agent = dataclasses.replace(agent, worktree=work, views=((work / ".git", agent.cwd / ".git"),),
                                         view_hidden=())
         runner = LocalRunner(reading=_no_limit)
-        with _environment({"AGENT_BOX_HOME": turn.home, **secret_env}):  # one task at a time per worker
+        with _environment({"AGENT_BOX_HOME": str(home_root), **secrets.env}):  # one task at a time per worker
             done = asyncio.run(runner.run(Turn(
                 job_id=turn.session_id, run_id=turn.run_id, task_id=turn.task_id, agent=agent, prompt=turn.prompt,
                 session_id=turn.session_id, resume=turn.resume, timeout_s=turn.timeout_s)))
+        session = travel.collect(home, turn.session_id)
         bundle = None
         if work is not None and done.result.error_kind != "spawn_failed":
             base = git(work, "rev-parse", "HEAD").text.strip()
@@ -193,9 +248,10 @@ def run_on_node(secret_env: dict[str, str], turn: NodeTurn) -> NodeDone:
                 git(work, "update-ref", TURN_REF, commit)
                 git(work, "bundle", "create", "-q", str(scratch / "out.bundle"), TURN_REF, f"^{base}")
                 bundle = (scratch / "out.bundle").read_bytes()
-        return NodeDone(done.result, bundle, node_id, socket.gethostname(), done.peak_rss_mb)
+        return NodeDone(done.result, bundle, node_id, socket.gethostname(), done.peak_rss_mb, session)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(home_root, ignore_errors=True)
 
 
 def _secret_env(agent: Agent) -> dict[str, str]:
@@ -265,16 +321,31 @@ class NodeProbe:
     problem: str | None = None
 
 
-def probe_cluster(address: str, probe_bwrap: Callable[[], tuple[str | None, str | None]], *,
-                  timeout_s: float = 60.0) -> list[NodeProbe]:
-    """Every node of the cluster at `address`: alive, the tools it offers, and what `probe_bwrap`
-    (run on the node) says: bwrap's version once it made a sandbox there, else why it could not."""
+def connect(address: str, tls_env: dict[str, str] | None) -> Any:
+    """Ray, connected as a driver to the cluster at `address` (once per process).
+
+    With `tls_env` this process speaks TLS to the cluster: Ray reads RAY_USE_TLS and the
+    certificate paths from the environment when it connects, so they are set first. The
+    cluster's own processes (`ray start` on each node) need the same variables set by whoever
+    starts them.
+    """
+    if tls_env:
+        os.environ.update(tls_env)
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False,
                  namespace="agentbox")
+    return ray
+
+
+def probe_cluster(address: str, probe_bwrap: Callable[[], tuple[str | None, str | None]], *,
+                  timeout_s: float = 60.0, tls_env: dict[str, str] | None = None) -> list[NodeProbe]:
+    """Every node of the cluster at `address`: alive, the tools it offers, and what `probe_bwrap`
+    (run on the node) says: bwrap's version once it made a sandbox there, else why it could not."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray = connect(address, tls_env)
     probe = ray.remote(num_cpus=0, max_retries=0)(probe_bwrap)
     nodes = ray.nodes()
     prefix = TOOL_RESOURCE.format(tool="")
