@@ -4,7 +4,10 @@ P1  the library's `invoke()` (in-process, one event loop) on a no-op scripted ag
     divided by the same agent run by hand under the same bwrap argv (taken from
     `agentbox.core.invoke.prepare`) with `subprocess.run` -- goal <= 1.3. Also the whole
     `agentbox invoke` CLI call divided by the same by-hand run -- goal <= 2.0, with where
-    its imports go (self time by top-level package, from `-X importtime`).
+    its imports go (self time by top-level package, from `-X importtime`); and the floor of
+    any CLI written in Python: the same by-hand run started from a fresh interpreter of the
+    CLI's own (`python -c` that spawns the argv and waits). The by-hand run is itself one
+    interpreter's start (the scripted agent) inside bwrap, so that floor is near 2.
 P2  `agentbox --version` divided by `python -c pass` -- goal <= 3; and non-TUI commands
     import no Textual (checked with `-X importtime`; a failure exits non-zero).
 
@@ -39,6 +42,9 @@ NOOP_SCENARIO = {"rules": [], "fallback": {"reply": "ok"}}
 P1_GOAL = 1.3
 P1_CLI_GOAL = 2.0
 P2_GOAL = 3.0
+FLOOR = ("import os, sys; pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ); "
+         "sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))")
+"""A fresh interpreter that spawns the argv it is given and waits: the least a Python CLI costs."""
 NON_TUI_COMMANDS = (["--version"], ["invoke", "profile:noop", "hi"], ["sessions"], ["profile", "list"],
                     ["doctor", "--json"])
 
@@ -71,7 +77,7 @@ def setup(workdir: Path) -> Path:
 
 def bench_p1(project: Path, runs: int) -> dict[str, float]:
     from agentbox.core import sandbox, services
-    from agentbox.core.invoke import _prepare_session, invoke, prepare
+    from agentbox.core.invoke import Prepared, _prepare_session, invoke, prepare
 
     agent = services.profile_agent("noop", project, None)
     cli = [*agentbox_command(), "invoke", "profile:noop", "hi"]
@@ -81,10 +87,11 @@ def bench_p1(project: Path, runs: int) -> dict[str, float]:
         result = loop.run_until_complete(invoke(agent, "hi"))
         assert result.ok, result
 
-    def by_hand() -> None:
+    def by_hand(prepared: Prepared, through_python: bool = False) -> None:
         # the same bwrap argv, handed over the same way (memory fds, seccomp filter, prompt on stdin)
         with sandbox.launch(prepared.argv) as launched:
-            proc = subprocess.run(launched.argv, env=prepared.env, cwd=project, input=prepared.stdin or b"",
+            argv = [sys.executable, "-c", FLOOR, *launched.argv] if through_python else launched.argv
+            proc = subprocess.run(argv, env=prepared.env, cwd=project, input=prepared.stdin or b"",
                                   capture_output=True, check=False, pass_fds=launched.pass_fds)
         assert proc.returncode == 0 and b'"result": "ok"' in proc.stdout, proc.stderr
 
@@ -92,12 +99,13 @@ def bench_p1(project: Path, runs: int) -> dict[str, float]:
         proc = subprocess.run(cli, cwd=project, stdin=subprocess.DEVNULL, capture_output=True, check=False)
         assert proc.returncode == 0, proc.stderr
 
-    samples: dict[str, list[float]] = {"by_hand": [], "library": [], "cli": []}
+    samples: dict[str, list[float]] = {"by_hand": [], "library": [], "cli": [], "floor": []}
     try:
         for index in range(runs + 1):  # the first round warms caches and is dropped
             # a fresh session per run: the agent refuses to create the same session twice
-            prepared = prepare(agent, "hi", _prepare_session(agent, None))
-            round_samples = {"by_hand": timed(by_hand), "library": timed(library), "cli": timed(whole_cli)}
+            first, second = (prepare(agent, "hi", _prepare_session(agent, None)) for _ in range(2))
+            round_samples = {"by_hand": timed(lambda p=first: by_hand(p)), "library": timed(library),
+                             "cli": timed(whole_cli), "floor": timed(lambda p=second: by_hand(p, True))}
             if index:
                 for key, value in round_samples.items():
                     samples[key].append(value)
@@ -173,6 +181,9 @@ def main() -> int:
           f"   ratio {lib_ratio:4.2f}  (goal <= {P1_GOAL})  {'ok' if lib_ratio <= P1_GOAL else 'MISSED'}")
     print(f"      whole `agentbox invoke` CLI call                         {p1['cli']:8.1f}"
           f"   ratio {cli_ratio:4.2f}  (goal <= {P1_CLI_GOAL})  {'ok' if cli_ratio <= P1_CLI_GOAL else 'MISSED'}")
+    print(f"      floor of a Python CLI (by hand from a fresh interpreter)  {p1['floor']:8.1f}"
+          f"   ratio {p1['floor'] / p1['by_hand']:4.2f};  agentbox invoke over that floor "
+          f"{p1['cli'] - p1['floor']:+.1f} ms")
     print(f"      its imports (-X importtime, self time)                   {imports_ms:8.1f}   of which "
           + ", ".join(f"{name} {ms:.1f}" for name, ms in by_package[:8]))
     print(f"  P2  python -c pass                                           {p2['python']:8.1f}")

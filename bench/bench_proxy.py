@@ -9,7 +9,12 @@ P8  for each real CLI (claude, codex, opencode, hermes) against the project's fa
     turn is in the figure: the allowlist derived from the profile, the proxy's socket and
     thread, the bridge started before the tool, every connection carried through both.
 F   the fixed part of that cost: a no-op scripted turn (no connection at all) with
-    `network: true` minus the same with `network: host`, in milliseconds.
+    `network: true` minus the same with `network: host`, in milliseconds; and, of that, the
+    bridge's own start: bwrap with its own network running `/bin/true` through the bridge
+    minus the same without it.
+C   the cost of one connection: a client in bwrap opening a TCP connection to a toy server on
+    the host's loopback, sending a line and reading the answer to its end, through the bridge
+    and the proxy (an allowlisted loopback port) minus the same with the host's network.
 
 Medians over --runs rounds (three times as many for a CLI whose turn takes under 2 s; the
 first round warms up and is dropped); in every round the two variants run back to back,
@@ -24,8 +29,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import socket
+import statistics
+import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -58,6 +68,74 @@ def scripted(bench: Bench, name: str, network: object) -> str:
     (directory / "profile.yaml").write_text(json.dumps({"name": name, "runtime": {"tool": "scripted",
                                                         "scenario": "scenario.json"}, "sandbox": {"network": network}}))
     return name
+
+
+CLIENT = """
+import socket, sys, time
+port, count = int(sys.argv[1]), int(sys.argv[2])
+took = []
+for _ in range(count):
+    started = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(b"ping\\n")
+        while conn.recv(64):
+            pass
+    took.append(time.perf_counter() - started)
+print(sorted(took)[len(took) // 2])
+"""
+"""Opens `count` connections one after another; prints the median seconds of one."""
+
+
+def toy_server() -> tuple[socket.socket, int]:
+    """A loopback TCP server answering each connection with one line, then closing it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(64)
+                conn.sendall(b"pong\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, listener.getsockname()[1]
+
+
+def bridge_and_connections(workdir: Path, runs: int, count: int = 50) -> tuple[float, float, float, float]:
+    """(bridge start s, without it s, one connection through bridge and proxy s, one direct s): medians."""
+    from agentbox.core.egress import allowlist, parse_entry
+    from agentbox.core.egress_proxy import EgressProxy
+    from agentbox.core.egress_turn import SANDBOX_SOCKET, EgressPlan
+
+    bwrap = shutil.which("bwrap") or "bwrap"
+    base = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--die-with-parent"]
+    listener, port = toy_server()
+    plan = EgressPlan(allowlist([parse_entry(f"127.0.0.1:{port}")]), workdir / "egress", 3128)
+    plan.directory.mkdir(mode=0o700)
+    own_net = [*base, "--unshare-net", "--tmpfs", "/run", "--bind", str(plan.directory), str(SANDBOX_SOCKET.parent)]
+    proxy = EgressProxy(plan.socket, plan.rules)
+    proxy.start()
+    samples: dict[str, list[float]] = {"bridge": [], "bare": [], "through": [], "direct": []}
+    try:
+        client = [sys.executable, "-I", "-S", "-c", CLIENT, str(port), str(count)]
+        for index in range(runs + 1):
+            for key, argv in (("bridge", [*own_net, *plan.wrap(["/bin/true"])]), ("bare", [*own_net, "/bin/true"])):
+                started = time.perf_counter()
+                subprocess.run(argv, check=True)
+                if index:
+                    samples[key].append(time.perf_counter() - started)
+            through = subprocess.run([*own_net, *plan.wrap(client)], check=True, capture_output=True, text=True)
+            direct = subprocess.run([*base, *client], check=True, capture_output=True, text=True)
+            if index:
+                samples["through"].append(float(through.stdout))
+                samples["direct"].append(float(direct.stdout))
+    finally:
+        proxy.stop()
+        listener.close()
+    return tuple(statistics.median(samples[key]) for key in ("bridge", "bare", "through", "direct"))  # type: ignore[return-value]
 
 
 def main() -> int:
@@ -97,6 +175,13 @@ def main() -> int:
             (host_s, _), (proxy_s, _) = found["host"], found["proxy"]
             lines.append(f"  fixed     ({rounds:2} rounds) no-op scripted turn: network: host {host_s * 1000:6.1f} ms   "
                          f"through the proxy {proxy_s * 1000:6.1f} ms   +{(proxy_s - host_s) * 1000:.1f} ms per turn")
+            rounds = args.runs * 3
+            bridge_s, bare_s, through_s, direct_s = bridge_and_connections(workdir, rounds)
+            lines.append(f"  bridge    ({rounds:2} rounds) bwrap with its own network, /bin/true {bare_s * 1000:6.1f} ms   "
+                         f"through the bridge {bridge_s * 1000:6.1f} ms   +{(bridge_s - bare_s) * 1000:.1f} ms per turn")
+            lines.append(f"  connect   ({rounds:2} rounds) one connection, direct {direct_s * 1000:6.2f} ms   "
+                         f"through bridge and proxy {through_s * 1000:6.2f} ms   "
+                         f"+{(through_s - direct_s) * 1000:.2f} ms per connection")
             bench.loop.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

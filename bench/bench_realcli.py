@@ -6,7 +6,9 @@ P7  for each real CLI (claude, codex, opencode, hermes) against the project's fa
     argv, environment and config (taken from `agentbox.core.invoke.prepare`, handed to
     bwrap the same way: memory fds, seccomp filter, prompt on stdin) -- goal <= 1.05 each.
     Also the library's `invoke()` in-process (one event loop) over the same by-hand turn,
-    which leaves out the CLI's start-up.
+    which leaves out the CLI's start-up; and the floor of any CLI written in Python: the same
+    by-hand turn started from a fresh interpreter of the CLI's own (`python -c` that spawns the
+    argv and waits), so `agentbox invoke` minus the floor is what agentbox itself adds.
 H   hermes's turn with the bundled template's config.yaml (plus the model block its
     comment shows, pointed at the fake server) divided by the same turn with that model
     block alone (provider, model, base_url, context_length: what the guide's endpoint
@@ -51,6 +53,9 @@ from tests.fakes.model_server import FakeModelServer  # noqa: E402
 fake_server._Handler.disable_nagle_algorithm = True  # see the module docstring
 
 TOOLS = ("claude", "codex", "opencode", "hermes")
+FLOOR = ("import os, sys; pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ); "
+         "sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))")
+"""A fresh interpreter that spawns the argv it is given and waits: the least a Python CLI costs."""
 P7_GOAL = 1.05
 TURN_TIMEOUT_S = 180
 
@@ -129,8 +134,9 @@ class Bench:
         configure(tool, self.home / "profiles" / name, str(self.server.base_url), hermes_config)
         return name
 
-    def by_hand(self, name: str, prompt: str) -> Callable[[], None]:
-        """The turn of a new session of profile `name`, by hand: the argv agentbox would run, run directly."""
+    def by_hand(self, name: str, prompt: str, through_python: bool = False) -> Callable[[], None]:
+        """The turn of a new session of profile `name`, by hand: the argv agentbox would run, run directly
+        (`through_python`: started by a fresh interpreter, the floor of a Python CLI)."""
         from agentbox.core import egress_turn, sandbox, services
         from agentbox.core.invoke import _prepare_session, finish_turn, prepare, remove_scratch
 
@@ -140,7 +146,8 @@ class Bench:
             prepared = prepare(agent, prompt, _prepare_session(agent, None))
             try:
                 with egress_turn.serving(prepared.egress), sandbox.launch(prepared.argv) as launched:
-                    proc = subprocess.run(launched.argv, env=prepared.env, cwd=self.project,
+                    argv = [sys.executable, "-c", FLOOR, *launched.argv] if through_python else launched.argv
+                    proc = subprocess.run(argv, env=prepared.env, cwd=self.project,
                                           input=prepared.stdin or b"", capture_output=True, check=False,
                                           pass_fds=launched.pass_fds, timeout=TURN_TIMEOUT_S,
                                           start_new_session=True)
@@ -236,8 +243,10 @@ def main() -> int:
                     name = bench.profile(tool, f"bench-{tool}")
                     rounds, found = compare(bench, {"by_hand": lambda p, n=name: bench.by_hand(n, p),
                                                     "cli": lambda p, n=name: bench.cli(n, p),
-                                                    "library": lambda p, n=name: bench.library(n, p)}, args.runs)
+                                                    "library": lambda p, n=name: bench.library(n, p),
+                                                    "floor": lambda p, n=name: bench.by_hand(n, p, True)}, args.runs)
                     (hand_s, hand_n), (cli_s, _), (lib_s, _) = found["by_hand"], found["cli"], found["library"]
+                    floor_s = found["floor"][0]
                     ratio = cli_s / hand_s
                     print(f"RESULT realcli tool={tool} ratio={ratio:.4g} library_ratio={lib_s / hand_s:.4g} "
                           f"by_hand_s={hand_s:.4g}", flush=True)
@@ -245,6 +254,9 @@ def main() -> int:
                                  f"ratio {ratio:5.3f}  (goal <= {P7_GOAL})  {'ok' if ratio <= P7_GOAL else 'MISSED'}"
                                  f"   library invoke() {lib_s:6.2f} s  ratio {lib_s / hand_s:5.3f}"
                                  f"   {hand_n:g} requests per turn")
+                    lines.append(f"  {'':<9} floor of a Python CLI (by hand from a fresh interpreter) {floor_s:6.2f} s  "
+                                 f"ratio {floor_s / hand_s:5.3f};  agentbox invoke over that floor "
+                                 f"{(cli_s - floor_s) * 1000:+6.0f} ms ({cli_s / floor_s:5.3f})")
                     if tool == "hermes":
                         bare = bench.profile(tool, "bench-hermes-model-only", hermes_config="model-only")
                         rounds, found = compare(bench, {"model_only": lambda p, n=bare: bench.by_hand(n, p),

@@ -38,7 +38,6 @@ def invoke(args: argparse.Namespace) -> int:
     import time
 
     from agentbox.core import services, telemetry
-    from agentbox.core.egress_turn import denied_line
     from agentbox.core.errors import NotFoundError, UsageError
     from agentbox.core.invoke import invoke_sync
 
@@ -73,9 +72,12 @@ def invoke(args: argparse.Namespace) -> int:
         print(f"[{for_line(agent.label)} · session {for_line(result.session_id)} · turn {result.turn} · "
               f"{tokens} tokens{cost} · {result.duration_s:.1f}s"
               f"{'' if result.sandboxed else ' · NOT SANDBOXED'}]", file=sys.stderr)
-    refused = denied_line(result.network)
-    if refused is not None:
-        print(refused, file=sys.stderr)
+    if result.network is not None:  # a turn with no proxy loads none of it
+        from agentbox.core.egress_turn import denied_line
+
+        refused = denied_line(result.network)
+        if refused is not None:
+            print(refused, file=sys.stderr)
     if not result.ok:
         print(f"error: {result.error_kind}: {for_terminal(result.error)}", file=sys.stderr)
         print(f"hint: raw output in {result.log_path}", file=sys.stderr)

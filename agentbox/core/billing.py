@@ -18,7 +18,6 @@ sent anywhere, and no secret is kept (only the kind of login). A login that cann
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -53,6 +52,8 @@ def _claude(config_dir: Path, env: Mapping[str, str], model: str | None) -> Bill
 
 def _codex(config_dir: Path, env: Mapping[str, str], model: str | None) -> Billing | None:
     try:
+        import tomllib  # codex alone keeps its settings in TOML
+
         config = tomllib.loads((config_dir / "config.toml").read_text("utf-8")[:MAX_LOGIN_FILE_BYTES])
     except (OSError, ValueError, UnicodeDecodeError):
         config = {}
@@ -103,6 +104,8 @@ def configured_model(tool: str, config_dir: Path) -> str | None:
     """
     if tool == "codex":
         try:
+            import tomllib
+
             config = tomllib.loads((config_dir / "config.toml").read_text("utf-8")[:MAX_LOGIN_FILE_BYTES])
         except (OSError, ValueError, UnicodeDecodeError):
             return None

@@ -1,7 +1,8 @@
 """The sandbox's side of the egress proxy: TCP on the sandbox's loopback to the proxy's UNIX socket.
 
-Run inside the sandbox, before the tool, by the host's Python as a plain script
-(`python -I -S egress_bridge.py SOCKET PROXY_PORT LOOPBACK_PORTS -- COMMAND...`). It
+Run inside the sandbox, before the tool, by the host's Python (`python -I -S -c LAUNCHER SOCKET
+PROXY_PORT LOOPBACK_PORTS -- COMMAND...`, the launcher importing this module from its cached
+bytecode; `python -I -S egress_bridge.py ...` runs it the same). It
 imports only modules built into the interpreter (no `socket`, `os` or `threading`: the
 tool waits for the bridge's start-up, so it stays a few milliseconds) and nothing of
 agentbox. It listens on 127.0.0.1 (and ::1) of the sandbox's own network namespace at

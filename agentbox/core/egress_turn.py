@@ -35,6 +35,13 @@ PROXY_PORT = 3128
 NO_PROXY = "localhost,127.0.0.1,::1"
 """Loopback goes straight to the bridge, which sends it through the proxy too."""
 BRIDGE = Path(__file__).with_name("egress_bridge.py")
+BRIDGE_LAUNCHER = (f"import sys; sys.path.append({str(BRIDGE.parent)!r}); import egress_bridge; "
+                   "sys.exit(egress_bridge.main(sys.argv))")
+"""Imports the bridge instead of running it as a script, so it starts from its cached bytecode
+(compiling it took a few ms of every turn, before the tool could start). The cache is the
+bridge's own `__pycache__` in agentbox's package, compiled on the host (`_compile_bridge`) and
+read-only to every sandbox, like the standard library's; `-I` keeps the project's directory
+(which the agent may write) off the bridge's import path."""
 
 CONFIG_FILES: dict[str, tuple[str, ...]] = {
     "codex": ("config.toml",),
@@ -63,6 +70,15 @@ class EgressPlan:
         return self.directory / "egress.sock"
 
     @property
+    def sandbox_socket(self) -> Path:
+        """Where the sandbox sees the proxy's socket."""
+        return SANDBOX_SOCKET
+
+    def spawned(self) -> None:
+        """The turn's process has been spawned (see the module's `spawned`)."""
+        spawned(self)
+
+    @property
     def env(self) -> dict[str, str]:
         """The tool's proxy settings inside the sandbox."""
         url = f"http://127.0.0.1:{self.proxy_port}"
@@ -75,7 +91,8 @@ class EgressPlan:
     def wrap(self, command: list[str]) -> list[str]:
         """`command` started by the bridge, which then leaves it the process."""
         ports = ",".join(str(p) for p in self.rules.loopback_ports)
-        return [sys.executable, "-I", "-S", str(BRIDGE), str(SANDBOX_SOCKET), str(self.proxy_port), ports,
+        _compile_bridge()
+        return [sys.executable, "-I", "-S", "-c", BRIDGE_LAUNCHER, str(SANDBOX_SOCKET), str(self.proxy_port), ports,
                 "--", *command]
 
     def summary(self) -> dict[str, Any]:
@@ -87,6 +104,18 @@ class EgressPlan:
     def remove(self) -> None:
         """Remove the socket dir (the proxy has stopped)."""
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _compile_bridge() -> None:
+    """Compile the bridge into its own `__pycache__` when stale (skipped where that is not writable)."""
+    target = BRIDGE.parent / "__pycache__" / f"{BRIDGE.stem}.{sys.implementation.cache_tag}.pyc"
+    with contextlib.suppress(OSError):
+        if target.stat().st_mtime_ns >= BRIDGE.stat().st_mtime_ns and not target.is_symlink():
+            return
+    import py_compile
+
+    with contextlib.suppress(OSError, py_compile.PyCompileError):
+        py_compile.compile(str(BRIDGE), cfile=str(target), doraise=True)
 
 
 def model_rules(info: ProfileInfo, runtime_env: Mapping[str, str]) -> list[Rule]:

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agentbox.core import (
     billing,
-    egress_turn,
     pricing,
     safe_io,
     sandbox,
@@ -59,6 +58,8 @@ from agentbox.core.sessions import SessionRecord, SessionStore, now
 
 if TYPE_CHECKING:  # a blocking turn (`invoke_sync`) runs without importing the event loop
     import asyncio
+
+    from agentbox.core import egress_turn  # a turn without `network: true` loads none of the proxy
 
 PID_NOTE_DELAY_S = 0.25
 """How long a turn runs before its pid is written to its session record (shorter turns skip that write)."""
@@ -329,6 +330,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
         home_plan = tool_homes.plan(adapter, homes, profile.state_dir, home_turn_dir, interactive=tool_at_keyboard)
         state_dirs = sandbox.run_state_dirs(agent.cwd)
         if policy.network is True:  # the bridge (run by this Python) starts the tool; its proxy env points there
+            from agentbox.core import egress_turn
+
             egress_plan = egress_turn.plan(profile, runtime_env, agent.egress_allow)
             needs |= sandbox.python_roots()
             env.update(egress_plan.env)
@@ -353,7 +356,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
             ro_binds=sandbox.binds_needed(needs, hidden) + tuple(Path(p).expanduser() for p in policy.ro_binds if Path(p).expanduser().exists()),
             rw_binds=tuple(Path(p).expanduser() for p in policy.rw_binds),
             network=policy.network == "host",
-            egress_socket=(egress_plan.socket, egress_turn.SANDBOX_SOCKET) if egress_plan is not None else None,
+            egress_socket=(egress_plan.socket, egress_plan.sandbox_socket) if egress_plan is not None else None,
             cwd=agent.cwd,
             env=env,
             interactive=interactive,
@@ -459,10 +462,19 @@ def _prepared_turn(agent: Agent, prompt: str, session_id: str | None, new_id: st
             record = store.find(record.id)  # read again under the lock (`session_id` may be a prefix)
         prepared = prepare(agent, prompt, record)
         try:
-            with egress_turn.serving(prepared.egress):  # the proxy lives exactly as long as the turn
+            with _serving(prepared.egress):  # the proxy lives exactly as long as the turn
                 yield record, prepared
         finally:
             remove_scratch(prepared)  # after the adapter has read what the tool left there
+
+
+def _serving(plan: egress_turn.EgressPlan | None) -> contextlib.AbstractContextManager[object]:
+    """The turn's proxy serving for the block (nothing to load or start for a turn without one)."""
+    if plan is None:
+        return contextlib.nullcontext()
+    from agentbox.core import egress_turn
+
+    return egress_turn.serving(plan)
 
 
 @dataclass
@@ -644,7 +656,8 @@ def _run_prepared_sync(agent: Agent, prompt: str, record: SessionRecord, prepare
                 )
         except OSError as exc:
             return _spawn_failed(agent, prompt, record, prepared, turn, exc)
-        egress_turn.spawned(prepared.egress)  # its proxy starts serving now that it delays no spawn
+        if prepared.egress is not None:  # its proxy starts serving now that it delays no spawn
+            prepared.egress.spawned()
         try:
             _spawned(record, proc.pid, on_spawn)
             timed_out = wait_captured(proc, prepared.stdin, turn.stdout, turn.stderr, timeout_s,

@@ -22,19 +22,29 @@ import dataclasses
 import os
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
-
-from agentbox.core.telemetry_model import TraceSettings, span_id_for, trace_id_for, traceparent
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from agentbox.core.engine.models import Run
     from agentbox.core.invoke import Agent, InvokeResult
     from agentbox.core.paths import ProjectPaths
+    from agentbox.core.telemetry_model import TraceSettings
 
 MISSING_SDK = ("agentbox: tracing is on ({source}) but the OpenTelemetry SDK is not installed; "
                "install it with `pip install 'agentbox[otel]'` (this {what} goes on without traces)")
 TOOLS_WITH_TELEMETRY = frozenset({"claude", "codex"})
 """Tools that export their own OpenTelemetry and take a parent trace context from the environment."""
+_FROM_MODEL = frozenset({"TraceSettings", "span_id_for", "trace_id_for", "traceparent"})
+
+
+def __getattr__(name: str) -> Any:
+    """The model's names, loaded when first asked for: a turn with tracing off never needs them
+    (their module imports hashlib's OpenSSL binding and urllib)."""
+    if name in _FROM_MODEL:
+        from agentbox.core import telemetry_model
+
+        return getattr(telemetry_model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def settings(environ: Mapping[str, str] | None = None) -> TraceSettings | None:
@@ -48,6 +58,8 @@ def settings(environ: Mapping[str, str] | None = None) -> TraceSettings | None:
     traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
     base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
     if traces or base:
+        from agentbox.core.telemetry_model import TraceSettings
+
         source = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" if traces else "OTEL_EXPORTER_OTLP_ENDPOINT"
         return TraceSettings(traces or _traces_url(base), base or None, source, service_name=service)
     return _from_user_config(service)
@@ -68,6 +80,7 @@ def _from_user_config(service: str) -> TraceSettings | None:
                 return None
     except OSError:
         return None
+    from agentbox.core.telemetry_model import TraceSettings
     from agentbox.core.user_config import load_user_config
 
     telemetry = load_user_config(path).telemetry
@@ -190,6 +203,7 @@ def run_tracer(project: ProjectPaths, run_id: str, trace: TraceSettings | None =
 
 def turn_parent(run_id: str, job_id: str, started: float) -> str:
     """The traceparent of a run's turn (the span the engine exports when the turn ends)."""
+    from agentbox.core.telemetry_model import span_id_for, trace_id_for, traceparent
     from agentbox.core.telemetry_spans import turn_key
 
     return traceparent(trace_id_for(run_id), span_id_for(run_id, turn_key(job_id, started)))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,6 +141,32 @@ def test_the_proxy_port_inside_steers_clear_of_allowlisted_loopback_ports(agent_
     finally:
         plan.remove()
     assert not plan.directory.exists()
+
+
+@pytest.mark.bwrap
+def test_the_bridge_starts_from_its_compiled_bytecode_never_from_the_project(agent_box_home: Path,
+                                                                             tmp_path: Path) -> None:
+    """The bridge is imported from its own `__pycache__` (compiled on the host), with the project's
+    directory off its import path: a planted `egress_bridge.py` there is never run."""
+    info, _ = _profile(agent_box_home, "claude", policy={"network": True})
+    cached = egress_turn.BRIDGE.parent / "__pycache__" / f"egress_bridge.{__import__('sys').implementation.cache_tag}.pyc"
+    cached.unlink(missing_ok=True)
+    plan = egress_turn.plan(info, {})
+    try:
+        argv = plan.wrap(["/bin/sh", "-c", "echo the tool ran"])
+    finally:
+        plan.remove()
+    assert cached.is_file() and str(egress_turn.BRIDGE) not in argv
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "egress_bridge.py").write_text("import sys\nprint('planted')\nsys.exit(3)\n")
+    bwrap = shutil.which("bwrap")
+    assert bwrap is not None
+    proc = subprocess.run([bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
+                           "--unshare-pid", "--die-with-parent", "--chdir", str(project),
+                           argv[0], "-v", *argv[1:]], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "the tool ran\n", proc
+    assert f"code object from '{cached}'" in proc.stderr
 
 
 # ----------------------------------------------------------------------------- the proxy

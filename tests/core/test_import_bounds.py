@@ -51,7 +51,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "invoke profile:noop hi": (*HEAVY, "sqlite3", "opentelemetry", "agentbox.core.telemetry_export", "agentbox.core.project", "agentbox.core.runtimes.transcripts",
                                "agentbox.core.runtimes.claude", "agentbox.core.runtimes.codex",
                                "agentbox.core.runtimes.opencode", "agentbox.core.runtimes.hermes",
-                               "agentbox.core.schemas", "agentbox.core.doctor"),
+                               "agentbox.core.schemas", "agentbox.core.doctor",
+                               # a turn without `network: true`, tracing or a codex config loads none of these
+                               "agentbox.core.egress", "agentbox.core.egress_turn", "agentbox.core.egress_proxy",
+                               "agentbox.core.telemetry_model", "tomllib"),
     "sessions": (*HEAVY, "pydantic", "pydantic_core", "ruamel", "agentbox.core.config", "agentbox.core.invoke",
                  "agentbox.core.sandbox", "sqlite3"),
 }

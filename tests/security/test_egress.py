@@ -216,7 +216,7 @@ def test_no_proxy_or_socket_dir_outlives_its_turn(net_project) -> None:  # type:
     proj, home = net_project
     probe(home, {"network": True})
     def bridges() -> set[str]:
-        found = subprocess.run(["pgrep", "-f", "egress_bridge.py"], capture_output=True, text=True)
+        found = subprocess.run(["pgrep", "-f", "egress_bridge"], capture_output=True, text=True)
         return set(found.stdout.split())
 
     before, bridges_before = {t.name for t in threading.enumerate()}, bridges()
