@@ -34,6 +34,7 @@ from agentbox.core.runtimes.common import (
     json_lines,
     json_object,
     scratch_file,
+    sub_object,
 )
 
 #: Tools a read-only role may not use (the read-only mount enforces it anyway). claude
@@ -209,7 +210,7 @@ class ClaudeAdapter:
         if obj is None:
             return plain_display(line)
         kind = obj.get("type")
-        message = obj.get("message") if isinstance(obj.get("message"), dict) else {}
+        message = sub_object(obj, "message")
         blocks = [b for b in (message.get("content") or []) if isinstance(b, dict)] if isinstance(
             message.get("content"), list) else []
         events: list[DisplayEvent] = []

@@ -23,7 +23,14 @@ from agentbox.core.runtimes.base import (
     optional_int,
     plain_display,
 )
-from agentbox.core.runtimes.common import input_summary, json_lines, json_object, with_instructions
+from agentbox.core.runtimes.common import (
+    input_summary,
+    json_lines,
+    json_object,
+    sub_list,
+    sub_object,
+    with_instructions,
+)
 
 _COUNTERS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens", "reasoning_output_tokens")
 
@@ -127,7 +134,7 @@ class CodexAdapter:
         if event is None:
             return plain_display(line)
         kind = event.get("type")
-        item = event.get("item") if isinstance(event.get("item"), dict) else {}
+        item = sub_object(event, "item")
         item_type = item.get("type")
         if kind == "item.started":
             if item_type == "command_execution":
@@ -149,7 +156,7 @@ class CodexAdapter:
                 return [DisplayEvent("result" if code in (0, None) else "error",
                                      output + (f"\n(exit code {code})" if code not in (0, None) else ""), "shell")]
             if item_type == "file_change":
-                changes = item.get("changes") if isinstance(item.get("changes"), list) else []
+                changes = sub_list(item, "changes")
                 paths = ", ".join(f"{c.get('kind', '')} {c.get('path', '')}".strip() for c in changes if isinstance(c, dict))
                 return [DisplayEvent("tool", paths, "edit")]
             if item_type == "mcp_tool_call":
