@@ -295,7 +295,7 @@ class RunLedger:
         """A turn ran on a cluster node: logged, and a work turn's node kept on its task (the faces show it)."""
         task = self.run.tasks.get(job.task or "")
         if task is not None and job.works_on_task:
-            self._task(task).node = f"{node_id}@{host}"
+            self._task(task).ran_on = f"{node_id}@{host}"
         self.event("placement", f"{job.kind} turn of {job.role} ran on node {node_id[:12]} ({host})",
                    task=job.task, role=job.role, session=job.session_id, job=job.id, node=node_id, host=host)
 

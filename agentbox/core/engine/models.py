@@ -333,7 +333,7 @@ class Task(Model):
     """Worktree runs: files the task changed beyond `changed_files` (a flood of changes)."""
     merged: str | None = None
     """Worktree runs: the integration branch's commit that took the task's work in."""
-    node: str | None = None
+    ran_on: str | None = None
     """The cluster node its last work turn ran on, `NODE_ID@HOST` (None: this machine)."""
     checks: list[CheckResult] = Field(default_factory=list)
     """The checks run on its submissions and after its merge, oldest first."""
