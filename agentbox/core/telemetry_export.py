@@ -166,7 +166,7 @@ class RunExporter:
             turns = self.sessions.turns(record)
         except (OSError, AgentboxError, ValueError):
             return None
-        turn = next((t for t in reversed(turns) if t.get("turn") == number), {})
+        turn: Mapping[str, Any] = next((t for t in reversed(turns) if t.get("turn") == number), {})
         return {**turn, "profile": record.profile, "tool": record.tool,
                 "native_id": turn.get("native_id") or record.native_id}
 

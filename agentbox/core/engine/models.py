@@ -132,7 +132,7 @@ class Contract(Model):
         """
         if not isinstance(data, dict):
             return data
-        model = SETTINGS_BY_MODE.get(data.get("mode"))  # type: ignore[arg-type]
+        model = SETTINGS_BY_MODE.get(str(data.get("mode")))  # a missing or odd mode finds no model
         settings = data.get("settings")
         if model is None or isinstance(settings, model):
             return data
@@ -595,7 +595,7 @@ class Run(Model):
     totals: Totals = Field(default_factory=Totals)
     retries: dict[str, int] = Field(default_factory=dict)
     """Failure fingerprint → automatic retries made."""
-    mode_state: ModeState = Field(default_factory=dict, validate_default=True, discriminator="mode")  # type: ignore[arg-type]
+    mode_state: ModeState = Field(default_factory=dict, validate_default=True, discriminator="mode")
     """The mode's own progress (the model of the contract's mode; see `mode_state`)."""
     mode_started: bool = False
     """The mode's start has run (a resumed run does not start it again)."""
@@ -622,14 +622,14 @@ class Run(Model):
     checks: list[CheckResult] = Field(default_factory=list)
     """The run_end checks on the run's final branch."""
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy takes no decorator over @property: pydantic's documented form
     @property
     def token_budget(self) -> int | None:
         """The run's token budget now: crew.yaml's `tokens_total` plus what a person added; None is unlimited."""
         total = self.contract.limits.budget.tokens_total
         return None if total is None else total + self.budget_extra
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # as for token_budget
     @property
     def usd_budget(self) -> float | None:
         """The run's money budget now: crew.yaml's `usd_total` plus what a person added; None is unlimited."""
@@ -698,11 +698,12 @@ class Run(Model):
         """
         contract = info.data.get("contract")
         if not isinstance(value, dict) or not isinstance(contract, Contract):
-            return handler(value)
+            validated: ModeState = handler(value)
+            return validated
         fields = dict(value)
         run_keys = {key: fields.pop(key) for key in RUN_KEYS_IN_OLD_MODE_STATE if key in fields}
         fields.setdefault("mode", contract.mode)
-        state = handler(fields)
+        state: ModeState = handler(fields)
         state.old_run_keys = run_keys
         return state
 

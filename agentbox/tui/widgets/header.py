@@ -81,8 +81,8 @@ def gates_line(run: Run) -> str:
     """The run's gates in a few words (`gates: submission smoke,full · integration smoke`; "" without any),
     with how many tasks are being checked now."""
     gates = run.contract.gates
-    stages = [f"{stage.replace('_', ' ')} {','.join(gates.of(stage))}"  # type: ignore[arg-type]
-              for stage in ("submission", "integration", "run_end") if gates.of(stage)]  # type: ignore[arg-type]
+    stages = [f"{stage.replace('_', ' ')} {','.join(gates.of(stage))}"
+              for stage in ("submission", "integration", "run_end") if gates.of(stage)]
     if not stages:
         return ""
     checking = len(run.checking())
