@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from functools import partial
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from rich.text import Text
 from textual.app import App
@@ -56,9 +56,14 @@ class RunActions:
     manifest: tuple[dict[str, Any], ...]
     _wanted_run: str | None
     app: App[Any]
-    selected_role: str | None
-    selected_task: str | None
-    selected_artifact: dict[str, Any] | None
+    if TYPE_CHECKING:  # read-only on the screen: properties of what its widgets show
+
+        @property
+        def selected_role(self) -> str | None: ...
+        @property
+        def selected_task(self) -> str | None: ...
+        @property
+        def selected_artifact(self) -> dict[str, Any] | None: ...
     notify: Callable[..., None]
     run_worker: Callable[..., Any]
     post_message: Callable[[Any], bool]
