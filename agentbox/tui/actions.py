@@ -35,6 +35,9 @@ from agentbox.tui.screens.modals import (
     StartRunDialog,
 )
 
+if TYPE_CHECKING:
+    from agentbox.core.config import Mode
+
 COMMAND_TITLES = {"deliver": "merge"}
 """How a command's outcome is titled when its name is not what the person pressed."""
 
@@ -326,12 +329,12 @@ class RunActions:
         self.app.push_screen(StartRunDialog(modes, default),
                              lambda chosen: self.start_run(*chosen) if chosen else None)
 
-    def start_run(self, goal: str, mode: str | None = None) -> None:
+    def start_run(self, goal: str, mode: Mode | None = None) -> None:
         """Create the run and start its engine, in a thread."""
         self.run_worker(partial(self._start_run_now, goal, mode), thread=True, group="start-run",
                         name="start run", exit_on_error=False)
 
-    def _start_run_now(self, goal: str, mode: str | None) -> None:
+    def _start_run_now(self, goal: str, mode: Mode | None) -> None:
         from agentbox.core import runs
 
         try:  # the dialog offers only the modes of `config.Mode`, which create_run checks again

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Group
 from rich.text import Text
 from textual.message import Message
@@ -26,8 +28,8 @@ class RunHeader(Widget):
     class SwitcherRequested(Message):
         """The person clicked the header to switch runs."""
 
-    def __init__(self, project_name: str, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, project_name: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.project_name = project_name
 
     def watch_run(self, old: Run | None, new: Run | None) -> None:
