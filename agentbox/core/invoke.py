@@ -165,7 +165,7 @@ class InvokeResult:
 
 
 @contextlib.contextmanager
-def _session_lock(path: Path):  # type: ignore[no-untyped-def]
+def _session_lock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:

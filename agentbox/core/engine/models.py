@@ -451,12 +451,15 @@ class CheckpointData(Model):
     """ping_pong: the handoff held until the person answers."""
 
 
+CheckpointKind = Literal["plan_approval", "question", "retry_escalation", "budget", "ping_pong", "run_budget",
+                         "deliver", "review_disagreement", "ladder"]
+
+
 class Checkpoint(Model):
     """Something that waits on a human."""
 
     id: ItemId
-    kind: Literal["plan_approval", "question", "retry_escalation", "budget", "ping_pong", "run_budget", "deliver",
-                  "review_disagreement", "ladder"]
+    kind: CheckpointKind
     question: str
     options: list[str] = Field(default_factory=list)
     task: TaskId | None = None
