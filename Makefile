@@ -46,6 +46,7 @@ test: setup bwrap clis chromium testuser
 
 lint: setup
 	$(BIN)/ruff check agentbox tests bench
+	$(BIN)/mypy
 
 bench: setup bwrap
 	$(BIN)/python bench/run_all.py

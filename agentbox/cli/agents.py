@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from agentbox.cli.common import maybe_project, print_json, print_table
 from agentbox.core.termtext import for_line, for_terminal
+
+if TYPE_CHECKING:
+    from agentbox.core.invoke import Agent
+    from agentbox.core.paths import ProjectPaths
 
 
 def _when(timestamp: float | None) -> str:
@@ -37,7 +42,8 @@ def invoke(args: argparse.Namespace) -> int:
     """One headless turn; exit 0 on success, 1 on an agent failure (error on stderr)."""
     import time
 
-    from agentbox.core import services, telemetry
+    from agentbox.core import services, telemetry, telemetry_model
+    from agentbox.core.egress_turn import denied_line
     from agentbox.core.errors import NotFoundError, UsageError
     from agentbox.core.invoke import invoke_sync
 
@@ -56,7 +62,7 @@ def invoke(args: argparse.Namespace) -> int:
     trace = telemetry.settings()
     if trace is not None:  # a one-span trace; claude and codex export their own under it
         ids, started = telemetry.new_invoke_ids(), time.time()
-        agent = telemetry.traced_agent(agent, trace, telemetry.traceparent(*ids),
+        agent = telemetry.traced_agent(agent, trace, telemetry_model.traceparent(*ids),
                                        {"agentbox.role": agent.role, "agentbox.profile": agent.profile.name})
     result = invoke_sync(agent, prompt, session_id, timeout_s=args.timeout)  # one turn: no event loop to start
     if trace is not None:
@@ -114,14 +120,14 @@ def sessions(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show_session(args: argparse.Namespace, proj: object) -> int:
+def _show_session(args: argparse.Namespace, proj: ProjectPaths | None) -> int:
     from agentbox.core import paths
     from agentbox.core.egress_turn import denied_line
     from agentbox.core.errors import NotFoundError
     from agentbox.core.runtimes.base import Usage
     from agentbox.core.sessions import SessionStore
 
-    stores = ([SessionStore(proj.sessions_dir)] if proj is not None else []) + [SessionStore(paths.global_sessions_dir())]  # type: ignore[attr-defined]
+    stores = ([SessionStore(proj.sessions_dir)] if proj is not None else []) + [SessionStore(paths.global_sessions_dir())]
     for store in stores:
         try:
             record = store.find(args.session_id)
@@ -154,16 +160,16 @@ def _show_session(args: argparse.Namespace, proj: object) -> int:
     raise NotFoundError(f"no session {args.session_id}", "`agentbox sessions` lists them")
 
 
-def _interactive(agent: object, session_id: str | None) -> int:
+def _interactive(agent: Agent, session_id: str | None) -> int:
     import subprocess
 
     from agentbox.core.services import interactive_session
 
-    with interactive_session(agent, session_id) as command:  # type: ignore[arg-type]
-        if agent.profile.profile.sandbox == "none":  # type: ignore[attr-defined]
+    with interactive_session(agent, session_id) as command:
+        if agent.profile.profile.sandbox == "none":
             print("warning: this profile runs WITHOUT a sandbox (sandbox: none)", file=sys.stderr)
-        print(f"[attaching to {for_line(agent.label)} · session {command.session_id}]", file=sys.stderr)  # type: ignore[attr-defined]
-        return subprocess.call(command.argv, env=command.env, cwd=str(agent.cwd),  # type: ignore[attr-defined]
+        print(f"[attaching to {for_line(agent.label)} · session {command.session_id}]", file=sys.stderr)
+        return subprocess.call(command.argv, env=command.env, cwd=str(agent.cwd),
                                pass_fds=command.pass_fds)
 
 

@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from typing import TYPE_CHECKING
 
 from agentbox.cli.common import print_json, project_from
 from agentbox.core.errors import AgentboxError
 from agentbox.core.termtext import for_terminal
 
+if TYPE_CHECKING:
+    from agentbox.core.paths import ProjectPaths
 
-def _split(project: object, words: list[str]) -> tuple[str | None, str]:
+
+def _split(project: ProjectPaths, words: list[str]) -> tuple[str | None, str]:
     """A first word naming one of the project's runs is the run; the rest is the question.
 
     Only a whole run id, `latest`, or a prefix of one starting `run-` counts: a question's first
@@ -20,7 +24,7 @@ def _split(project: object, words: list[str]) -> tuple[str | None, str]:
 
     if len(words) > 1 and (words[0] == "latest" or words[0].startswith("run-")):
         try:
-            return RunStore(project).resolve_id(words[0]), " ".join(words[1:])  # type: ignore[arg-type]
+            return RunStore(project).resolve_id(words[0]), " ".join(words[1:])
         except AgentboxError:
             pass
     return None, " ".join(words)

@@ -29,7 +29,7 @@ def checks(args: argparse.Namespace) -> int:
         return 0
     gates = run.contract.gates
     stages = [f"{stage}: {', '.join(gates.of(stage))}" for stage in ("submission", "integration", "run_end")
-              if gates.of(stage)]  # type: ignore[arg-type]
+              if gates.of(stage)]
     print(f"{run.id} gates: " + ("; ".join(stages) if stages else "none (crew.yaml declares no gates)"))
     if not results and not pending:
         print("no check has run" + (f" for {args.task}" if args.task else ""))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
+from typing import Literal
 
 from agentbox.cli.common import print_json, print_table, project_from
 
@@ -37,7 +38,7 @@ def debt(args: argparse.Namespace) -> int:
     if args.note is not None and target is None:
         raise UsageError("--note goes with --close ID or --waive ID", "agentbox debt --close D-1 --note 'paid back'")
     if target is not None:
-        status = "closed" if args.close else "waived"
+        status: Literal["closed", "waived"] = "closed" if args.close else "waived"
         changed = close_debt(box, target, status=status, note=args.note)
         if args.json:
             print_json({"debt_id": target, **changed.model_dump(mode="json")})

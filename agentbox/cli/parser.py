@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any, Protocol
 
 from agentbox import __version__
 
 
-def _cmd(sub: argparse._SubParsersAction, name: str, handler: str, help_text: str, **kw: object) -> argparse.ArgumentParser:
-    parser = sub.add_parser(name, help=help_text, description=help_text, **kw)  # type: ignore[arg-type]
+class Subcommands(Protocol):
+    """What the commands are added to: argparse's subparsers action, or `_OneCommand` standing in for it."""
+
+    def add_parser(self, name: str, **kw: Any) -> Any:
+        """The parser of command `name` (a stand-in that takes every call when it is not built)."""
+        ...
+
+
+def _cmd(sub: Subcommands, name: str, handler: str, help_text: str, **kw: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text, **kw)
     parser.set_defaults(handler=handler)
     return parser
 
@@ -30,14 +39,14 @@ class _Unused:
 class _OneCommand:
     """The subcommands action with only the parser of `name` built (argparse builds each one eagerly)."""
 
-    def __init__(self, sub: argparse._SubParsersAction, name: str) -> None:
+    def __init__(self, sub: Subcommands, name: str) -> None:
         self.sub, self.name, self.found = sub, name, False
 
-    def add_parser(self, name: str, **kw: object) -> object:
+    def add_parser(self, name: str, **kw: Any) -> Any:
         if name != self.name:
             return _Unused()
         self.found = True
-        return self.sub.add_parser(name, **kw)  # type: ignore[arg-type]
+        return self.sub.add_parser(name, **kw)
 
 
 def named_command(argv: list[str]) -> str | None:
@@ -68,10 +77,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"agentbox {__version__}")
     parser.add_argument("--project", metavar="DIR", help="the project directory (default: nearest .agent-box/ above the cwd)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub: Subcommands = parser.add_subparsers(dest="command", metavar="COMMAND")
     if only is not None:
         one = _OneCommand(sub, only)
-        sub = one  # type: ignore[assignment]
+        sub = one
 
     # --- project and profiles
     p = _cmd(sub, "init", "agentbox.cli.project:init", "create .agent-box/ here from the example project")

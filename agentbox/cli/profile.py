@@ -12,6 +12,7 @@ from agentbox.core.termtext import for_line, for_terminal
 
 
 def _info_dict(info: profiles.ProfileInfo) -> dict[str, object]:
+    sandbox = info.profile.sandbox
     return {
         "name": info.name,
         "tool": info.tool,
@@ -21,7 +22,8 @@ def _info_dict(info: profiles.ProfileInfo) -> dict[str, object]:
         "model": info.profile.runtime.model,
         "directory": str(info.directory),
         "config_dir": str(info.config_dir),
-        "sandbox": info.profile.sandbox if isinstance(info.profile.sandbox, str) else info.profile.sandbox.model_dump(),
+        "sandbox": sandbox if isinstance(sandbox, str) else sandbox._asdict() if isinstance(sandbox, tuple)
+        else sandbox.model_dump(),  # a tuple: a checked profile's plain data
         # references (${VAR}) as written, never resolved; literal keys masked
         "env": secrets.display_env(info.profile.runtime.env),
         "pass_env": list(info.profile.runtime.pass_env),
@@ -37,7 +39,7 @@ def list_(args: argparse.Namespace) -> int:
     else:
         rows = [
             [i.name, i.tool, i.source + (" (adopt with `agentbox profile adopt`)" if i.source == "v1" else ""),
-             i.profile.model_dump().get("display_name") or "", i.profile.runtime.model or ""]
+             i.profile.display_name or "", i.profile.runtime.model or ""]
             for i in infos
         ]
         print_table(["name", "tool", "source", "display name", "model"], rows)

@@ -312,7 +312,7 @@ def status(args: argparse.Namespace) -> int:
         checking = run.checking()
         ladder = run.contract.ladder
         held = {job.task: job.data.held.split(":")[0] for job in run.pending_jobs() if job.task and job.data.held}
-        on_nodes = any(t.node for t in run.tasks.values())
+        on_nodes = any(t.ran_on for t in run.tasks.values())
         print_table(["task", "state", *(["ladder"] if ladder else []), "assignee", "deps", "attempts", "tokens",
                      "cost", "verdict", *(["files"] if worktree else []), *(["node"] if on_nodes else [])],
                     [[t.id, t.state_label + (" (checking)" if t.id in checking else f" ({held[t.id]})" if t.id in held else ""),
@@ -323,7 +323,7 @@ def status(args: argparse.Namespace) -> int:
                       t.verdicts[-1].verdict + f" ({t.verdicts[-1].by})" if t.verdicts else "-",
                       *([(str(len(t.changed_files) + t.changed_more) + (" merged" if t.merged else "")) if t.changed_files
                          else "none"] if worktree else []),
-                      *([_node(t.node)] if on_nodes else [])]
+                      *([_node(t.ran_on)] if on_nodes else [])]
                      for t in run.tasks.values()])
     if run.spend_by_role:
         print("\nby role: " + " · ".join(f"{for_line(role)} {usd(spend.cost_usd, spend.unknown_cost_turns)}"

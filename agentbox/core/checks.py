@@ -170,7 +170,7 @@ def run_check(name: str, check: Check, *, root: Path, tree: Path, views: tuple[t
         if network else (),
         network=False, cwd=root, env={**env, **(network.env if network else {})},
         egress_socket=(network.socket, egress_turn.SANDBOX_SOCKET) if network else None,
-        **sandbox.host_layout(),  # type: ignore[arg-type]
+        **sandbox.host_layout(),
     )
     log_path.parent.mkdir(parents=True, exist_ok=True)
     output = _Flood(log_path, check.output_mb << 20)

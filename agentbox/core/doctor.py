@@ -72,7 +72,7 @@ def check_sandbox() -> Check:
         spec = sandbox.SandboxSpec(project_root=root, writable=(), protected=(), extra_rw=(), homes=(),
                                    hidden=(Path.home(), paths.agent_box_home()), ro_binds=(), network=False,
                                    env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
-                                   **sandbox.host_layout())  # type: ignore[arg-type]
+                                   **sandbox.host_layout())
         argv = sandbox.bwrap_argv(spec, ["/bin/sh", "-c", _PROBE], binary)
         try:
             with sandbox.launch(argv) as launched:

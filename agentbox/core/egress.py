@@ -15,6 +15,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ipaddress import IPv4Address, IPv6Address
 
 DEFAULT_PORTS: tuple[int, ...] = (443, 80)
 """Ports an entry without a port allows."""
@@ -24,7 +28,7 @@ _HOSTNAME = re.compile(rf"^(\*\.)?{_LABEL}(\.{_LABEL})*\.?$")
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 
 
-def _ip_address(text: str):  # type: ignore[no-untyped-def]
+def _ip_address(text: str) -> IPv4Address | IPv6Address:
     """`ipaddress.ip_address`, imported when a host is looked at (a turn without network needs none)."""
     import ipaddress
 

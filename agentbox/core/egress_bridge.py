@@ -27,7 +27,7 @@ CHUNK = 65536
 _IPPROTO_TCP, _TCP_NODELAY = 6, 1
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     """Listen, leave the server running, exec the command (returns only when that fails)."""
     if len(argv) < 6 or argv[4] != "--":
         print("usage: egress_bridge.py SOCKET PROXY_PORT LOOPBACK_PORTS -- COMMAND...", file=sys.stderr)
@@ -35,7 +35,7 @@ def main(argv):
     socket_path, proxy_port = argv[1], int(argv[2])
     loopback_ports = [int(p) for p in argv[3].split(",") if p]
     command = argv[5:]
-    listeners = []
+    listeners: list[tuple[_socket.socket, str | None]] = []
     for port, transparent in [(proxy_port, False)] + [(p, True) for p in loopback_ports]:
         for family, host in ((_socket.AF_INET, "127.0.0.1"), (_socket.AF_INET6, "::1")):
             try:
@@ -66,7 +66,7 @@ def main(argv):
     return 127
 
 
-def _find(name):
+def _find(name: str) -> str:
     """`name` looked up on PATH, as execvp would (a name with a slash is used as it is)."""
     if "/" in name:
         return name
@@ -77,14 +77,14 @@ def _find(name):
     return name
 
 
-def _serve(listeners, socket_path):
+def _serve(listeners: list[tuple[_socket.socket, str | None]], socket_path: str) -> None:
     try:
         posix.setsid()  # no terminal signal (an attached session's Ctrl-C) reaches the bridge
         null = posix.open("/dev/null", posix.O_RDWR)
         for fd in (0, 1, 2):
             posix.dup2(null, fd)
         poller = select.poll()
-        by_fd = {}
+        by_fd: dict[int, tuple[_socket.socket, str | None]] = {}
         for listener, target in listeners:
             poller.register(listener.fileno(), select.POLLIN)
             by_fd[listener.fileno()] = (listener, target)
@@ -93,8 +93,8 @@ def _serve(listeners, socket_path):
         while True:
             for fd, _events in poller.poll():
                 listener, target = by_fd[fd]
-                try:
-                    client = _socket.socket(fileno=listener._accept()[0])
+                try:  # _socket's accept is `_accept` (typeshed types socket.socket's only): no `socket` import
+                    client = _socket.socket(fileno=listener._accept()[0])  # type: ignore[attr-defined]
                 except OSError:
                     continue
                 with lock:
@@ -107,7 +107,8 @@ def _serve(listeners, socket_path):
         posix._exit(0)
 
 
-def _carry(client, target, socket_path, active, lock):
+def _carry(client: _socket.socket, target: str | None, socket_path: str, active: list[int],
+           lock: _thread.LockType) -> None:
     upstream = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         client.setsockopt(_IPPROTO_TCP, _TCP_NODELAY, 1)
@@ -128,7 +129,7 @@ def _carry(client, target, socket_path, active, lock):
             active[0] -= 1
 
 
-def _tunnel(upstream, client, target):
+def _tunnel(upstream: _socket.socket, client: _socket.socket, target: str) -> bool:
     """Ask the proxy for `target`; True once it said 200 (what followed its reply goes to the client)."""
     upstream.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
     reply = b""
@@ -145,7 +146,7 @@ def _tunnel(upstream, client, target):
     return True
 
 
-def _copy(source, sink, done):
+def _copy(source: _socket.socket, sink: _socket.socket, done: _thread.LockType | None) -> None:
     try:
         while True:
             data = source.recv(CHUNK)

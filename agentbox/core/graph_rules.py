@@ -150,7 +150,7 @@ def _graph_rules(
     """acyclic, single-entry, reachable, backward-labeled and fail-fallback-edge."""
     out: list[Violation] = []
     known = set(names)
-    node_line = {}
+    node_line: dict[str, int | None] = {}
     for node in nodes:
         node_line.setdefault(node.name, node.line)
     forward = [e for e in edges if e.kind == "forward" and e.source in known and e.target in known]
@@ -198,7 +198,7 @@ def _graph_rules(
 
         # reachable
         if candidates:
-            reached = _reach(candidates, lambda n: (e.target for e in successors[n]))
+            reached = _reach(candidates, lambda n: (str(e.target) for e in successors[n]))
             source = (
                 f"the entry {candidates[0]}"
                 if len(candidates) == 1

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from agentbox.core import (
     billing,
@@ -171,7 +171,7 @@ class InvokeResult:
 
 
 @contextlib.contextmanager
-def _session_lock(path: Path):  # type: ignore[no-untyped-def]
+def _session_lock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -194,8 +194,15 @@ def new_session_id() -> str:
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
+class SessionTags(TypedDict, total=False):
+    """What a new session belongs to: the run and the task whose turns it holds."""
+
+    run_id: str | None
+    task_id: str | None
+
+
 def _prepare_session(agent: Agent, session_id: str | None, new_id: str | None = None,
-                     tags: dict[str, str | None] | None = None) -> SessionRecord:
+                     tags: SessionTags | None = None) -> SessionRecord:
     store = agent.sessions
     if session_id is not None:
         record = store.find(session_id)
@@ -312,7 +319,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
             "run agentbox from a project directory inside your home (cd into a repository)",
         )
     hidden = sandbox.private_paths(home, _agent_box_home())
-    needs = set()
+    needs: set[Path] = set()
     if executable is not None and shell is None:  # a shell runs none of the tool's files
         needs |= sandbox.install_roots(executable)
     if profile.tool == "scripted" and shell is None:
@@ -360,7 +367,7 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
             cwd=agent.cwd,
             env=env,
             interactive=interactive,
-            **sandbox.host_layout(),  # type: ignore[arg-type]
+            **sandbox.host_layout(),
         )
         argv = sandbox.bwrap_argv(spec, tool_argv, sandbox.require_bwrap())
     except BaseException:
@@ -429,7 +436,7 @@ async def invoke(
     records it before dispatching). Raises only for caller mistakes: an unknown or busy
     session, a session of another role, a sandbox that cannot be built (bwrap missing).
     """
-    tags = {"run_id": run_id, "task_id": task_id}
+    tags: SessionTags = {"run_id": run_id, "task_id": task_id}
     with _prepared_turn(agent, prompt, session_id, new_session_id, tags) as (record, prepared):
         return await _run_prepared(agent, prompt, record, prepared, timeout_s or agent.timeout_s, on_spawn)
 
@@ -453,7 +460,7 @@ def invoke_sync(
 
 @contextlib.contextmanager
 def _prepared_turn(agent: Agent, prompt: str, session_id: str | None, new_id: str | None = None,
-                   tags: dict[str, str | None] | None = None) -> Iterator[tuple[SessionRecord, Prepared]]:
+                   tags: SessionTags | None = None) -> Iterator[tuple[SessionRecord, Prepared]]:
     """The session (locked for the turn) and its next turn prepared; the scratch dir goes afterwards."""
     record = _prepare_session(agent, session_id, new_id, tags)
     store = agent.sessions

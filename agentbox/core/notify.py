@@ -393,9 +393,11 @@ class Notifier:
         for hook in notice.hooks:
             command = self.hooks[hook]
             if command:
-                attempt(f"hook:{hook}", lambda hook=hook, command=command: run_hook(
-                    hook, command, {**payload, "hook": hook}, hook_environment(notice, hook, self.environ),
-                    timeout_s=self.config.hooks.timeout_s, cwd=self.project.root))
+                def send_hook(hook: HookName = hook, command: HookCommand = command) -> str | None:
+                    return run_hook(hook, command, {**payload, "hook": hook}, hook_environment(notice, hook, self.environ),
+                                    timeout_s=self.config.hooks.timeout_s, cwd=self.project.root)
+
+                attempt(f"hook:{hook}", send_hook)
         if self.webhook is not None:
             webhook = self.webhook
             attempt("webhook", lambda: post_webhook(webhook, payload, self.environ))

@@ -106,8 +106,11 @@ class PriceTable:
 
 
 def _price(data: dict[str, Any]) -> Price:
-    return Price(**{k: (None if data.get(k) is None else float(data[k]))
-                    for k in ("input", "output", "cached_input", "cache_write", "reasoning")})
+    def rate(key: str) -> float | None:
+        return None if data.get(key) is None else float(data[key])
+
+    return Price(input=float(data["input"]), output=float(data["output"]), cached_input=rate("cached_input"),
+                 cache_write=rate("cache_write"), reasoning=rate("reasoning"))
 
 
 _bundled: PriceTable | None = None

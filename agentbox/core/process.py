@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Literal
+from typing import IO, TYPE_CHECKING, BinaryIO, Literal
 
 if TYPE_CHECKING:  # the event loop is imported by the callers that run one, not by a blocking turn
     import asyncio
@@ -150,7 +150,7 @@ class _Pump:
 
         self.proc = proc
         self.selector = selectors.DefaultSelector()
-        self.files: dict[int, BinaryIO] = {}
+        self.files: dict[int, IO[bytes]] = {}
         for pipe, sink in ((proc.stdout, stdout), (proc.stderr, stderr)):
             if pipe is not None:
                 self.files[pipe.fileno()] = pipe

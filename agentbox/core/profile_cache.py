@@ -172,11 +172,10 @@ def _read_entry(path: Path) -> dict[str, Any] | None:
         entry = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(entry, dict) or not isinstance(entry.get("body"), dict):
+    body = entry.get("body") if isinstance(entry, dict) else None
+    if not isinstance(body, dict) or entry.get("digest") != _digest(body):
         return None
-    if entry.get("digest") != _digest(entry["body"]):
-        return None
-    return entry["body"]
+    return body
 
 
 def _as_profile(data: Mapping[str, Any]) -> CachedProfile:
@@ -215,7 +214,7 @@ def store(cache_dir: Path, directory: Path, state_dir: Path, source: Source, pro
     body = {"format": FORMAT, "identity": source.identity, "directory": str(directory),
             "state_dir": str(state_dir), "code": _code_stamp(), "profile": dict(profile)}
     try:
-        _as_profile(body["profile"])  # what cannot be read back is not kept
+        _as_profile(profile)  # what cannot be read back is not kept
         data = json.dumps({"body": body, "digest": _digest(body)}, sort_keys=True).encode()
         cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(prefix=".entry.", suffix=".tmp", dir=cache_dir)  # mode 0600

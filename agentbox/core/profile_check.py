@@ -145,8 +145,9 @@ def _opencode(info: ProfileInfo, env: dict[str, str]) -> tuple[str | None, str |
     if "OPENCODE_CONFIG_CONTENT" in env:
         with contextlib.suppress(ValueError):
             config = {**config, **json.loads(env["OPENCODE_CONFIG_CONTENT"])}
-    model = config.get("model") if isinstance(config.get("model"), str) else None
-    providers = config.get("provider") if isinstance(config.get("provider"), dict) else {}
+    model_value, providers_value = config.get("model"), config.get("provider")
+    model = model_value if isinstance(model_value, str) else None
+    providers = providers_value if isinstance(providers_value, dict) else {}
     chosen = providers.get(model.split("/", 1)[0]) if model and "/" in model else None
     candidates = [chosen] if isinstance(chosen, dict) else [p for p in providers.values() if isinstance(p, dict)]
     for provider in candidates:
@@ -243,7 +244,8 @@ def check_profile(name: str, *, timeout_s: float = DEFAULT_TURN_TIMEOUT_S) -> Pr
         return _failed(report, "key_missing", exc.message)
     hide = secrets.secret_values(info)
     report.endpoint, report.model = endpoint_and_model(info, env)
-    if info.tool != "scripted" and info.profile.sandbox.network is False:
+    sandbox = info.profile.sandbox
+    if info.tool != "scripted" and sandbox != "none" and sandbox.network is False:
         report.reachable = False
         return _failed(report, "no_network", "the profile has no network (sandbox.network: false), so its tool "
                                              "cannot reach any model")

@@ -21,7 +21,7 @@ from agentbox.core import paths, profile_cache
 from agentbox.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
 from agentbox.core.profile_cache import CachedProfile
 from agentbox.core.safe_io import describe_mode
-from agentbox.core.tools import AGENT_CLIS
+from agentbox.core.tools import AGENT_CLIS, Tool
 from agentbox.core.validation import NAME_PATTERN, NAME_RULE
 
 if TYPE_CHECKING:  # the models and the YAML reader are imported where a profile.yaml is checked
@@ -38,7 +38,7 @@ DEFAULT_CONFIG_DIR: dict[str, str] = {
     "scripted": "dot-scripted",
 }
 
-_V1_TOOL_ALIASES = {
+_V1_TOOL_ALIASES: dict[str, Tool] = {
     "claude": "claude",
     "claude-code": "claude",
     "claude_code": "claude",
@@ -133,7 +133,7 @@ def _v1_profile(directory: Path, db_rows: dict[str, dict[str, str | None]]) -> P
     tool = _V1_TOOL_ALIASES.get(str(raw_tool).lower()) if raw_tool else None
     if tool is None:
         present = [t for t, sub in DEFAULT_CONFIG_DIR.items() if (directory / sub).is_dir()]
-        tool = present[0] if len(present) == 1 and present[0] != "scripted" else None
+        tool = _V1_TOOL_ALIASES.get(present[0]) if len(present) == 1 else None  # a v1 profile is never scripted
     if tool is None:
         return None
     display = meta.get("display_name") or row.get("display_name")
@@ -142,7 +142,7 @@ def _v1_profile(directory: Path, db_rows: dict[str, dict[str, str | None]]) -> P
         name=name,
         display_name=str(display) if display else None,
         description=str(description) if description else None,
-        runtime=Runtime(tool=tool),  # type: ignore[arg-type]
+        runtime=Runtime(tool=tool),
     )
 
 

@@ -160,7 +160,7 @@ def load_crew(project: ProjectPaths) -> LoadedCrew:
 def _check_gate_names(project: ProjectPaths, crew: Crew, document: object) -> None:
     """Every check a gate names is declared under `checks:` (the first that is not is raised at its line)."""
     for stage in ("submission", "integration", "run_end"):
-        for index, name in enumerate(crew.gates.of(stage)):  # type: ignore[arg-type]
+        for index, name in enumerate(crew.gates.of(stage)):
             if name not in crew.checks:
                 declared = ", ".join(crew.checks) or "none"
                 raise _located(project, document, ("gates", stage, index), f"gate {stage} names unknown check {name!r}",

@@ -13,22 +13,24 @@ from agentbox.core.engine.models import (
     Contract,
     Run,
     RunGit,
-    check_id,
     no_engine_reason,
 )
 from agentbox.core.engine.records import Event, as_events
 from agentbox.core.engine.run_store import DamagedRun, DamagedRunError, RunStore, new_run_id
 from agentbox.core.errors import NotFoundError, UsageError
+from agentbox.core.ids import check_id
 from agentbox.core.paths import ProjectPaths
 
 if TYPE_CHECKING:  # git plumbing loads only when a run starts
+    from agentbox.core.config import Mode
+    from agentbox.core.graph_model import Graph
     from agentbox.core.workspace import RepoInfo
 
 COMMAND_ACK_TIMEOUT_S = 15.0
 """How long a command waits for a running engine to acknowledge it."""
 
 
-def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph: str | None = None,
+def create_run(project: ProjectPaths, goal: str, mode: Mode | None = None, graph: str | None = None,
                success_criteria: list[str] | None = None, base: str | None = None) -> Run:
     """Validate the crew (and graph) and write a new run's directory; the engine starts it.
     `base`: a branch or commit the run starts from instead of the person's HEAD (worktree runs)."""
@@ -39,7 +41,8 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
                          f"drop --graph, or run it as a graph: --mode graph --graph {graph}")
     crew = project_mod.load_checked_crew(project)
     mode = "graph" if graph is not None else mode or crew.mode  # a graph given is a graph run
-    graph_data = graph_file = None
+    graph_data: Graph | None = None
+    graph_file: str | None = None
     if mode == "graph":
         from agentbox.core.graph import load_graph, resolve_graph
 
@@ -47,7 +50,7 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
         if not name:
             raise UsageError("graph mode needs a work graph", "pass --graph NAME or set graph.file in crew.yaml")
         path = resolve_graph(name, project).absolute()
-        graph_data = load_graph(path, list(crew.roles)).model_dump(by_alias=True)
+        graph_data = load_graph(path, list(crew.roles))
         graph_file = str(path)
     now = time.time()
     store = RunStore(project)
@@ -79,7 +82,8 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
     return run
 
 
-def _workspace_of(project: ProjectPaths, chosen: str | None) -> tuple[str, RepoInfo | None]:
+def _workspace_of(project: ProjectPaths, chosen: Literal["worktree", "shared"] | None
+                  ) -> tuple[Literal["worktree", "shared"], RepoInfo | None]:
     """crew.yaml's `workspace`, or the default: `worktree` at the top of a git repository with
     a commit; with the repository's facts (None when git was not asked: a `shared` crew)."""
     from agentbox.core.workspace import GitError, repo_info

@@ -48,6 +48,7 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from agentbox.core.errors import SandboxError
 from agentbox.core.runtimes.base import HomeBind
@@ -405,8 +406,17 @@ def host_env() -> dict[str, str]:
     return dict(os.environ)
 
 
+class HostLayout(TypedDict):
+    """The host facts of a `SandboxSpec` (its fields of the same names)."""
+
+    masked: tuple[Path, ...]
+    masked_dirs: frozenset[Path]
+    resolv_conf: Path | None
+    var_run_dir: bool
+
+
 @functools.cache
-def host_layout() -> dict[str, object]:
+def host_layout() -> HostLayout:
     """Facts about this host the sandbox adapts to (impure; see `SandboxSpec`), read once per process."""
     import glob
 

@@ -23,10 +23,13 @@ from agentbox.core.errors import ConfigError
 class ProfileInfo(Protocol):
     """What the resolution needs of a profile (`agentbox.core.profiles.ProfileInfo` is one)."""
 
-    name: str
-    directory: Path
-    profile: Any
-    """The validated profile.yaml: its `runtime.env` and `runtime.pass_env`."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def directory(self) -> Path: ...
+    @property
+    def profile(self) -> Any:
+        """The validated profile.yaml: its `runtime.env` and `runtime.pass_env`."""
 
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _REFERENCE = re.compile(r"\$(\$|\{)")

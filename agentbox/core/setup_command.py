@@ -58,7 +58,7 @@ def run_setup(root: Path, worktree: Path, views: tuple[tuple[Path, Path], ...], 
             network=False, cwd=root,
             env=sandbox.sandbox_env(sandbox.host_env(), home, {"AGENTBOX_SETUP": "1", **network.env}),
             egress_socket=(network.socket, egress_turn.SANDBOX_SOCKET),
-            **sandbox.host_layout(),  # type: ignore[arg-type]
+            **sandbox.host_layout(),
         )
         argv = sandbox.bwrap_argv(spec, network.wrap(["/bin/sh", "-c", command]), sandbox.require_bwrap())
         output = CappedStream(log_path)

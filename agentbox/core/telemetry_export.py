@@ -87,6 +87,12 @@ def readable(span: SpanRecord, run_id: str, resource: Resource) -> ReadableSpan:
                         start_time=int(span.start * 1e9), end_time=int(end * 1e9), instrumentation_scope=SCOPE)
 
 
+def _seq_of(span: ReadableSpan) -> int:
+    """The log line a span reaches (its `agentbox.event.seq`, a number; 0 without one)."""
+    value = (span.attributes or {}).get("agentbox.event.seq", 0)
+    return int(value) if isinstance(value, int | float) else 0
+
+
 class _Cursor(SpanExporter):
     """Passes spans on and, once the collector took them, remembers the log line they reach."""
 
@@ -104,7 +110,7 @@ class _Cursor(SpanExporter):
         if self.failed:
             _say(self.trace)
             return result
-        reached = max((int((s.attributes or {}).get("agentbox.event.seq", 0)) for s in spans), default=0)  # type: ignore[arg-type]
+        reached = max((_seq_of(s) for s in spans), default=0)
         if reached > self.seq:
             self.seq = reached
             with contextlib.suppress(OSError, AgentboxError):
@@ -166,7 +172,7 @@ class RunExporter:
             turns = self.sessions.turns(record)
         except (OSError, AgentboxError, ValueError):
             return None
-        turn = next((t for t in reversed(turns) if t.get("turn") == number), {})
+        turn: Mapping[str, Any] = next((t for t in reversed(turns) if t.get("turn") == number), {})
         return {**turn, "profile": record.profile, "tool": record.tool,
                 "native_id": turn.get("native_id") or record.native_id}
 

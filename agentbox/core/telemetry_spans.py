@@ -156,7 +156,8 @@ class SpanBuilder:
         number = event.get("turn")
         facts = self.turn_facts(role, session, number) if self.turn_facts and isinstance(number, int) else None
         facts = facts or {}
-        usage = facts.get("usage") if isinstance(facts.get("usage"), Mapping) else {}
+        usage_value = facts.get("usage")
+        usage: Mapping[str, Any] = usage_value if isinstance(usage_value, Mapping) else {}
         tokens = event.get("tokens")
         status = facts.get("status") or ("ok" if str(event.get("what", "")).rstrip().endswith(": ok") else "error")
         _put(span.attributes, agentbox__session__id=session, agentbox__turn__number=number,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
 from agentbox.tui import model
@@ -79,7 +79,7 @@ CONTEXT_ACTIONS = frozenset(RULES) | frozenset(ENGINE_RULES)
 """Actions whose offer depends on the run (the footer redraws when one of them changes)."""
 
 
-def bindings() -> list[Binding]:
+def bindings() -> list[BindingType]:
     """The dashboard's key bindings, in footer order."""
     return [Binding(a.key, a.name, a.label, show=a.show, tooltip=a.tooltip) for a in ACTIONS]
 

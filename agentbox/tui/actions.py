@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from functools import partial
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from rich.text import Text
 from textual.app import App
@@ -35,6 +35,9 @@ from agentbox.tui.screens.modals import (
     PickDialog,
     StartRunDialog,
 )
+
+if TYPE_CHECKING:
+    from agentbox.core.config import Mode
 
 COMMAND_TITLES = {"deliver": "merge"}
 """How a command's outcome is titled when its name is not what the person pressed."""
@@ -57,9 +60,14 @@ class RunActions:
     manifest: tuple[ArtifactEntry, ...]
     _wanted_run: str | None
     app: App[Any]
-    selected_role: str | None
-    selected_task: str | None
-    selected_artifact: ArtifactEntry | None
+    if TYPE_CHECKING:  # read-only on the screen: properties of what its widgets show
+
+        @property
+        def selected_role(self) -> str | None: ...
+        @property
+        def selected_task(self) -> str | None: ...
+        @property
+        def selected_artifact(self) -> ArtifactEntry | None: ...
     notify: Callable[..., None]
     run_worker: Callable[..., Any]
     post_message: Callable[[Any], bool]
@@ -322,12 +330,12 @@ class RunActions:
         self.app.push_screen(StartRunDialog(modes, default),
                              lambda chosen: self.start_run(*chosen) if chosen else None)
 
-    def start_run(self, goal: str, mode: str | None = None) -> None:
+    def start_run(self, goal: str, mode: Mode | None = None) -> None:
         """Create the run and start its engine, in a thread."""
         self.run_worker(partial(self._start_run_now, goal, mode), thread=True, group="start-run",
                         name="start run", exit_on_error=False)
 
-    def _start_run_now(self, goal: str, mode: str | None) -> None:
+    def _start_run_now(self, goal: str, mode: Mode | None) -> None:
         from agentbox.core import runs
 
         try:  # the dialog offers only the modes of `config.Mode`, which create_run checks again

@@ -243,7 +243,7 @@ def _highlight(code_lines: list[str], lexer: str) -> list[Text]:
         lines.pop()
     if len(lines) != len(code_lines):  # a lexer that rewrote the text: show it plain rather than misaligned
         return [Text(line) for line in code_lines]
-    return lines
+    return list(lines)
 
 
 def _last_line_number(lines: tuple[str, ...]) -> int:

@@ -302,12 +302,12 @@ def member_node(role: str, task_id: str | None, run: Run | None) -> str:
     if run is None:
         return ""
     task = run.tasks.get(task_id or "")
-    if task is None or not task.node:
-        task = max((t for t in run.tasks.values() if t.assignee == role and t.node), key=lambda t: t.updated,
+    if task is None or not task.ran_on:
+        task = max((t for t in run.tasks.values() if t.assignee == role and t.ran_on), key=lambda t: t.updated,
                    default=None)
-    if task is None or not task.node:
+    if task is None or not task.ran_on:
         return ""
-    node_id, _, host = task.node.partition("@")
+    node_id, _, host = task.ran_on.partition("@")
     return f"{node_id[:12]}@{host}"
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from textual.dom import DOMNode
+
 from agentbox.core.engine.models import Run
 from agentbox.core.paths import ProjectPaths
 
@@ -19,3 +21,9 @@ class DashboardView(Protocol):
     project: ProjectPaths
     run: Run | None
     sessions: dict[str, Any]
+
+
+def view_node(view: DashboardView) -> DOMNode:
+    """The dashboard screen behind `view`, as the node textual's `watch` follows."""
+    assert isinstance(view, DOMNode), view
+    return view

@@ -104,10 +104,10 @@ class DashboardServer(Server):
             if not same(given, self._token):
                 return web.Response(status=401, text=NEEDS_TOKEN)
             rest = {key: value for key, value in request.query.items() if key != "token"}
-            response = web.HTTPSeeOther(location=str(request.rel_url.with_query(rest)))
-            response.set_cookie(COOKIE, self._cookie, httponly=True, samesite="Strict", path="/",
+            redirect = web.HTTPSeeOther(location=str(request.rel_url.with_query(rest)))
+            redirect.set_cookie(COOKIE, self._cookie, httponly=True, samesite="Strict", path="/",
                                 secure=self.ssl_context is not None)
-            return response
+            return redirect
         if not same(request.cookies.get(COOKIE), self._cookie):
             return web.Response(status=401, text=NEEDS_TOKEN)
         if request.path == "/ws" and not self._same_origin(request):
@@ -122,9 +122,11 @@ class DashboardServer(Server):
         return origin is None or origin.rstrip("/") == self.public_url.rstrip("/") or \
             origin.rstrip("/") == f"{request.scheme}://{request.host}"
 
-    async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:  # type: ignore[override]
+    async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
         """One dashboard process per tab, refused past the limit."""
         if self.open_sessions >= self.max_sessions:
+            # a refusal is a plain 503 (aiohttp sends whatever response a handler returns), which the
+            # signature of textual-serve's handler, kept here, does not name
             return web.Response(status=503, text=f"agentbox serve: {self.max_sessions} dashboards are open "  # type: ignore[return-value]
                                                  "already; close one (or start with --max-sessions)\n")
         self.open_sessions += 1

@@ -172,8 +172,8 @@ async def test_turns_land_on_the_tool_s_nodes_and_commit_what_a_local_run_commit
             kinds = [e["type"] for e in events(paths, run_id)]
             status = await asyncio.to_thread(run_cli, "status", run_id, cwd=root)
             for t in run.tasks.values():  # each task shows the node its last turn ran on
-                assert t.node is not None and t.node.partition("@")[0] in cluster.node_ids(cluster.workers)
-                assert f"{t.node[:12]}@{socket.gethostname()}" in status.out, status.out
+                assert t.ran_on is not None and t.ran_on.partition("@")[0] in cluster.node_ids(cluster.workers)
+                assert f"{t.ran_on[:12]}@{socket.gethostname()}" in status.out, status.out
     assert trees["ray"] == trees["local"]  # the same work, to the byte
     nodes = {e["node"] for e in placements}
     assert nodes <= cluster.node_ids(cluster.workers) and len(nodes) == 2  # both tool nodes, never the bare one

@@ -19,6 +19,7 @@ from agentbox.core.engine import budgets, reviews
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Checkpoint, Run, Task, Verdict
+from agentbox.core.engine.replies import BlockingIssue
 from agentbox.core.engine.run_store import command_problem
 from agentbox.core.engine.workspaces import Workspaces
 from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
@@ -210,7 +211,7 @@ def _rework(ctx: CommandContext, command: Rework) -> str:
         raise UsageError("rework needs a note saying what to fix")
     ctx.ledger.transition(task, TaskEvent.REJECT, f"sent back by the human: {note}", human=True)
     ctx.ledger.add_verdict(task, Verdict(verdict="reject", by="human", at=ctx.clock(), note=note,
-                                 blocking_issues=[{"id": "human", "acceptance_id": None, "severity": "blocker", "detail": note}]))
+                                 blocking_issues=[BlockingIssue(id="human", severity="blocker", detail=note)]))
     ctx.ledger.drop_jobs(task.id)
     ctx.abort_turns(task.id, "sent back by the human")
     _close_task_checkpoints(ctx, task.id, "sent back by the human")

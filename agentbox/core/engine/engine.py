@@ -34,7 +34,7 @@ from agentbox.core.engine.gates import GateRunner
 from agentbox.core.engine.ladder_run import LadderRunner
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.mode_context import ModeContext
-from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, Run, no_engine_reason
+from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, Run, RunStatus, no_engine_reason
 from agentbox.core.engine.records import Event
 from agentbox.core.engine.recovery import _kill_orphan
 from agentbox.core.engine.routing import ENV_RETRIES as ENV_RETRIES
@@ -255,6 +255,8 @@ class Engine:
         run = self.run
         if run.status in TERMINAL_RUN_STATES:
             return
+        new: RunStatus
+        why: str | None
         if run.paused:
             new, why = "paused", "paused by the human"
         elif not self.run.run_budget_left():
@@ -269,10 +271,10 @@ class Engine:
         else:
             new, why = "blocked", "nothing can run: tasks are blocked"
         if new == run.status and why != run.status_reason and run.status_reason == no_engine_reason(run.id):
-            self.ledger.set_status(new, why)  # type: ignore[arg-type]  # an engine drives it again
+            self.ledger.set_status(new, why)  # an engine drives it again
             self.ledger.dirty = True
         if new != run.status:
-            self.ledger.set_status(new, why)  # type: ignore[arg-type]
+            self.ledger.set_status(new, why)
             self.ledger.event("run.status", f"run is {new}", why, human_required=new in ("waiting_user", "blocked", "circuit_broken"))
             if new == "circuit_broken":
                 ask = budgets.check_run(self.run)

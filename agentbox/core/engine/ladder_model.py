@@ -225,11 +225,15 @@ class BriefReplied:
     at: float = 0.0
 
 
+LadderAnswer = Literal["retry", "rewrite", "apply", "controlled_rewrite", "advisor_again", "bypass", "abandon"]
+"""The words a person answers a ladder checkpoint with (besides `cancel`)."""
+
+
 @dataclass(frozen=True)
 class HumanAnswered:
     """The human's answer to the task's ladder checkpoint."""
 
-    answer: Literal["retry", "rewrite", "apply", "controlled_rewrite", "advisor_again", "bypass", "abandon"]
+    answer: LadderAnswer
     root_cause_problem: str | None = None
     """At L3, what is wrong with the root-cause line of the choice (None: sound)."""
     new_information: str = ""

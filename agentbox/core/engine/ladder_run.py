@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,6 +61,7 @@ from agentbox.core.engine.ladder_model import (
     HighRot,
     HumanAnswered,
     HumanCancelled,
+    LadderAnswer,
     LadderPolicy,
     Level,
     Mode,
@@ -521,8 +522,8 @@ class LadderRunner:
 
     def _answered(self, task: Task, word: str, rest: str) -> HumanAnswered:
         exits = {"controlled_rewrite", "advisor_again", "bypass", "abandon"}
-        answers = {"retry", "rewrite", "apply", *exits}
-        if word not in answers:
+        answers = set(get_args(LadderAnswer))  # retry, rewrite, apply and the exits
+        if not _is_answer(word):
             raise UsageError(f"{word!r} is not an answer of the failure ladder", "answer with one of: "
                              + ", ".join(sorted(answers | {"cancel"})))
         problem = root_cause_problem(rest) if word in exits - {"abandon", "advisor_again"} else None
@@ -530,7 +531,7 @@ class LadderRunner:
         if word == "controlled_rewrite":
             module = zones.module_of(task.writes)
             overdue = tuple(zones.overdue_on(zones.load_debts(self.box), module, self.today().date()))
-        return HumanAnswered(answer=word, root_cause_problem=problem, new_information=rest,  # type: ignore[arg-type]
+        return HumanAnswered(answer=word, root_cause_problem=problem, new_information=rest,
                              overdue_debts=overdue, at=self.ledger.clock())
 
     def _resolve_zone(self, task: Task, resolution: str, bypass: str | None = None) -> None:
@@ -664,3 +665,7 @@ def level_of(task: Task) -> str:
     """The ladder level as the faces show it (`-` before any counted failure)."""
     return task.ladder.label
 
+
+def _is_answer(word: str) -> TypeGuard[LadderAnswer]:
+    """`word` is one of the ladder's answers."""
+    return word in get_args(LadderAnswer)

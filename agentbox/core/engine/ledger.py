@@ -24,11 +24,13 @@ from agentbox.core.engine.models import (
     ChangedPath,
     Checkpoint,
     CheckpointData,
+    CheckpointKind,
     CheckResult,
     EngineHolder,
     Failure,
     Job,
     JobData,
+    JobKind,
     NoteAuthor,
     PendingGate,
     ReviewPanel,
@@ -119,11 +121,11 @@ class RunLedger:
                    role=task.assignee, human_required=human)
 
     # ------------------------------------------------------------------ jobs
-    def enqueue(self, kind: str, role: str, prompt: str, *, task: str | None = None,
+    def enqueue(self, kind: JobKind, role: str, prompt: str, *, task: str | None = None,
                 session_id: str | None = None, attempt: int = 1, corrective: bool = False,
                 data: JobData | None = None) -> Job:
         """Add a pending turn; the scheduler starts it when the rules allow."""
-        job = Job(id=self.next_id("job"), kind=kind, role=role, task=task, session_id=session_id,  # type: ignore[arg-type]
+        job = Job(id=self.next_id("job"), kind=kind, role=role, task=task, session_id=session_id,
                   prompt=prompt, attempt=attempt, corrective=corrective, data=data or JobData())
         self.run.jobs[self._job(job).id] = job
         self.dirty = True
@@ -207,10 +209,10 @@ class RunLedger:
         return job.session_id
 
     # ------------------------------------------------------------------ checkpoints and counters
-    def checkpoint(self, kind: str, question: str, *, options: list[str] | None = None, task: str | None = None,
+    def checkpoint(self, kind: CheckpointKind, question: str, *, options: list[str] | None = None, task: str | None = None,
                    role: str | None = None, data: CheckpointData | None = None) -> Checkpoint:
         """Open a question for the human; the run waits on it (other work continues)."""
-        cp = Checkpoint(id=self.next_id("cp"), kind=kind, question=question, options=options or [],  # type: ignore[arg-type]
+        cp = Checkpoint(id=self.next_id("cp"), kind=kind, question=question, options=options or [],
                         task=task, role=role, created=self.clock(), data=data or CheckpointData())
         self.run.checkpoints[cp.id] = cp
         self.changes.checkpoints.add(cp.id)
@@ -260,8 +262,9 @@ class RunLedger:
 
     def panel_verdict(self, task: Task, role: str, verdict: Verdict) -> None:
         """One reviewer's verdict of the double review (also in the task's verdicts)."""
-        assert task.panel is not None
-        self._task(task).panel.verdicts[role] = verdict  # type: ignore[union-attr]
+        panel = self._task(task).panel
+        assert panel is not None
+        panel.verdicts[role] = verdict
         task.verdicts.append(verdict)
 
     def close_panel(self, task: Task, outcome: str, reason: str) -> None:
@@ -300,7 +303,7 @@ class RunLedger:
         """A turn ran on a cluster node: logged, and a work turn's node kept on its task (the faces show it)."""
         task = self.run.tasks.get(job.task or "")
         if task is not None and job.works_on_task:
-            self._task(task).node = f"{node_id}@{host}"
+            self._task(task).ran_on = f"{node_id}@{host}"
         self.event("placement", f"{job.kind} turn of {job.role} ran on node {node_id[:12]} ({host})",
                    task=job.task, role=job.role, session=job.session_id, job=job.id, node=node_id, host=host)
 

@@ -133,7 +133,7 @@ class Contract(Model):
         """
         if not isinstance(data, dict):
             return data
-        model = SETTINGS_BY_MODE.get(data.get("mode"))  # type: ignore[arg-type]
+        model = SETTINGS_BY_MODE.get(str(data.get("mode")))  # a missing or odd mode finds no model
         settings = data.get("settings")
         if model is None or isinstance(settings, model):
             return data
@@ -334,7 +334,7 @@ class Task(Model):
     """Worktree runs: files the task changed beyond `changed_files` (a flood of changes)."""
     merged: str | None = None
     """Worktree runs: the integration branch's commit that took the task's work in."""
-    node: str | None = None
+    ran_on: str | None = None
     """The cluster node its last work turn ran on, `NODE_ID@HOST` (None: this machine)."""
     checks: list[CheckResult] = Field(default_factory=list)
     """The checks run on its submissions and after its merge, oldest first."""
@@ -452,12 +452,15 @@ class CheckpointData(Model):
     """ping_pong: the handoff held until the person answers."""
 
 
+CheckpointKind = Literal["plan_approval", "question", "retry_escalation", "budget", "ping_pong", "run_budget",
+                         "deliver", "review_disagreement", "ladder"]
+
+
 class Checkpoint(Model):
     """Something that waits on a human."""
 
     id: ItemId
-    kind: Literal["plan_approval", "question", "retry_escalation", "budget", "ping_pong", "run_budget", "deliver",
-                  "review_disagreement", "ladder"]
+    kind: CheckpointKind
     question: str
     options: list[str] = Field(default_factory=list)
     task: TaskId | None = None
@@ -578,7 +581,7 @@ class Run(Model):
     totals: Totals = Field(default_factory=Totals)
     retries: dict[str, int] = Field(default_factory=dict)
     """Failure fingerprint → automatic retries made."""
-    mode_state: ModeState = Field(default_factory=dict, validate_default=True, discriminator="mode")  # type: ignore[arg-type]
+    mode_state: ModeState = Field(default_factory=dict, validate_default=True, discriminator="mode")
     """The mode's own progress (the model of the contract's mode; see `mode_state`)."""
     mode_started: bool = False
     """The mode's start has run (a resumed run does not start it again)."""
@@ -605,14 +608,14 @@ class Run(Model):
     checks: list[CheckResult] = Field(default_factory=list)
     """The run_end checks on the run's final branch."""
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy takes no decorator over @property: pydantic's documented form
     @property
     def token_budget(self) -> int | None:
         """The run's token budget now: crew.yaml's `tokens_total` plus what a person added; None is unlimited."""
         total = self.contract.limits.budget.tokens_total
         return None if total is None else total + self.budget_extra
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # as for token_budget
     @property
     def usd_budget(self) -> float | None:
         """The run's money budget now: crew.yaml's `usd_total` plus what a person added; None is unlimited."""
@@ -681,11 +684,12 @@ class Run(Model):
         """
         contract = info.data.get("contract")
         if not isinstance(value, dict) or not isinstance(contract, Contract):
-            return handler(value)
+            validated: ModeState = handler(value)
+            return validated
         fields = dict(value)
         run_keys = {key: fields.pop(key) for key in RUN_KEYS_IN_OLD_MODE_STATE if key in fields}
         fields.setdefault("mode", contract.mode)
-        state = handler(fields)
+        state: ModeState = handler(fields)
         state.old_run_keys = run_keys
         return state
 

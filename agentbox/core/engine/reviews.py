@@ -133,7 +133,8 @@ def read_verdict(text: str, task: models.Task, role: str, at: float) -> models.V
 def _review(role: str, verdict: models.Verdict | None) -> Review:
     if verdict is None or verdict.verdict not in ("approve", "reject"):
         return Review(role, None, (verdict.note or "no verdict",) if verdict is not None else ("no verdict",))
-    return Review(role, Verdict(verdict=verdict.verdict, blocking_issues=list(verdict.blocking_issues),  # type: ignore[arg-type]
+    outcome: Literal["approve", "reject"] = "approve" if verdict.verdict == "approve" else "reject"
+    return Review(role, Verdict(verdict=outcome, blocking_issues=list(verdict.blocking_issues),
                                 checklist=list(verdict.checklist), confidence=verdict.confidence or 0.0))
 
 

@@ -443,7 +443,7 @@ class RunStore:
         finally:
             os.close(fd)
         lines = data.split(b"\n")[:-1]  # the part after the last newline is still being written
-        first_line = 1
+        first_line: int | None = 1
         if start > 0:
             first_line = None  # line numbers unknown in a tail; skip the first (cut) line
             lines = lines[1:]

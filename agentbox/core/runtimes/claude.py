@@ -39,6 +39,7 @@ from agentbox.core.runtimes.common import (
     json_object,
     read_transcript_file,
     scratch_file,
+    sub_object,
 )
 
 #: Tools a read-only role may not use (the read-only mount enforces it anyway). claude
@@ -219,7 +220,7 @@ class ClaudeAdapter(Adapter):
         if obj is None:
             return plain_display(line)
         kind = obj.get("type")
-        message = obj.get("message") if isinstance(obj.get("message"), dict) else {}
+        message = sub_object(obj, "message")
         blocks = [b for b in (message.get("content") or []) if isinstance(b, dict)] if isinstance(
             message.get("content"), list) else []
         events: list[DisplayEvent] = []

@@ -33,6 +33,8 @@ from agentbox.core.runtimes.common import (
     json_lines,
     json_object,
     read_transcript_file,
+    sub_list,
+    sub_object,
     with_instructions,
 )
 
@@ -142,7 +144,7 @@ class CodexAdapter(Adapter):
         if event is None:
             return plain_display(line)
         kind = event.get("type")
-        item = event.get("item") if isinstance(event.get("item"), dict) else {}
+        item = sub_object(event, "item")
         item_type = item.get("type")
         if kind == "item.started":
             if item_type == "command_execution":
@@ -164,7 +166,7 @@ class CodexAdapter(Adapter):
                 return [DisplayEvent("result" if code in (0, None) else "error",
                                      output + (f"\n(exit code {code})" if code not in (0, None) else ""), "shell")]
             if item_type == "file_change":
-                changes = item.get("changes") if isinstance(item.get("changes"), list) else []
+                changes = sub_list(item, "changes")
                 paths = ", ".join(f"{c.get('kind', '')} {c.get('path', '')}".strip() for c in changes if isinstance(c, dict))
                 return [DisplayEvent("tool", paths, "edit")]
             if item_type == "mcp_tool_call":

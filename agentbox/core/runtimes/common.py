@@ -44,6 +44,18 @@ def json_object(line: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def sub_object(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """`parent[key]` when it is a JSON object, else an empty one (a tool's output may lack any part)."""
+    value = parent.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def sub_list(parent: dict[str, Any], key: str) -> list[Any]:
+    """`parent[key]` when it is a JSON array, else an empty one."""
+    value = parent.get(key)
+    return value if isinstance(value, list) else []
+
+
 SUMMARY_CHARS = 400
 """Most characters of a tool call's input shown live."""
 _INPUT_KEYS = ("command", "cmd", "file_path", "filePath", "path", "pattern", "query", "url", "description")

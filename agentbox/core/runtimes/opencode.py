@@ -26,6 +26,7 @@ from agentbox.core.runtimes.common import (
     json_lines,
     json_object,
     sqlite_rows,
+    sub_object,
     with_instructions,
 )
 
@@ -53,7 +54,7 @@ def step_tokens(tokens: Any) -> dict[str, int]:
     """The counters a step's `tokens` reports (input, output, reasoning, cache_read, cache_write)."""
     if not isinstance(tokens, dict):
         return {}
-    cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
+    cache = sub_object(tokens, "cache")
     found = {}
     for key, value in (("input", tokens.get("input")), ("output", tokens.get("output")),
                        ("reasoning", tokens.get("reasoning")), ("cache_read", cache.get("read")),
@@ -176,14 +177,14 @@ class OpencodeAdapter(Adapter):
         if event is None:
             return plain_display(line)
         kind = event.get("type")
-        part = event.get("part") if isinstance(event.get("part"), dict) else {}
+        part = sub_object(event, "part")
         if kind == "text":
             return [DisplayEvent("text", str(part.get("text") or ""))]
         if kind == "reasoning":
             return [DisplayEvent("note", str(part.get("text") or ""))]
         if kind == "tool_use":
             name = str(part.get("tool") or "tool")
-            state = part.get("state") if isinstance(part.get("state"), dict) else {}
+            state = sub_object(part, "state")
             events = [DisplayEvent("tool", input_summary(state.get("input")), name)]
             if state.get("status") == "error":
                 events.append(DisplayEvent("error", str(state.get("error") or "failed"), name))
@@ -191,8 +192,8 @@ class OpencodeAdapter(Adapter):
                 events.append(DisplayEvent("result", str(state.get("output") or "").rstrip("\n"), name))
             return events
         if kind == "error":
-            error = event.get("error") if isinstance(event.get("error"), dict) else {}
-            data = error.get("data") if isinstance(error.get("data"), dict) else {}
+            error = sub_object(event, "error")
+            data = sub_object(error, "data")
             return [DisplayEvent("error", str(data.get("message") or error.get("name") or "error"))]
         return []
 

@@ -17,6 +17,21 @@ import re
 import sys
 import time
 
+TYPE_CHECKING = False  # typing is imported by the type checker only: start-up stays cheap
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    # Scenario mappings are JSON the user wrote, checked key by key against WHEN_FIELDS and
+    # DO_FIELDS, so their values are whatever those tables accept.
+    When = dict[str, Any]
+    Action = dict[str, Any]
+    # A session file, a result object and the template variables: JSON the agent writes.
+    Session = dict[str, Any]
+    Result = dict[str, Any]
+    Values = dict[str, Any]
+    FieldTable = dict[str, tuple[Callable[[Any], bool], str]]
+
 USAGE = (
     "usage: scripted_agent.py --scenario FILE [-p PROMPT|-] [--session-id UUID | --resume UUID]"
     " [--append-system-prompt TEXT | --append-system-prompt-file FILE] [--model MODEL]"
@@ -154,7 +169,7 @@ DO_FIELDS = {
 class Rule:
     """One scenario rule: the conditions to match and the action (defaults merged in)."""
 
-    def __init__(self, rule_id: str, when: dict, action: dict, regex: re.Pattern | None) -> None:
+    def __init__(self, rule_id: str, when: When, action: Action, regex: re.Pattern[str] | None) -> None:
         self.id = rule_id
         self.when = when
         self.action = action
@@ -164,7 +179,7 @@ class Rule:
 class Scenario:
     """A validated scenario: rules in order plus the fallback action."""
 
-    def __init__(self, rules: list[Rule], fallback: dict) -> None:
+    def __init__(self, rules: list[Rule], fallback: Action) -> None:
         self.rules = rules
         self.fallback = fallback
 
@@ -191,9 +206,9 @@ def load_scenario(path: str) -> Scenario:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Fatal(f"scenario {path}: not UTF-8 ({exc.reason} at byte {exc.start})", 2) from exc
-    data = parse_scenario(path, text)
+    parsed = parse_scenario(path, text)
     try:
-        return validate_scenario(data)
+        return validate_scenario(parsed)
     except ValueError as exc:
         raise Fatal(f"scenario {path}: {exc}", 2) from exc
 
@@ -226,7 +241,7 @@ def yaml_problem(exc: Exception) -> str:
     return f"{where}: {' '.join(str(problem).split())}"
 
 
-def check_fields(where: str, value: object, fields: dict) -> dict:
+def check_fields(where: str, value: object, fields: FieldTable) -> dict[str, Any]:
     """Check a mapping's keys and value types against a field table; return it."""
     if value is None:
         return {}
@@ -264,7 +279,7 @@ def validate_scenario(data: object) -> Scenario:
     return Scenario(rules, {**defaults, **fallback})
 
 
-def validate_rule(index: int, raw: object, defaults: dict) -> Rule:
+def validate_rule(index: int, raw: object, defaults: Action) -> Rule:
     """Validate one rule and merge the defaults under its action."""
     where = f"rules[{index}]"
     if not isinstance(raw, dict):
@@ -297,8 +312,8 @@ def write_json_atomic(path: str, data: object) -> None:
     os.replace(tmp, path)
 
 
-def read_json(path: str, default: object) -> object:
-    """Read a JSON state file, or return `default` when it does not exist."""
+def read_json(path: str, default: Any) -> Any:
+    """Read a JSON state file (any JSON value), or return `default` when it does not exist."""
     try:
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
@@ -340,7 +355,7 @@ def bump_counter(home: str, rule_id: str, times: int | None) -> int | None:
     """Count one firing of a rule; None when its `times` budget is already spent."""
     path = os.path.join(home, "counters.json")
     with HomeLock(home):
-        counters = read_json(path, {})
+        counters: dict[str, int] = read_json(path, {})
         fired = counters.get(rule_id, 0) + 1
         if times is not None and fired > times:
             return None
@@ -364,12 +379,12 @@ def new_session_id() -> str:
     return str(uuid.uuid4())
 
 
-def create_session(home: str, session_id: str, cwd: str, model: str | None, system: str) -> dict:
+def create_session(home: str, session_id: str, cwd: str, model: str | None, system: str) -> Session:
     """Claim a new session id under the lock, like claude does when a turn starts."""
     if not UUID_PATTERN.fullmatch(session_id):
         raise Fatal("Invalid session ID")
     path = session_path(home, session_id)
-    session = {
+    session: Session = {
         "id": session_id,
         "cwd": cwd,
         "created": timestamp(),
@@ -384,7 +399,7 @@ def create_session(home: str, session_id: str, cwd: str, model: str | None, syst
     return session
 
 
-def load_session(home: str, session_id: str, cwd: str) -> dict:
+def load_session(home: str, session_id: str, cwd: str) -> Session:
     """Load a session to resume; unknown ids and other cwds are 'not found', as in claude."""
     not_found = Fatal(f"No conversation found with session ID: {session_id}")
     if not UUID_PATTERN.fullmatch(session_id):
@@ -398,11 +413,11 @@ def load_session(home: str, session_id: str, cwd: str) -> dict:
     return session
 
 
-def record_turn(home: str, session: dict, entry: dict) -> None:
+def record_turn(home: str, session: Session, entry: dict[str, str]) -> None:
     """Append a finished turn to the session file (re-read under the lock first)."""
     path = session_path(home, session["id"])
     with HomeLock(home):
-        stored = read_json(path, session)
+        stored: Session = read_json(path, session)
         stored.setdefault("turns", []).append(entry)
         write_json_atomic(path, stored)
     session["turns"] = stored["turns"]
@@ -416,11 +431,12 @@ def timestamp() -> str:
 # ---------------------------------------------------------------- templates
 
 
-def render(template: str, values: dict) -> str:
+def render(template: str, values: Values) -> str:
     """Substitute `{name}` / `{name[key]}` for known names only; other braces stay as written."""
 
-    def substitute(match: re.Match) -> str:
+    def substitute(match: re.Match[str]) -> str:
         name, indexes = match.group(1), match.group(2)
+        value: object
         if name not in values:
             return match.group(0)
         value = values[name]
@@ -455,7 +471,7 @@ def as_text(value: object) -> str:
     return str(value)
 
 
-def render_leaves(value: object, values: dict) -> object:
+def render_leaves(value: object, values: Values) -> object:
     """Render every string leaf of a JSON-like value (used for reply_json)."""
     if isinstance(value, str):
         return render(value, values)
@@ -469,7 +485,7 @@ def render_leaves(value: object, values: dict) -> object:
 # ---------------------------------------------------------------- matching
 
 
-def match_rule(rule: Rule, prompt: str, system: str, turn: int) -> dict | None:
+def match_rule(rule: Rule, prompt: str, system: str, turn: int) -> Values | None:
     """Check a rule's conditions (except `times`); return its regex variables or None."""
     when = rule.when
     if not contains_all(prompt, when.get("prompt_contains")):
@@ -498,7 +514,7 @@ def match_rule(rule: Rule, prompt: str, system: str, turn: int) -> dict | None:
     return {**groups, "m": [found.group(0), *(text or "" for text in found.groups())]}
 
 
-def contains_all(text: str, needles: str | list | None) -> bool:
+def contains_all(text: str, needles: str | list[str] | None) -> bool:
     """Tell whether every needle occurs in `text` (no needles = true)."""
     if needles is None:
         return True
@@ -512,7 +528,7 @@ def env_text(value: object) -> str:
 
 def choose_rule(
     scenario: Scenario, home: str, prompt: str, system: str, turn: int
-) -> tuple[str, dict, dict, int]:
+) -> tuple[str, Action, Values, int]:
     """Pick the first rule whose conditions hold and whose `times` is not spent."""
     for rule in scenario.rules:
         variables = match_rule(rule, prompt, system, turn)
@@ -527,7 +543,7 @@ def choose_rule(
 # ---------------------------------------------------------------- actions
 
 
-def do_reads(paths: str | list, values: dict) -> dict:
+def do_reads(paths: str | list[str], values: Values) -> dict[str, str]:
     """Try to read each path; map it to the content or `ERROR: <message>`."""
     reads = {}
     for raw in [paths] if isinstance(paths, str) else paths:
@@ -540,7 +556,7 @@ def do_reads(paths: str | list, values: dict) -> dict:
     return reads
 
 
-def do_writes(files: dict, values: dict) -> str | None:
+def do_writes(files: dict[str, str], values: Values) -> str | None:
     """Write each templated file (parents created); return an error message on failure."""
     for raw_path, raw_text in files.items():
         path = os.path.expanduser(render(raw_path, values))
@@ -569,7 +585,7 @@ def do_run(command: str) -> tuple[str, int]:
     return done.stdout.decode("utf-8", "replace").rstrip("\n"), done.returncode
 
 
-def perform(action: dict, values: dict) -> str | None:
+def perform(action: Action, values: Values) -> str | None:
     """Delay, write, read and run as the action says; return a write error, if any."""
     if action.get("delay_s"):
         time.sleep(action["delay_s"])
@@ -585,28 +601,28 @@ def perform(action: dict, values: dict) -> str | None:
     return None
 
 
-def stream_item(item: dict, values: dict) -> None:
+def stream_item(item: dict[str, Any], values: Values) -> None:
     """Print one event of the turn as it happens (a JSON line before the result), after its delay."""
     if item.get("delay_s"):
         time.sleep(item["delay_s"])
     for kind in STREAM_KINDS:
         if kind in item:
-            event = {"type": kind, "text": render(item[kind], values)}
+            event: dict[str, object] = {"type": kind, "text": render(item[kind], values)}
             if "input" in item:
                 event["input"] = render_leaves(item["input"], values)
             emit(json.dumps(event, ensure_ascii=False))
 
 
-def reply_text(action: dict, values: dict) -> str:
+def reply_text(action: Action, values: Values) -> str:
     """Render the reply, or serialise the templated reply_json."""
     if "reply_json" in action:
         return json.dumps(render_leaves(action["reply_json"], values), ensure_ascii=False)
     return render(action.get("reply", ""), values)
 
 
-def usage_object(usage: object) -> dict | None:
+def usage_object(usage: dict[str, int | None] | str | None) -> dict[str, int | None] | None:
     """Expand scenario usage to all fields; unknown (absent or "unknown") stays null."""
-    if usage is None or usage == "unknown":
+    if usage is None or isinstance(usage, str):  # "unknown", the only string is_usage accepts
         return None
     return {field: usage.get(field) for field in USAGE_FIELDS}
 
@@ -617,7 +633,7 @@ def usage_object(usage: object) -> dict | None:
 class Turn:
     """What one turn produced: the result object plus how it should be delivered."""
 
-    def __init__(self, result: dict, action: dict, values: dict, failed_write: bool) -> None:
+    def __init__(self, result: Result, action: Action, values: Values, failed_write: bool) -> None:
         self.result = result
         self.action = action
         self.values = values
@@ -627,7 +643,7 @@ class Turn:
 class Agent:
     """One scripted agent process: its scenario, state home, cwd, options and session."""
 
-    def __init__(self, options: dict, scenario: Scenario, home: str, session: dict) -> None:
+    def __init__(self, options: dict[str, str], scenario: Scenario, home: str, session: Session) -> None:
         self.options = options
         self.scenario = scenario
         self.home = home
@@ -648,7 +664,7 @@ class Agent:
         values.update(variables)
         error = perform(action, values)
         text = error if error is not None else reply_text(action, values)
-        result = {
+        result: Result = {
             "type": "result",
             "is_error": error is not None or action.get("fail") == "error_exit0",
             "session_id": session["id"],
@@ -664,7 +680,7 @@ class Agent:
 
     def template_values(
         self, prompt: str, turn: int, model: str | None, system: str, counter: int
-    ) -> dict:
+    ) -> Values:
         """Build the template variables every turn has (regex groups are added later)."""
         return {
             "prompt": prompt,
@@ -745,7 +761,8 @@ def crash(turn: Turn) -> int:
         '  File "scripted_agent.py", line 1, in <module>\n'
         f"RuntimeError: scripted crash: {reason}"
     )
-    return turn.action.get("exit_code", 2)
+    exit_code: int = turn.action.get("exit_code", 2)
+    return exit_code
 
 
 def deliver(agent: Agent, turn: Turn, prompt: str, interactive: bool) -> int | None:
@@ -753,7 +770,10 @@ def deliver(agent: Agent, turn: Turn, prompt: str, interactive: bool) -> int | N
     action, result = turn.action, turn.result
     if "stderr" in action:
         warn(render(action["stderr"], turn.values))
-    show = (lambda r: emit(r["result"])) if interactive else (lambda r: emit(json.dumps(r)))
+
+    def show(shown: Result) -> None:
+        emit(shown["result"] if interactive else json.dumps(shown))
+
     if turn.failed_write:
         show(result)
         return None if interactive else 1
@@ -776,16 +796,17 @@ def deliver(agent: Agent, turn: Turn, prompt: str, interactive: bool) -> int | N
     agent.record(turn, prompt)
     show(result)
     if fail == "exit":
-        return action.get("exit_code", 1)
+        exit_code: int = action.get("exit_code", 1)
+        return exit_code
     return None if interactive else 0
 
 
 # ---------------------------------------------------------------- command line
 
 
-def parse_args(argv: list[str]) -> dict:
+def parse_args(argv: list[str]) -> dict[str, str]:
     """Parse claude-like options (`--opt value` or `--opt=value`) into a dict."""
-    options: dict = {}
+    options: dict[str, str] = {}
     index = 0
     while index < len(argv):
         arg = argv[index]
@@ -825,7 +846,7 @@ def read_text_file(path: str, option: str) -> str:
         raise Fatal(f"{option} {path}: {exc}", 2) from None
 
 
-def open_agent(options: dict) -> Agent:
+def open_agent(options: dict[str, str]) -> Agent:
     """Load the scenario, then claim or resume the session (scenario errors come first)."""
     scenario = load_scenario(options["scenario"])
     home = state_home()

@@ -33,7 +33,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -353,7 +353,7 @@ def git_bounded(cwd: Path, *args: str, max_bytes: int, timeout: float = GIT_TIME
     return data[:max_bytes], more
 
 
-def git_fields(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> Iterator[bytes]:
+def git_fields(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> Generator[bytes, None, None]:
     """The NUL-separated fields `git ARGS` prints (with `-z`), read as they come: output of any
     size costs a chunk of memory. Stopping early stops git; a failing git is a GitError."""
     with tempfile.TemporaryFile() as errors:

@@ -37,9 +37,9 @@ class ArtifactScreen(Screen[None]):
     def on_mount(self) -> None:
         """Read the file in a worker."""
         view = self.query_one("#artifact-view")
-        view.border_title = safe_text(display_path(self.entry, self.root), single_line=True)  # type: ignore[assignment]
+        view.border_title = safe_text(display_path(self.entry, self.root), single_line=True)
         if self.entry.get("role"):
-            view.border_subtitle = Text(provenance(self.entry).plain)  # type: ignore[assignment]
+            view.border_subtitle = Text(provenance(self.entry).plain)
         self.run_worker(partial(self._read, str(self.entry["path"])), thread=True, exit_on_error=False)
 
     def _read(self, path: str) -> None:

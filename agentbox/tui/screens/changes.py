@@ -24,6 +24,7 @@ from agentbox.core.termtext import for_line, for_terminal
 from agentbox.tui import action_table, loaders, model
 from agentbox.tui import messages as msg
 from agentbox.tui.diffs import CHANGE_STYLE
+from agentbox.tui.view import view_node
 
 if TYPE_CHECKING:
     from agentbox.tui.view import DashboardView
@@ -92,7 +93,7 @@ class ChangesScreen(Screen[None]):
         body = self.query_one("#changes-body")
         body.border_title = "changes"
         body.border_subtitle = "enter opens the selected task: brief, verdicts, diff"
-        self.watch(self.dashboard, "run", self._show, init=True)
+        self.watch(view_node(self.dashboard), "run", self._show, init=True)
         self.query_one(Tree).focus()
 
     def _summarise(self, text: Text) -> None:

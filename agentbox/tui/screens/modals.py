@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
@@ -207,7 +208,7 @@ class MergeDialog(Dialog):
 class PickDialog(Dialog):
     """Choose one of a few things (a task, a checkpoint, a run)."""
 
-    def __init__(self, title: str, options: list[tuple[str, Text | str]], highlighted: str | None = None) -> None:
+    def __init__(self, title: str, options: Sequence[tuple[str, Text | str]], highlighted: str | None = None) -> None:
         super().__init__()
         self.title_text = title
         self.options = options

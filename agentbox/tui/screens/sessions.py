@@ -20,6 +20,7 @@ from agentbox.core.sessions import SessionRecord
 from agentbox.core.termtext import safe_text
 from agentbox.tui import loaders, model
 from agentbox.tui import messages as msg
+from agentbox.tui.view import view_node
 
 if TYPE_CHECKING:
     from agentbox.tui.view import DashboardView
@@ -77,7 +78,7 @@ class SessionHistoryScreen(Screen[None]):
     def on_mount(self) -> None:
         """Columns, titles, and follow the dashboard's sessions."""
         sessions = self.query_one("#session-list", DataTable)
-        sessions.border_title = safe_text(f"sessions of {self.role}", single_line=True)  # type: ignore[assignment]
+        sessions.border_title = safe_text(f"sessions of {self.role}", single_line=True)
         for column in ("session", "task", "turns", "status", "tokens", "updated"):
             sessions.add_column(column, key=column)
         turns = self.query_one("#turn-list", DataTable)
@@ -85,7 +86,7 @@ class SessionHistoryScreen(Screen[None]):
         for column in ("turn", "status", "tokens", "time", "started"):
             turns.add_column(column, key=column)
         self.query_one("#turn-detail").border_title = "prompt and result"
-        self.watch(self.dashboard, "sessions", self._sessions_changed, init=True)
+        self.watch(view_node(self.dashboard), "sessions", self._sessions_changed, init=True)
         sessions.focus()
 
     def on_resize(self) -> None:

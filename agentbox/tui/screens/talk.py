@@ -86,7 +86,7 @@ class TalkScreen(Screen[None]):
 
     def on_mount(self) -> None:
         """Say which session this resumes."""
-        self.query_one("#transcript").border_title = safe_text(f"talk to {self.role}", single_line=True)  # type: ignore[assignment]
+        self.query_one("#transcript").border_title = safe_text(f"talk to {self.role}", single_line=True)
         self._title()
         self._read_history()
         self.query_one("#prompt", Input).focus()

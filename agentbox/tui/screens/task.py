@@ -21,6 +21,7 @@ from agentbox.core.tasks import TERMINAL_STATES
 from agentbox.core.termtext import for_line, for_terminal, safe_text
 from agentbox.tui import loaders, model
 from agentbox.tui import messages as msg
+from agentbox.tui.view import view_node
 from agentbox.tui.widgets.diff_view import DiffView
 from agentbox.tui.widgets.events import event_line
 
@@ -207,10 +208,10 @@ class TaskDetailScreen(Screen[None]):
     def on_mount(self) -> None:
         """Follow the dashboard's run."""
         self.query_one("#task-body").border_title = f"task {self.task_id}"
-        self.watch(self.dashboard, "run", self._show, init=True)
+        self.watch(view_node(self.dashboard), "run", self._show, init=True)
 
     @property
-    def task(self) -> Task | None:
+    def shown_task(self) -> Task | None:
         """The task as last loaded."""
         run = self.dashboard.run
         return run.tasks.get(self.task_id) if run else None
@@ -257,7 +258,7 @@ class TaskDetailScreen(Screen[None]):
 
     def on_task_diff_loaded(self, message: msg.TaskDiffLoaded) -> None:
         """Show the diff that was read (unless the branch has moved on meanwhile: that read is under way)."""
-        task = self.task
+        task = self.shown_task
         if task is None or message.commits != self._diff_for or message.page != self._diff_page:
             return
         view = self.query_one(DiffView)
@@ -286,7 +287,7 @@ class TaskDetailScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Approve and rework only for a task in review."""
-        task = self.task
+        task = self.shown_task
         if action in ("approve", "rework"):
             return task is not None and task.state == "reviewing"
         if action == "cancel_task":
@@ -343,12 +344,12 @@ class TaskDetailScreen(Screen[None]):
 
     def action_history(self) -> None:
         """The assignee's session history."""
-        if self.task is not None:
-            self.post_message(msg.ActionRequested("history", self.task.assignee))
+        if self.shown_task is not None:
+            self.post_message(msg.ActionRequested("history", self.shown_task.assignee))
 
     def action_check_log(self) -> None:
         """The log of the task's latest check (a red one's, when there is one), in the viewer."""
-        task = self.task
+        task = self.shown_task
         if task is None or not task.checks:
             self.notify("no check has run for this task", severity="warning")
             return
@@ -357,5 +358,5 @@ class TaskDetailScreen(Screen[None]):
 
     def action_talk(self) -> None:
         """Talk to the assignee in this task's session."""
-        if self.task is not None:
-            self.post_message(msg.ActionRequested("talk", self.task.assignee, self.task.session_id))
+        if self.shown_task is not None:
+            self.post_message(msg.ActionRequested("talk", self.shown_task.assignee, self.shown_task.session_id))

@@ -82,19 +82,19 @@ class ArtifactsPanel(Horizontal):
             yield Static(Text("no artifact yet", style="dim"), id="artifact-text")
 
     @property
-    def tree(self) -> ArtifactTree:
+    def file_tree(self) -> ArtifactTree:
         """The file tree."""
         return self.query_one(ArtifactTree)
 
     @property
     def selected_entry(self) -> ArtifactEntry | None:
         """The manifest entry of the highlighted file."""
-        node = self.tree.cursor_node
+        node = self.file_tree.cursor_node
         return node.data if node is not None and node.data else None
 
     def watch_manifest(self, manifest: tuple[ArtifactEntry, ...]) -> None:
         """Add new files, refresh changed ones (latest entry per path wins)."""
-        tree = self.tree
+        tree = self.file_tree
         if not manifest:
             tree.clear()
             self._paths.clear()
@@ -124,7 +124,7 @@ class ArtifactsPanel(Horizontal):
         """The node of the directory made of `parts`, with its missing parents (a loop: no depth limit of Python's)."""
         if len(parts) > MAX_TREE_DEPTH:  # one node holds the rest of a path too deep to draw as a tree
             parts = (*parts[:MAX_TREE_DEPTH - 1], "/".join(parts[MAX_TREE_DEPTH - 1:]))
-        node = self.tree.root
+        node = self.file_tree.root
         for depth in range(1, len(parts) + 1):
             child = self._dirs.get(parts[:depth])
             if child is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.reactive import var
 from textual.widgets import Static
@@ -19,8 +21,8 @@ class CheckpointBar(Static):
 
     run: var[Run | None] = var(None, always_update=True)
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self._shown: Text | None = None
 
     def watch_run(self, run: Run | None) -> None:

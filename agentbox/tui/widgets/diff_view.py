@@ -7,6 +7,8 @@ through the files and can jump from one heading to the next.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Static
@@ -21,8 +23,8 @@ FILES_SHOWN = 200
 class DiffView(Vertical):
     """A heading and a line of explanation, or the files of a diff."""
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.file_paths: tuple[str, ...] = ()
         """The files shown, in order (what tests and the file jumps read)."""
         self._shown: object = None

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rich.text import Text
+from textual import events
 from textual.actions import SkipAction
 from textual.widgets import RichLog
 
@@ -61,7 +62,7 @@ class EventLog(RichLog):
             raise SkipAction()
         self.scroll_page_up(animate=False)
 
-    def on_resize(self) -> None:
+    def on_resize(self, event: events.Resize) -> None:
         """Re-wrap the kept records at the new width; stay at the end."""
         width = self.scrollable_content_region.width
         if self._wrapped_at and width != self._wrapped_at and self._kept:

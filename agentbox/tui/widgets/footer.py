@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.screen import Screen
 from textual.widgets import Footer
 
@@ -16,8 +18,8 @@ class KeyFooter(Footer):
     what a Tab cost. This footer compares what it would show with what it shows first.
     """
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self._shown: tuple[object, ...] | None = None
         self._check_pending = False
 

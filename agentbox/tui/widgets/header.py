@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Group
 from rich.text import Text
 from textual.message import Message
@@ -26,8 +28,8 @@ class RunHeader(Widget):
     class SwitcherRequested(Message):
         """The person clicked the header to switch runs."""
 
-    def __init__(self, project_name: str, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, project_name: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.project_name = project_name
 
     def watch_run(self, old: Run | None, new: Run | None) -> None:
@@ -81,8 +83,8 @@ def gates_line(run: Run) -> str:
     """The run's gates in a few words (`gates: submission smoke,full · integration smoke`; "" without any),
     with how many tasks are being checked now."""
     gates = run.contract.gates
-    stages = [f"{stage.replace('_', ' ')} {','.join(gates.of(stage))}"  # type: ignore[arg-type]
-              for stage in ("submission", "integration", "run_end") if gates.of(stage)]  # type: ignore[arg-type]
+    stages = [f"{stage.replace('_', ' ')} {','.join(gates.of(stage))}"
+              for stage in ("submission", "integration", "run_end") if gates.of(stage)]
     if not stages:
         return ""
     checking = len(run.checking())

@@ -8,7 +8,7 @@ It looks and answers keys like Textual's tree (same guides, icons, component cla
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -34,9 +34,14 @@ GROUP_PREFIX = "state:"
 GUIDE_WIDTH = 2
 """Cells of the guide in front of a task (`├ `)."""
 
-Look = tuple[object, ...]
-"""Everything a row's text is made of: ("group", state, count, expanded) or
-("task", id, assignee, depends_on, attempts, (verdict, by) | None)."""
+GroupLook = tuple[Literal["group"], str, int, bool]
+"""A group header's row: its state, how many tasks, expanded."""
+TaskLook = tuple[Literal["task"], str, str, tuple[str, ...], int, tuple[str, str] | None,
+                 *tuple[tuple[str, str] | str, ...]]
+"""A task's row: id, assignee, depends_on, attempts, (verdict, by) | None, then ("ladder", level)
+and "checking" or why its turn is held, when they apply."""
+Look = GroupLook | TaskLook
+"""Everything a row's text is made of (a key of the width cache: plain tuples)."""
 
 
 class Row(NamedTuple):
@@ -57,7 +62,7 @@ def task_look(task: Task, checking: bool = False, held: str | None = None) -> Lo
     """What the row of `task` shows (`checking`: crew.yaml's checks are judging its work; `held`:
     why its turn waits for the machine's room, "waiting for memory")."""
     verdict = (task.verdicts[-1].verdict, task.verdicts[-1].by) if task.verdicts else None
-    look: Look = ("task", task.id, task.assignee, tuple(task.depends_on), task.attempts, verdict)
+    look: TaskLook = ("task", task.id, task.assignee, tuple(task.depends_on), task.attempts, verdict)
     if task.ladder.label != "-":  # on the failure ladder: its level
         look = (*look, ("ladder", task.ladder.label))
     return (*look, "checking") if checking else (*look, held) if held else look
@@ -78,12 +83,12 @@ def _label_parts(look: Look) -> list[tuple[str, str]]:
     elif mark:
         parts.append((f"  ⏸ {mark[0]}", "yellow"))
     if depends_on:
-        parts.append((f"  ⇠ {', '.join(depends_on)}", "dim"))  # type: ignore[arg-type]
-    if int(attempts) > 1:  # type: ignore[call-overload]
+        parts.append((f"  ⇠ {', '.join(depends_on)}", "dim"))
+    if int(attempts) > 1:
         parts.append((f"  #{attempts}", "yellow"))
     if verdict:
-        good = verdict[0] == "approve"  # type: ignore[index]
-        parts.append((f"  {'✓' if good else '✗'} {for_line(verdict[1])}", "green" if good else "red"))  # type: ignore[index]
+        good = verdict[0] == "approve"
+        parts.append((f"  {'✓' if good else '✗'} {for_line(verdict[1])}", "green" if good else "red"))
     return parts
 
 
@@ -155,8 +160,8 @@ class QueueList(ScrollView, can_focus=True):
             """The queue the task was chosen in."""
             return self.queue
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.rows: list[Row] = []
         self._collapsed: set[str] = {"cancelled"}
         self._run_id: str | None = None

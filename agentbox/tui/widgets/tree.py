@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from textual.geometry import Region
 from textual.strip import Strip
@@ -55,8 +55,8 @@ class QuietTree(Tree[DataT]):
     when the styles really changed (a new theme), and otherwise just repaints.
     """
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._style_memo = StyleMemo()
 
     def notify_style_update(self) -> None:

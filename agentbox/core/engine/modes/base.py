@@ -170,9 +170,15 @@ class ModeDriver(Generic[StateT]):
         """The run's artifact dir as agents see it (same path inside the sandbox)."""
         return str(self.ctx.store.artifacts_dir(self.run.id))
 
+    def task_of(self, job: Job) -> Task:
+        """The task a work or review turn is about (such a job always names one)."""
+        if job.task is None:
+            raise KeyError(f"{job.kind} turn {job.id} names no task")
+        return self.run.tasks[job.task]
+
     def handle_submission(self, job: Job, result: InvokeResult) -> None:
         """Validate a worker's submission; a question becomes a checkpoint."""
-        task = self.run.tasks[job.task]
+        task = self.task_of(job)
         reply = self.ctx.structured(job, result, Submission)
         if reply is None:
             return
@@ -213,7 +219,7 @@ class ModeDriver(Generic[StateT]):
 
     def handle_verdict(self, job: Job, result: InvokeResult) -> None:
         """Validate a review; approve with evidence or send back for rework."""
-        task = self.run.tasks[job.task]
+        task = self.task_of(job)
         panel = task.panel
         if panel is not None and job.role in panel.reviewers:
             if panel.outcome is None and job.role not in panel.verdicts:

@@ -233,18 +233,19 @@ class GraphMode(ModeDriver[GraphState]):
                 if edge.from_ == node and edge.condition == "success":
                     self._fire(edge, task, job, None)
         else:
-            edge = graph_mod.fail_edge(self.graph, node, reply.fail_reason)
+            fallback = graph_mod.fail_edge(self.graph, node, reply.fail_reason)
             reason = reply.fail_reason or "no reason given"
-            if edge is None:
+            if fallback is None:
                 self._block(job, task, reason, reply)
                 return
             evidence = [f"outcome fail ({reason}) reported: {reply.summary}", *reply.evidence]
             self._accept(task, "fail", evidence, reply.remediation)
-            self.ctx.ledger.event("node.failed", f"{node} ({task.id}) failed ({reason}) → {edge.to}"
-                              + (" (backward)" if edge.kind == "backward" else ""),
+            self.ctx.ledger.event("node.failed", f"{node} ({task.id}) failed ({reason}) → {fallback.to}"
+                              + (" (backward)" if fallback.kind == "backward" else ""),
                               reply.remediation or reply.summary[:300], task=task.id, role=job.role,
-                              session=result.session_id, node=node, fail_reason=reply.fail_reason, edge=edge.describe())
-            self._fire(edge, task, job, reply.fail_reason)
+                              session=result.session_id, node=node, fail_reason=reply.fail_reason,
+                              edge=fallback.describe())
+            self._fire(fallback, task, job, reply.fail_reason)
         self.advance()
 
     def _accept(self, task: Task, verdict: str, evidence: list[str], note: str | None) -> None:

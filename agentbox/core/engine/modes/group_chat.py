@@ -106,7 +106,7 @@ class GroupChatMode(ModeDriver[GroupChatState]):
         done_role = settings.done_role or (lead if selection == "lead_selects" else None)
         problems = [f"unknown speaker {s!r} (roles: {', '.join(roles)})" for s in speakers if s not in roles]
         if selection == "lead_selects":
-            if lead not in speakers:
+            if lead is not None and lead not in speakers:  # never None here: the first speaker at worst
                 speakers.insert(0, lead)
             if len(speakers) < 2:
                 problems.append("lead_selects needs at least one speaker besides the lead")

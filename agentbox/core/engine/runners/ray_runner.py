@@ -158,7 +158,7 @@ class RayRunner:
         except AgentboxError as exc:
             return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
                                          error=f"taking the node's commit failed: {exc.message}", role=agent.role),
-                            **where)
+                            node_id=back.node_id, host=back.host)
         return TurnDone(result, git, back.peak_rss_mb, **where)
 
 
