@@ -261,9 +261,6 @@ class Adapter(Protocol):
     """Paths in the config dir the tool loads as settings or code (hooks, plugins, MCP servers,
     instructions); `name/` is a directory. Headless turns get them read-only, created empty
     when missing, so no agent can plant something every later turn of the profile runs."""
-    turn_home: ClassVar[TurnHome | None]
-    """A config home rebuilt for every headless turn (None: the profile's, `loaded_config` read-only)."""
-
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
         """Binds of the profile's config dir and the env vars pointing the tool at them."""
         ...

@@ -138,17 +138,16 @@ class RayRunner:
                                          error=f"the node running the turn was lost: {type(exc).__name__}: "
                                                f"{str(exc).splitlines()[0][:300] if str(exc) else ''}",
                                          role=agent.role))
-        where = {"node_id": back.node_id, "host": back.host}
         try:
             await asyncio.to_thread(travel.store_back, agent, back.session)
         except (AgentboxError, OSError) as exc:
             return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
                                          error=f"keeping the session's files from the node failed: {exc}",
-                                         role=agent.role), **where)
+                                         role=agent.role), node_id=back.node_id, host=back.host)
         result = dataclasses.replace(back.result, log_path=travel.local_path(back.session, agent,
                                                                              back.result.log_path))
         if turn.workspace is None or result.error_kind == "spawn_failed":
-            return TurnDone(result, None, back.peak_rss_mb, **where)
+            return TurnDone(result, None, back.peak_rss_mb, node_id=back.node_id, host=back.host)
         try:
             if back.bundle is not None:
                 await asyncio.to_thread(_take_bundle, turn.workspace.path, back.bundle)
@@ -159,7 +158,7 @@ class RayRunner:
             return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
                                          error=f"taking the node's commit failed: {exc.message}", role=agent.role),
                             node_id=back.node_id, host=back.host)
-        return TurnDone(result, git, back.peak_rss_mb, **where)
+        return TurnDone(result, git, back.peak_rss_mb, node_id=back.node_id, host=back.host)
 
 
 @dataclasses.dataclass(frozen=True)

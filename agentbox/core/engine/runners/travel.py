@@ -38,6 +38,7 @@ from agentbox.core.errors import AgentboxError
 if TYPE_CHECKING:
     from agentbox.core.invoke import Agent
     from agentbox.core.profiles import ProfileInfo
+    from agentbox.core.records import TurnRecord
 
 SESSION_DIRS: dict[str, tuple[str, ...]] = {
     "claude": ("projects", "file-history", "tasks"),
@@ -76,7 +77,7 @@ class SessionBack:
     config: dict[str, bytes]
     """Files of the tool's config home the turn made or changed (relative paths)."""
     record: dict[str, Any] | None
-    turn_lines: list[dict[str, Any]] = field(default_factory=list)
+    turn_lines: list[TurnRecord] = field(default_factory=list)
     logs: dict[str, bytes] = field(default_factory=dict)
     """The turn's log files (relative to the session's logs dir)."""
     store_root: str = ""
