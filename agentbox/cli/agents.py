@@ -42,8 +42,7 @@ def invoke(args: argparse.Namespace) -> int:
     """One headless turn; exit 0 on success, 1 on an agent failure (error on stderr)."""
     import time
 
-    from agentbox.core import services, telemetry, telemetry_model
-    from agentbox.core.egress_turn import denied_line
+    from agentbox.core import services, telemetry
     from agentbox.core.errors import NotFoundError, UsageError
     from agentbox.core.invoke import invoke_sync
 
@@ -62,7 +61,7 @@ def invoke(args: argparse.Namespace) -> int:
     trace = telemetry.settings()
     if trace is not None:  # a one-span trace; claude and codex export their own under it
         ids, started = telemetry.new_invoke_ids(), time.time()
-        agent = telemetry.traced_agent(agent, trace, telemetry_model.traceparent(*ids),
+        agent = telemetry.traced_agent(agent, trace, telemetry.traceparent(*ids),
                                        {"agentbox.role": agent.role, "agentbox.profile": agent.profile.name})
     result = invoke_sync(agent, prompt, session_id, timeout_s=args.timeout)  # one turn: no event loop to start
     if trace is not None:
