@@ -71,7 +71,7 @@ def setup(workdir: Path) -> Path:
 
 def bench_p1(project: Path, runs: int) -> dict[str, float]:
     from agentbox.core import sandbox, services
-    from agentbox.core.invoke import _prepare_session, invoke, prepare
+    from agentbox.core.invoke import invoke, prepare, prepare_session
 
     agent = services.profile_agent("noop", project, None)
     cli = [*agentbox_command(), "invoke", "profile:noop", "hi"]
@@ -96,7 +96,7 @@ def bench_p1(project: Path, runs: int) -> dict[str, float]:
     try:
         for index in range(runs + 1):  # the first round warms caches and is dropped
             # a fresh session per run: the agent refuses to create the same session twice
-            prepared = prepare(agent, "hi", _prepare_session(agent, None))
+            prepared = prepare(agent, "hi", prepare_session(agent, None))
             round_samples = {"by_hand": timed(by_hand), "library": timed(library), "cli": timed(whole_cli)}
             if index:
                 for key, value in round_samples.items():

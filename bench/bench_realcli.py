@@ -132,12 +132,12 @@ class Bench:
     def by_hand(self, name: str, prompt: str) -> Callable[[], None]:
         """The turn of a new session of profile `name`, by hand: the argv agentbox would run, run directly."""
         from agentbox.core import egress_turn, sandbox, services
-        from agentbox.core.invoke import _prepare_session, finish_turn, prepare, remove_scratch
+        from agentbox.core.invoke import finish_turn, prepare, prepare_session, remove_scratch
 
         agent = services.profile_agent(name, self.project, None)
 
         def run() -> None:
-            prepared = prepare(agent, prompt, _prepare_session(agent, None))
+            prepared = prepare(agent, prompt, prepare_session(agent, None))
             try:
                 with egress_turn.serving(prepared.egress), sandbox.launch(prepared.argv) as launched:
                     proc = subprocess.run(launched.argv, env=prepared.env, cwd=self.project,

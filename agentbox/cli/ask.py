@@ -5,22 +5,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from typing import TYPE_CHECKING
 
 from agentbox.cli.common import print_json, project_from
 from agentbox.core.errors import AgentboxError
 from agentbox.core.termtext import for_terminal
 
+if TYPE_CHECKING:
+    from agentbox.core.paths import ProjectPaths
 
-def _split(project: object, words: list[str]) -> tuple[str | None, str]:
+
+def _split(project: ProjectPaths, words: list[str]) -> tuple[str | None, str]:
     """A first word naming one of the project's runs is the run; the rest is the question.
 
     Only a whole run id, `latest`, or a prefix of one starting `run-` counts: a question's first
     word ("add", "be", "2") must never be taken for the end of some run's id."""
-    from agentbox.core.engine.run_store import RunStore
+    from agentbox.core import runs
 
     if len(words) > 1 and (words[0] == "latest" or words[0].startswith("run-")):
         try:
-            return RunStore(project).resolve_id(words[0]), " ".join(words[1:])  # type: ignore[arg-type]
+            return runs.resolve_id(project, words[0]), " ".join(words[1:])
         except AgentboxError:
             pass
     return None, " ".join(words)

@@ -78,7 +78,7 @@ class Model(BaseModel):
 
 ModeSettings = SequentialSettings | HierarchicalSettings | GroupChatSettings | HandoffSettings | GraphSettings
 """The settings of one orchestration mode (crew.yaml's section of that name)."""
-SETTINGS_BY_MODE: dict[str, type[ModeSettings]] = {
+SETTINGS_BY_MODE: dict[Mode, type[ModeSettings]] = {
     "sequential": SequentialSettings, "hierarchical": HierarchicalSettings, "group_chat": GroupChatSettings,
     "handoff": HandoffSettings, "graph": GraphSettings,
 }
