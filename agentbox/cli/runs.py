@@ -62,32 +62,21 @@ def printer(quiet: bool, bell: bool = True) -> Callable[[EventRecord], None] | N
     return show
 
 
+ANSWER_COMMANDS = {
+    "approve_plan": "agentbox approve {run} {cp}", "replan": 'agentbox answer {run} {cp} "FEEDBACK"',
+    "merge": "agentbox merge {run}", "merge_squash": "agentbox merge {run} --squash", "look": "agentbox diff {run}",
+    "approve_task": "agentbox approve {task} --run {run}",
+    "rework_task": 'agentbox rework {task} --run {run} --note "WHAT TO FIX"', "apply": "agentbox apply {task} --run {run}",
+    "answer": 'agentbox answer {run} {cp} "{hint}"',
+}
+"""The command that answers a checkpoint each way (`agentbox.core.runs.AnswerKind`)."""
+
+
 def answer_commands(view: CheckpointView) -> list[tuple[str, str]]:
     """(what, exact command) pairs that answer the checkpoint of `view`, for the person to copy."""
-    run_id, cp_id = view.run_id, view.checkpoint.id
-    commands = []
-    for way in view.answers:
-        if way.kind == "approve_plan":
-            command = f"agentbox approve {run_id} {cp_id}"
-        elif way.kind == "replan":
-            command = f'agentbox answer {run_id} {cp_id} "FEEDBACK"'
-        elif way.kind == "merge":
-            command = f"agentbox merge {run_id}"
-        elif way.kind == "merge_squash":
-            command = f"agentbox merge {run_id} --squash"
-        elif way.kind == "look":
-            command = f"agentbox diff {run_id}"
-        elif way.kind == "approve_task":
-            command = f"agentbox approve {way.task} --run {run_id}"
-        elif way.kind == "rework_task":
-            command = f'agentbox rework {way.task} --run {run_id} --note "WHAT TO FIX"'
-        elif way.kind == "apply":
-            command = f"agentbox apply {way.task} --run {run_id}"
-        else:
-            hint = " | ".join(view.words) + (" [ROOT CAUSE]" if view.root_cause else "") if view.words else "YOUR ANSWER"
-            command = f'agentbox answer {run_id} {cp_id} "{hint}"'
-        commands.append((way.what, command))
-    return commands
+    hint = " | ".join(view.words) + (" [ROOT CAUSE]" if view.root_cause else "") if view.words else "YOUR ANSWER"
+    return [(way.what, ANSWER_COMMANDS[way.kind].format(run=view.run_id, cp=view.checkpoint.id, task=way.task,
+                                                         hint=hint)) for way in view.answers]
 
 
 class Person:

@@ -10,6 +10,10 @@ has an engine (`engine_state`). Human commands come in as the typed models of
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -18,23 +22,35 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentbox.core import project as project_mod
+from agentbox.core import store as store_mod
 from agentbox.core.engine.models import (
     TERMINAL_RUN_STATES,
     Checkpoint,
     Contract,
     Run,
     RunGit,
-    check_id,
     no_engine_reason,
 )
-from agentbox.core.engine.run_store import DamagedRun, DamagedRunError, RunStore, new_run_id
+from agentbox.core.engine.run_store import (
+    MANIFEST_FILE,
+    DamagedRun,
+    DamagedRunError,
+    RunStore,
+    manifest_problem,
+    new_run_id,
+)
 from agentbox.core.errors import NotFoundError, UsageError
+from agentbox.core.ids import check_id
 from agentbox.core.paths import ProjectPaths
 
 if TYPE_CHECKING:  # git plumbing loads only when a run starts; the engine only when a command is applied
     from agentbox.core.config import Mode
     from agentbox.core.engine.commands import Command
+    from agentbox.core.graph_model import Graph
     from agentbox.core.workspace import RepoInfo
+
+Workspace = Literal["worktree", "shared"]
+"""Where a run's agents write: each task in its own git worktree and branch, or the live tree."""
 
 __all__ = ["DamagedRun", "DamagedRunError"]  # what a face may hold of a run that cannot be read
 
@@ -60,15 +76,17 @@ def create_run(project: ProjectPaths, goal: str, mode: Mode | None = None, graph
                          f"drop --graph, or run it as a graph: --mode graph --graph {graph}")
     crew = project_mod.load_checked_crew(project)
     mode = "graph" if graph is not None else mode or crew.mode  # a graph given is a graph run
-    graph_data = graph_file = None
+    graph_data: Graph | None = None
+    graph_file: str | None = None
     if mode == "graph":
         from agentbox.core.graph import load_graph, resolve_graph
+        from agentbox.core.graph_model import Graph
 
         name = graph or crew.graph.file
         if not name:
             raise UsageError("graph mode needs a work graph", "pass --graph NAME or set graph.file in crew.yaml")
         path = resolve_graph(name, project).absolute()
-        graph_data = load_graph(path, list(crew.roles)).model_dump(by_alias=True)
+        graph_data = Graph.model_validate(load_graph(path, list(crew.roles)).model_dump(by_alias=True))
         graph_file = str(path)
     now = time.time()
     store = RunStore(project)
@@ -100,7 +118,7 @@ def create_run(project: ProjectPaths, goal: str, mode: Mode | None = None, graph
     return run
 
 
-def _workspace_of(project: ProjectPaths, chosen: str | None) -> tuple[str, RepoInfo | None]:
+def _workspace_of(project: ProjectPaths, chosen: Workspace | None) -> tuple[Workspace, RepoInfo | None]:
     """crew.yaml's `workspace`, or the default: `worktree` at the top of a git repository with
     a commit; with the repository's facts (None when git was not asked: a `shared` crew)."""
     from agentbox.core.workspace import GitError, repo_info
@@ -131,7 +149,7 @@ def _refuse_a_second_shared_writer(store: RunStore) -> None:
                              "(each run in its own branches)")
 
 
-async def execute(project: ProjectPaths, run_id: str, on_event: Any = None) -> Run:
+async def execute(project: ProjectPaths, run_id: str, on_event: Callable[[EventRecord], None] | None = None) -> Run:
     """Drive a run in this process until it ends (resumes from disk if it was interrupted)."""
     from agentbox.core.engine.engine import Engine
 
@@ -197,7 +215,7 @@ def list_runs(project: ProjectPaths) -> list[Run | DamagedRun]:
     return RunStore(project).scan()
 
 
-def history(project: ProjectPaths) -> tuple[list[tuple[Run, list[dict[str, Any]]]], list[DamagedRun]]:
+def history(project: ProjectPaths) -> tuple[list[tuple[Run, list[EventRecord]]], list[DamagedRun]]:
     """Every readable run of the project with its decision log, oldest first (`agentbox stats`), and the damaged ones."""
     store = RunStore(project)
     readable, damaged = [], []
@@ -396,11 +414,27 @@ def resume_target(project: ProjectPaths, run_ref: str) -> str:
     return run_id
 
 
-def read_run_if_changed(project: ProjectPaths, run_id: str, last_digest: bytes | None) -> tuple[Run | None, bytes]:
-    """The run, or None when its state differs from `last_digest` only by run.json's save time."""
-    from agentbox.core import watch
+_SAVE_TIME = re.compile(rb'"updated":[-+0-9.eE]+,"finished":')
+"""run.json's top-level save time (compact JSON; only the run's own `updated` precedes `finished`)."""
+_SAVES = re.compile(rb'^(\{"id":"[^"\\]*","saves":)\d+')
+"""run.json's save counter (second in the file), which every save moves."""
 
-    return watch.read_run_if_changed(project, run_id, last_digest)
+
+def read_run_if_changed(project: ProjectPaths, run_id: str, last_digest: bytes | None) -> tuple[Run | None, bytes]:
+    """The run, or None when its state differs from `last_digest` only by run.json's save time.
+
+    A running engine saves its state several times a second even when nothing happened;
+    hashing the bytes is far cheaper than validating a big run again. If the file's
+    layout ever changes, every read simply counts as a change.
+    """
+    run_store = RunStore(project)
+    state = run_store.read_state(run_id)  # bounded, regular files only; "no run" / damaged errors
+    snapshot = _SAVES.sub(rb"\1", _SAVE_TIME.sub(b'"finished":', state.snapshot, count=1), count=1)
+    digest = hashlib.blake2b(snapshot, digest_size=16)
+    digest.update(state.journal)  # a journal line is only written for a real change
+    if digest.digest() == last_digest:
+        return None, digest.digest()
+    return run_store.parse_state(run_id, state), digest.digest()
 
 
 def read_events(project: ProjectPaths, run_id: str, offset: int) -> tuple[list[EventRecord], int]:
@@ -408,25 +442,75 @@ def read_events(project: ProjectPaths, run_id: str, offset: int) -> tuple[list[E
     return RunStore(project).events(run_id, offset)
 
 
-def tail_events(project: ProjectPaths, run_id: str, limit: int) -> tuple[list[EventRecord], int]:
-    """The last `limit` decision-log records and the offset of the end of the log (follow it from there)."""
-    from agentbox.core import watch
+def tail_events(project: ProjectPaths, run_id: str, limit: int, chunk: int = 1 << 18) -> tuple[list[EventRecord], int]:
+    """The last `limit` decision-log records and the offset of the end of the log.
 
-    return watch.tail_events(project, run_id, limit)
+    Reads backwards from the end in chunks, so opening a run with a huge log costs only
+    the records shown; follow it afterwards with `read_events` from the returned offset.
+    """
+    path = RunStore(project).events_path(run_id)
+    try:
+        handle = os.fdopen(store_mod.open_regular(path), "rb")
+    except FileNotFoundError:
+        return [], 0
+    with handle:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        data = handle.read(0)
+        end = size
+        start = size
+        while start > 0:
+            start = max(0, start - chunk)
+            handle.seek(start)
+            data = handle.read(end - start) + data
+            end = start
+            if data.count(b"\n") > limit:
+                break
+    last_newline = data.rfind(b"\n")
+    if last_newline < 0:
+        return [], size - len(data)
+    complete_end = size - len(data) + last_newline + 1
+    lines = data[: last_newline + 1].splitlines()
+    if start > 0:
+        lines = lines[1:]  # the first line may be cut
+    records: list[EventRecord] = []
+    for raw in lines[-limit:] if limit else []:
+        if raw.strip() and (record := store_mod.parse_line(raw)) is not None:
+            records.append(record)
+    return records, complete_end
 
 
-def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int = 0) -> tuple[list[EventRecord], int]:
-    """The decision-log records about one task from byte `offset`, and the next offset."""
-    from agentbox.core import watch
+def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int = 0,
+                limit: int = 500) -> tuple[list[EventRecord], int]:
+    """The last `limit` decision-log records about one task from byte `offset`, and the next offset.
 
-    return watch.task_events(project, run_id, task_id, offset)
+    A task detail view reads the log once, then follows it from the returned offset; only
+    complete lines are read (a line being appended is left for the next call).
+    """
+    needle = json.dumps(task_id, ensure_ascii=False).encode("utf-8")
+    marker = b'"task": ' + needle
+    path = RunStore(project).events_path(run_id)
+    found: list[EventRecord] = []
+    try:
+        with os.fdopen(store_mod.open_regular(path), "rb") as handle:
+            handle.seek(offset)
+            for raw in handle:
+                if not raw.endswith(b"\n"):
+                    break
+                offset += len(raw)
+                if marker in raw:
+                    record = store_mod.parse_line(raw)
+                    if record is not None and record.get("task") == task_id:
+                        found.append(record)
+    except FileNotFoundError:
+        return [], offset
+    return found[-limit:], offset
 
 
 def read_manifest(project: ProjectPaths, run_id: str, offset: int = 0) -> tuple[list[ManifestEntry], int]:
     """Well-formed artifact manifest entries added since byte `offset`, and the next offset."""
-    from agentbox.core import watch
-
-    return watch.read_manifest(project, run_id, offset)
+    entries, offset = store_mod.read_jsonl(RunStore(project).artifacts_dir(run_id) / MANIFEST_FILE, offset)
+    return [e for e in entries if manifest_problem(e) is None], offset
 
 
 # ----------------------------------------------------------------------------- following a run
@@ -463,7 +547,9 @@ class RunFollower:
 
     `events`: "new" reads the log from where it ends now, "all" from its start, "none" not at
     all. `poll()` gives what is new, re-reading the run only when its files changed (a stat of
-    them; a save that changed only the save time is not parsed again).
+    them; a save that changed only the save time is not parsed again). The dashboard, which
+    learns of changes from the file watcher rather than by looking, reads with the same
+    `read_run_if_changed` and `read_events`.
     """
 
     def __init__(self, project: ProjectPaths, run_id: str, *, events: Literal["new", "all", "none"] = "new") -> None:
@@ -476,6 +562,7 @@ class RunFollower:
         self.run: Run | None = None
         """The run as last read."""
         self._stamp: tuple[int, ...] | None = None
+        self._digest: bytes | None = None
 
     def read_events(self) -> list[EventRecord]:
         """Decision-log records appended since the last read."""
@@ -488,12 +575,18 @@ class RunFollower:
         return records
 
     def read_run(self) -> Run | None:
-        """The run when its state changed since the last read (the first read always), else None."""
+        """The run when its state changed since the last read (the first read always), else None.
+
+        Its files are looked at first (a stat); when they changed, the state is read and parsed
+        only if it differs by more than its save time (as the dashboard reads a run).
+        """
         stamp = self._store.state_stamp(self.run_id)
         if self.run is not None and stamp == self._stamp:
             return None
-        run = load(self.project, self.run_id)
-        self._stamp, self.run = stamp, run
+        run, digest = read_run_if_changed(self.project, self.run_id, self._digest)
+        self._stamp, self._digest = stamp, digest
+        if run is not None:
+            self.run = run
         return run
 
     def poll(self) -> RunUpdate:

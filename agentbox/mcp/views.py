@@ -14,7 +14,7 @@ from typing import Any
 
 from agentbox.core import pricing, profiles, runs
 from agentbox.core import project as project_mod
-from agentbox.core.engine.models import Checkpoint, Run
+from agentbox.core.engine.models import Checkpoint, Run, Task
 from agentbox.core.errors import AgentboxError, NotFoundError
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.safe_io import UnsafeFileError, inside, read_bounded
@@ -97,7 +97,7 @@ def run_status(project: ProjectPaths, run: Run) -> dict[str, Any]:
     }
 
 
-def ladder_view(task: Any) -> dict[str, Any]:
+def ladder_view(task: Task) -> dict[str, Any]:
     """Where a task stands on the failure ladder: level, mode, counts, the open question."""
     state = task.ladder
     return {"label": state.label, "level": str(state.level), "mode": str(state.mode),
