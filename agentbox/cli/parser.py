@@ -171,9 +171,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     # --- runs
     p = _cmd(sub, "run", "agentbox.cli.runs:run", "start a run of the crew on a goal (or --resume one)")
     p.add_argument("goal", nargs="?", help="what the crew should achieve")
-    p.add_argument("--mode", choices=_Modes(),
-                   help="how the crew works together (default: crew.yaml's mode): sequential pipeline, "
-                   "hierarchical lead + workers + review, group_chat, handoff, or graph (with --graph)")
+    mode = p.add_argument("--mode", help="how the crew works together (default: crew.yaml's mode): sequential "
+                          "pipeline, hierarchical lead + workers + review, group_chat, handoff, or graph (with --graph)")
+    mode.choices = _Modes()  # set after: argparse would list them at once to check the option's metavar
     p.add_argument("--graph", metavar="NAME|FILE", help="work graph for graph mode")
     p.add_argument("--base", metavar="BRANCH|COMMIT",
                    help="start the run's branch from this branch or commit instead of your HEAD (worktree runs)")
