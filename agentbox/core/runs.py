@@ -31,14 +31,9 @@ from agentbox.core.engine.models import (
     RunGit,
     no_engine_reason,
 )
-from agentbox.core.engine.run_store import (
-    MANIFEST_FILE,
-    DamagedRun,
-    DamagedRunError,
-    RunStore,
-    manifest_problem,
-    new_run_id,
-)
+from agentbox.core.engine.run_store import MANIFEST_FILE, RunStore, manifest_problem, new_run_id
+from agentbox.core.engine.run_store import DamagedRun as DamagedRun
+from agentbox.core.engine.run_store import DamagedRunError as DamagedRunError
 from agentbox.core.errors import NotFoundError, UsageError
 from agentbox.core.ids import check_id
 from agentbox.core.paths import ProjectPaths
@@ -52,14 +47,13 @@ if TYPE_CHECKING:  # git plumbing loads only when a run starts; the engine only 
 Workspace = Literal["worktree", "shared"]
 """Where a run's agents write: each task in its own git worktree and branch, or the live tree."""
 
-__all__ = ["DamagedRun", "DamagedRunError"]  # what a face may hold of a run that cannot be read
-
 EventRecord = dict[str, Any]
 """One record of a run's decision log as the engine wrote it (JSON: `type`, `what`, `at`, `seq`, ...)."""
 ManifestEntry = dict[str, Any]
 """One entry of a run's artifact manifest (JSON: `path`, `role`, `session`, `task`, `sha256`, ...)."""
 RawCommand = Mapping[str, Any]
 """A human command as JSON (the inbox's form): checked against the command models once, here."""
+# A face holds a run it cannot read as the `DamagedRun` (and `DamagedRunError`) imported above.
 
 COMMAND_ACK_TIMEOUT_S = 15.0
 """How long a command waits for a running engine to acknowledge it."""

@@ -36,6 +36,7 @@ from agentbox.tui.screens.modals import (
 )
 
 if TYPE_CHECKING:  # the command models load with the first command sent
+    from agentbox.core.config import Mode
     from agentbox.core.engine.commands import Command
 
 COMMAND_TITLES = {"deliver": "merge"}
@@ -334,17 +335,17 @@ class RunActions:
         """Start a run: a goal and a mode; the engine runs in the background."""
         from agentbox.core.config import MODES
 
-        modes = list(MODES)
+        modes: list[str] = list(MODES)
         default = self.crew.mode if self.crew else "hierarchical"
         self.app.push_screen(StartRunDialog(modes, default),
                              lambda chosen: self.start_run(*chosen) if chosen else None)
 
-    def start_run(self, goal: str, mode: str | None = None) -> None:
+    def start_run(self, goal: str, mode: Mode | None = None) -> None:
         """Create the run and start its engine, in a thread."""
         self.run_worker(partial(self._start_run_now, goal, mode), thread=True, group="start-run",
                         name="start run", exit_on_error=False)
 
-    def _start_run_now(self, goal: str, mode: str | None) -> None:
+    def _start_run_now(self, goal: str, mode: Mode | None) -> None:
         from agentbox.core import runs
 
         try:  # the dialog offers only the modes of `config.Mode`, which create_run checks again
