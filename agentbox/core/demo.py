@@ -7,11 +7,11 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from agentbox.core import project as project_mod
 from agentbox.core.engine import commands
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
+from agentbox.core.engine.records import Event
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.runs import create_run, send_command
 from agentbox.core.workspace.gitcmd import git, ident_env
@@ -60,7 +60,7 @@ def deliver_demo(project: ProjectPaths, run: Run) -> str | None:
     return message if ok else f"not merged: {message}"
 
 
-async def run_demo(project: ProjectPaths, on_event: Callable[[dict[str, Any]], None] | None = None,
+async def run_demo(project: ProjectPaths, on_event: Callable[[Event], None] | None = None,
                    answer_after_s: float = 2.0) -> Run:
     """Run the demo crew; checkpoints are answered as a person would, after a pause."""
     from agentbox.core.engine.engine import Engine

@@ -45,8 +45,10 @@ from agentbox.core.process import (
     wait_captured,
 )
 from agentbox.core.profiles import ProfileInfo, ensure_state
+from agentbox.core.records import running_turn, turn_record
 from agentbox.core.runtimes import adapter_for, find_executable
 from agentbox.core.runtimes.base import (
+    Adapter,
     CapturedOutput,
     ParseError,
     ToolCommand,
@@ -269,9 +271,8 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     tool_homes.check_bind_source(profile.config_dir, profile.state_dir)  # before anything is written in it
     # a shell sees none of the tool's config and credentials: it needs none of them
     homes, home_env = ([], {}) if command is not None else adapter.homes(profile.config_dir, home)
-    created = getattr(adapter, "created_session", None)
-    if record.native_id is None and created is not None and (record.turns > 0 or record.running):
-        record.native_id = created(TurnRequest(
+    if record.native_id is None and (record.turns > 0 or record.running):
+        record.native_id = adapter.created_session(TurnRequest(
             prompt="", session_id=record.id, native_id=None, first_turn=True, instructions=None,
             model=None, extra_args=(), read_only=True, cwd=agent.cwd, home=home, scratch=scratch,
             executable="", config_dir=profile.config_dir))
@@ -485,17 +486,16 @@ def _open_turn(agent: Agent, record: SessionRecord, prepared: Prepared) -> _Turn
     err_log = prepared.logs / f"turn-{turn}.stderr.log"
     kept = _keep_interrupted_logs(out_log, err_log)
     if kept is not None:  # an engine crash cut this turn short: it is run again, its first log stays
-        store.append_turn(record, {
-            "turn": turn, "started": (record.running or {}).get("started"), "finished": None, "prompt": "",
-            "text": "", "status": "interrupted", "error_kind": "interrupted",
-            "error": f"interrupted before it finished (an engine crash); turn {turn} was run again, "
-                     f"this attempt's output is kept in {kept.name}",
-            "usage": Usage().as_dict(), "duration_s": 0, "exit_code": None, "native_id": record.native_id,
-            "log_path": str(kept),
-        })
+        store.append_turn(record, turn_record(
+            turn, started=record.running["started"] if record.running else None, finished=None, prompt="",
+            text="", status="interrupted", error_kind="interrupted",
+            error=f"interrupted before it finished (an engine crash); turn {turn} was run again, "
+                  f"this attempt's output is kept in {kept.name}",
+            usage=Usage(), duration_s=0, exit_code=None, native_id=record.native_id, log_path=str(kept),
+            with_model=False))
     live = LiveWriter(live_dir_for(out_log), adapter_for(agent.profile.tool).display, prepared.secrets)
     record.status = "running"
-    record.running = {"turn": turn, "pid": None, "started": started, "log": str(out_log), "live": str(live.directory)}
+    record.running = running_turn(turn, started=started, log=str(out_log), live=str(live.directory))
     store.save(record)  # the session exists on disk before the process starts
 
     base = {"session_id": record.id, "turn": turn, "role": agent.role, "profile": agent.profile.name,
@@ -523,11 +523,12 @@ def _spawned(record: SessionRecord, pid: int, on_spawn: Callable[[SessionRecord,
 
 def _note_start_time(record: SessionRecord) -> None:
     """The running process's start time (with its pid, it tells the process from a later one with the same pid)."""
-    if record.running is None or record.running.get("pid") is None or "create_time" in record.running:
+    pid = record.running["pid"] if record.running is not None else None
+    if record.running is None or pid is None or "create_time" in record.running:
         return
     from agentbox.core.process import start_time
 
-    started = start_time(record.running["pid"])  # /proc, not psutil: a CLI turn imports no psutil for it
+    started = start_time(pid)  # /proc, not psutil: a CLI turn imports no psutil for it
     if started is not None:
         record.running["create_time"] = started
 
@@ -742,15 +743,14 @@ def _keep_interrupted_logs(out_log: Path, err_log: Path) -> Path | None:
     return kept
 
 
-def _adopt_created_session(adapter: object, request: TurnRequest, record: SessionRecord) -> None:
+def _adopt_created_session(adapter: Adapter, request: TurnRequest, record: SessionRecord) -> None:
     """After a failed first turn, keep the native session if the tool created it anyway.
 
     Tools with caller-chosen ids (claude, scripted) refuse the same id twice, so a retry
     must resume the half-made session rather than create it again.
     """
-    created = getattr(adapter, "created_session", None)
-    if record.native_id is None and created is not None:
-        record.native_id = created(request)
+    if record.native_id is None:
+        record.native_id = adapter.created_session(request)
 
 
 def _tail(text: str, limit: int = 4000) -> str:
@@ -779,14 +779,11 @@ def _finish(store: SessionStore, record: SessionRecord, prompt: str, result: Inv
     record.last_status = result.status
     record.last_error_kind = result.error_kind
     record.totals.add(result.usage)
-    store.append_turn(record, {
-        "turn": result.turn, "started": started, "finished": now(), "prompt": prompt,
-        "text": result.text, "status": result.status, "error_kind": result.error_kind,
-        "error": result.error, "usage": result.usage.as_dict(), "duration_s": round(result.duration_s, 3),
-        "exit_code": result.exit_code, "native_id": result.native_id, "log_path": result.log_path,
-        "model": result.model or result.model_asked,
-        **({"network": result.network} if result.network is not None else {}),
-    })
+    store.append_turn(record, turn_record(
+        result.turn, started=started, finished=now(), prompt=prompt, text=result.text, status=result.status,
+        error_kind=result.error_kind, error=result.error, usage=result.usage,
+        duration_s=round(result.duration_s, 3), exit_code=result.exit_code, native_id=result.native_id,
+        log_path=result.log_path, model=result.model or result.model_asked, network=result.network))
     store.save(record)
     if result.native_id is None and record.native_id:
         result = InvokeResult(**{**result.__dict__, "native_id": record.native_id})

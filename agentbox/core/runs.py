@@ -31,6 +31,7 @@ from agentbox.core.engine.models import (
     RunGit,
     no_engine_reason,
 )
+from agentbox.core.engine.records import ArtifactEntry, Event, as_artifact_entries, as_events
 from agentbox.core.engine.run_store import MANIFEST_FILE, RunStore, manifest_problem, new_run_id
 from agentbox.core.engine.run_store import DamagedRun as DamagedRun
 from agentbox.core.engine.run_store import DamagedRunError as DamagedRunError
@@ -47,10 +48,10 @@ if TYPE_CHECKING:  # git plumbing loads only when a run starts; the engine only 
 Workspace = Literal["worktree", "shared"]
 """Where a run's agents write: each task in its own git worktree and branch, or the live tree."""
 
-EventRecord = dict[str, Any]
-"""One record of a run's decision log as the engine wrote it (JSON: `type`, `what`, `at`, `seq`, ...)."""
-ManifestEntry = dict[str, Any]
-"""One entry of a run's artifact manifest (JSON: `path`, `role`, `session`, `task`, `sha256`, ...)."""
+EventRecord = Event
+"""One record of a run's decision log as the engine wrote it (a typed record of `engine.records`)."""
+ManifestEntry = ArtifactEntry
+"""One entry of a run's artifact manifest (a typed record of `engine.records`)."""
 RawCommand = Mapping[str, Any]
 """A human command as JSON (the inbox's form): checked against the command models once, here."""
 # A face holds a run it cannot read as the `DamagedRun` (and `DamagedRunError`) imported above.
@@ -209,7 +210,7 @@ def list_runs(project: ProjectPaths) -> list[Run | DamagedRun]:
     return RunStore(project).scan()
 
 
-def history(project: ProjectPaths) -> tuple[list[tuple[Run, list[EventRecord]]], list[DamagedRun]]:
+def history(project: ProjectPaths) -> tuple[list[tuple[Run, list[Event]]], list[DamagedRun]]:
     """Every readable run of the project with its decision log, oldest first (`agentbox stats`), and the damaged ones."""
     store = RunStore(project)
     readable, damaged = [], []
@@ -219,7 +220,7 @@ def history(project: ProjectPaths) -> tuple[list[tuple[Run, list[EventRecord]]],
             continue
         logged, _ = store.events(run.id)
         last = max((e.get("seq", 0) for e in logged), default=0)  # events saved with the state, not yet logged
-        readable.append((run, [*logged, *(e for e in run.outbox if e.get("seq", 0) > last)]))
+        readable.append((run, [*logged, *as_events([e for e in run.outbox if e.get("seq", 0) > last])]))
     return readable, damaged
 
 
@@ -467,11 +468,11 @@ def tail_events(project: ProjectPaths, run_id: str, limit: int, chunk: int = 1 <
     lines = data[: last_newline + 1].splitlines()
     if start > 0:
         lines = lines[1:]  # the first line may be cut
-    records: list[EventRecord] = []
+    records: list[dict[str, Any]] = []
     for raw in lines[-limit:] if limit else []:
         if raw.strip() and (record := store_mod.parse_line(raw)) is not None:
             records.append(record)
-    return records, complete_end
+    return as_events(records), complete_end
 
 
 def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int = 0,
@@ -484,7 +485,7 @@ def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int = 
     needle = json.dumps(task_id, ensure_ascii=False).encode("utf-8")
     marker = b'"task": ' + needle
     path = RunStore(project).events_path(run_id)
-    found: list[EventRecord] = []
+    found: list[dict[str, Any]] = []
     try:
         with os.fdopen(store_mod.open_regular(path), "rb") as handle:
             handle.seek(offset)
@@ -498,13 +499,13 @@ def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int = 
                         found.append(record)
     except FileNotFoundError:
         return [], offset
-    return found[-limit:], offset
+    return as_events(found[-limit:]), offset
 
 
 def read_manifest(project: ProjectPaths, run_id: str, offset: int = 0) -> tuple[list[ManifestEntry], int]:
     """Well-formed artifact manifest entries added since byte `offset`, and the next offset."""
     entries, offset = store_mod.read_jsonl(RunStore(project).artifacts_dir(run_id) / MANIFEST_FILE, offset)
-    return [e for e in entries if manifest_problem(e) is None], offset
+    return as_artifact_entries([e for e in entries if manifest_problem(e) is None]), offset
 
 
 # ----------------------------------------------------------------------------- following a run

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from agentbox.core import paths
 from agentbox.core.errors import NotFoundError, UsageError
+from agentbox.core.records import turn_record
 from agentbox.core.sessions import SessionRecord, SessionStore
 
 if TYPE_CHECKING:  # the models, the profiles and the turn machinery are imported by the functions that use them
@@ -140,7 +141,7 @@ def interactive_session(agent: Agent, session_id: str | None) -> Iterator[Intera
     prepared = prepare(agent, "", record, interactive=True)
     config_dir = prepared.request.config_dir
     try:
-        if record.native_id is None and hasattr(adapter_for(record.tool), "created_session"):
+        if record.native_id is None and adapter_for(record.tool).takes_session_id:
             record.native_id = record.id  # these tools take the caller's id for a new session
         agent.sessions.save(record)
         known = len(typed_turns(record.tool, config_dir, record.native_id))
@@ -162,11 +163,9 @@ def _record_typed_turns(store: SessionStore, record: SessionRecord, typed: list[
     for exchange in typed:
         record.turns += 1
         record.totals.add(exchange.usage)
-        store.append_turn(record, {
-            "turn": record.turns, "started": started, "finished": finished, "prompt": exchange.prompt,
-            "text": exchange.text, "status": "ok", "error_kind": None, "error": None,
-            "usage": exchange.usage.as_dict(), "duration_s": 0, "exit_code": None, "native_id": record.native_id,
-            "log_path": None, "interactive": True,
-        })
+        store.append_turn(record, turn_record(
+            record.turns, started=started, finished=finished, prompt=exchange.prompt, text=exchange.text,
+            status="ok", error_kind=None, error=None, usage=exchange.usage, duration_s=0, exit_code=None,
+            native_id=record.native_id, log_path=None, with_model=False, interactive=True))
     record.last_status, record.last_error_kind = "ok", None
     store.save(record)

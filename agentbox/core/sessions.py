@@ -15,12 +15,12 @@ import os
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agentbox.core import store
 from agentbox.core.errors import NotFoundError, StateError
 from agentbox.core.ids import by_prefix, check_id, is_valid_id
-from agentbox.core.runtimes.base import TOKEN_FIELDS, Usage, add_usage
+from agentbox.core.records import RunningTurn, Totals, TurnRecord  # noqa: F401  (Totals re-exported)
 
 MAX_RECORD_BYTES = 4 << 20
 """Cap for one session record."""
@@ -34,31 +34,6 @@ def check_session_id(session_id: str) -> str:
 def now() -> float:
     """Wall-clock time (a seam for tests with a frozen clock)."""
     return time.time()
-
-
-@dataclass
-class Totals:
-    """Sums over a session's turns; turns with unknown usage are counted, not summed as 0."""
-
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    cache_write_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    cost_usd: float | None = None
-    unknown_usage_turns: int = 0
-    unknown_cost_turns: int = 0
-    subscription_turns: int = 0
-    """Turns run on a subscription login (their cost is what the tokens would cost, not a bill)."""
-
-    def add(self, usage: Usage) -> None:
-        """Add one turn's usage."""
-        add_usage(self, usage)
-
-    @property
-    def tokens(self) -> int:
-        """All known tokens."""
-        return sum(getattr(self, key) for key in TOKEN_FIELDS)
 
 
 @dataclass
@@ -81,7 +56,7 @@ class SessionRecord:
     last_status: str | None = None
     last_error_kind: str | None = None
     sandboxed: bool = True
-    running: dict[str, Any] | None = None
+    running: RunningTurn | None = None
     """The turn in flight: turn number, pid, process start time, log path."""
     adapter_state: dict[str, Any] = field(default_factory=dict)
     totals: Totals = field(default_factory=Totals)
@@ -90,9 +65,7 @@ class SessionRecord:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
-        data = asdict(self)
-        data["totals"]["tokens"] = self.totals.tokens
-        return data
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionRecord:
@@ -110,6 +83,8 @@ class SessionRecord:
                 raise ValueError(f"{name}: missing")
         record = cls(**known, totals=Totals(**totals))
         _check_types(record)
+        if "turns" not in totals:  # a record written before its totals counted turns
+            record.totals.turns = record.turns
         return record
 
 
@@ -182,14 +157,14 @@ class SessionStore:
         records = self.list(owner)
         return records[0] if records else None
 
-    def append_turn(self, record: SessionRecord, turn: dict[str, Any]) -> None:
+    def append_turn(self, record: SessionRecord, turn: TurnRecord) -> None:
         """Add one turn line (called under the session's turn lock: one writer at a time)."""
         store.append_jsonl(self.turns_path(record), turn, durable=False, single_writer=True)
 
-    def turns(self, record: SessionRecord) -> builtins.list[dict[str, Any]]:
-        """Every turn of a session, oldest first."""
+    def turns(self, record: SessionRecord) -> builtins.list[TurnRecord]:
+        """Every turn of a session, oldest first (as written: an older file's line may lack a newer key)."""
         lines, _ = store.read_jsonl(self.turns_path(record))
-        return lines
+        return cast("builtins.list[TurnRecord]", lines)
 
 
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {

@@ -19,7 +19,7 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +128,7 @@ def locked(path: Path, *, shared: bool = False, timeout: float | None = None) ->
         os.close(fd)
 
 
-def append_jsonl(path: Path, record: dict[str, Any], *, durable: bool = True, single_writer: bool = False) -> None:
+def append_jsonl(path: Path, record: Mapping[str, Any], *, durable: bool = True, single_writer: bool = False) -> None:
     """Append one JSON line under the file's lock; a line is never interleaved or torn.
 
     `single_writer`: the caller already guarantees nobody else appends to `path` (a

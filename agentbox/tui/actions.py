@@ -20,6 +20,7 @@ from rich.text import Text
 from textual.app import App
 
 from agentbox.core.engine.models import Run
+from agentbox.core.engine.records import ArtifactEntry
 from agentbox.core.errors import AgentboxError
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.termtext import for_line, for_terminal, safe_text
@@ -57,12 +58,12 @@ class RunActions:
     engine: str
     crew: CrewInfo | None
     sessions: dict[str, Any]
-    manifest: tuple[dict[str, Any], ...]
+    manifest: tuple[ArtifactEntry, ...]
     _wanted_run: str | None
     app: App[Any]
     selected_role: str | None
     selected_task: str | None
-    selected_artifact: dict[str, Any] | None
+    selected_artifact: ArtifactEntry | None
     notify: Callable[..., None]
     run_worker: Callable[..., Any]
     post_message: Callable[[Any], bool]
@@ -520,9 +521,9 @@ class RunActions:
             return
         self.app.push_screen(TaskDetailScreen(self, task_id))
 
-    def _artifact(self, path: str | None) -> dict[str, Any] | None:
+    def _artifact(self, path: str | None) -> ArtifactEntry | None:
         if path:
-            return next((e for e in reversed(self.manifest) if e["path"] == path), {"path": path})
+            return next((e for e in reversed(self.manifest) if e["path"] == path), ArtifactEntry(path=path))
         entry = self.selected_artifact
         if entry is None:
             self.notify("no artifact selected", severity="warning")

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 from textual.message import Message
 
 from agentbox.core.engine.models import Checkpoint, Run
+from agentbox.core.engine.records import ArtifactEntry, Event
+from agentbox.core.records import TurnRecord
+from agentbox.core.sessions import SessionRecord
 from agentbox.core.watch import BoxChange
 from agentbox.tui.model import CrewInfo
 
@@ -66,7 +69,7 @@ class CrewLoaded(Message):
 class SessionsLoaded(Message):
     """Session records were read; `complete` means every record of the project."""
 
-    records: list[Any]
+    records: list[SessionRecord]
     complete: bool = False
     removed: tuple[str, ...] = ()
 
@@ -76,7 +79,7 @@ class EventsRead(Message):
     """Decision-log records were read up to `offset` (`initial`: the tail of a newly opened run)."""
 
     run_id: str
-    records: list[dict[str, Any]]
+    records: list[Event]
     offset: int
     initial: bool = False
 
@@ -86,7 +89,7 @@ class ManifestRead(Message):
     """Artifact manifest entries were read up to `offset`."""
 
     run_id: str
-    entries: list[dict[str, Any]]
+    entries: list[ArtifactEntry]
     offset: int
     initial: bool = False
 
@@ -186,7 +189,7 @@ class TaskEventsLoaded(Message):
     """The decision-log records about one task were read."""
 
     task_id: str
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[Event] = field(default_factory=list)
     """The records after the offset the read started at."""
     offset: int = 0
     """Where the next read starts."""
@@ -197,7 +200,7 @@ class TurnsLoaded(Message):
     """The turns of one session were read."""
 
     session_id: str
-    turns: list[dict[str, Any]] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)
 
 
 @dataclass

@@ -983,3 +983,19 @@ def test_scratch_file_refuses_a_planted_directory(tmp_path: Path) -> None:
     (request.scratch / SYSTEM_PROMPT_FILE).mkdir(parents=True)
     with pytest.raises(SandboxError):
         ClaudeAdapter().build(request)
+
+
+def test_optional_capabilities_come_from_the_adapter_interface_with_defaults() -> None:
+    """Every adapter subclasses `Adapter`, so an optional capability is there with its default (no attribute probing)."""
+    from agentbox.core.runtimes import adapter_for
+    from agentbox.core.runtimes.base import Adapter
+
+    tools = ("claude", "codex", "opencode", "hermes", "scripted")
+    assert all(Adapter in type(adapter_for(tool)).__mro__ for tool in tools)
+    takes = {tool for tool in tools if adapter_for(tool).takes_session_id}
+    assert takes == {"claude", "scripted"}  # the tools that make a new session under agentbox's id
+    overridden = {tool for tool in tools if type(adapter_for(tool)).created_session is not Adapter.created_session}
+    assert overridden == takes
+    assert {tool for tool in tools if adapter_for(tool).turn_home is not None} == {"claude"}
+    # each tool's transcript reader is its adapter's (the base's default reads nothing)
+    assert all(type(adapter_for(tool)).read_transcript is not Adapter.read_transcript for tool in tools)

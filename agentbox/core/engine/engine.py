@@ -35,6 +35,7 @@ from agentbox.core.engine.ladder_run import LadderRunner
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.mode_context import ModeContext
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, Run, no_engine_reason
+from agentbox.core.engine.records import Event
 from agentbox.core.engine.recovery import kill_orphan
 from agentbox.core.engine.routing import ENV_RETRIES as ENV_RETRIES
 from agentbox.core.engine.routing import FailureRouter
@@ -60,7 +61,7 @@ LOCK_WAIT_S = 3.0
 class Engine:
     """Drives one run; `execute()` is the loop, `apply_command()` the only way to steer it."""
 
-    def __init__(self, project: ProjectPaths, run: Run, *, on_event: Callable[[dict[str, Any]], None] | None = None,
+    def __init__(self, project: ProjectPaths, run: Run, *, on_event: Callable[[Event], None] | None = None,
                  clock: Callable[[], float] = time.time,
                  backoff: Callable[[float], list[float]] = backoff_delays,
                  runner: TurnRunner | None = None) -> None:

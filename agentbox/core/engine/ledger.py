@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack, cast
 
 from agentbox.core.engine.changes import Changes
 from agentbox.core.engine.ladder_model import LadderState, Transition
@@ -40,8 +40,9 @@ from agentbox.core.engine.models import (
     TaskNote,
     Verdict,
 )
+from agentbox.core.engine.records import Event, EventFields, EventKind, TaskEventKind
 from agentbox.core.engine.replies import NodeResult, Submission
-from agentbox.core.runtimes.base import Usage, add_usage
+from agentbox.core.runtimes.base import Usage
 from agentbox.core.tasks import TaskEvent, transition
 
 
@@ -49,7 +50,7 @@ class RunLedger:
     """Records and changes one run; `wake` is called when new work may start (the loop's wake-up)."""
 
     def __init__(self, run: Run, *, clock: Callable[[], float],
-                 on_event: Callable[[dict[str, Any]], None] | None = None,
+                 on_event: Callable[[Event], None] | None = None,
                  wake: Callable[[], None] = lambda: None) -> None:
         self.run = run
         self.clock = clock
@@ -74,15 +75,19 @@ class RunLedger:
         return job
 
     # ------------------------------------------------------------------ the log
-    def event(self, type_: str, what: str, why: str | None = None, *, task: str | None = None,
+    def event(self, type_: EventKind, what: str, why: str | None = None, *, task: str | None = None,
               role: str | None = None, session: str | None = None, fingerprint: str | None = None,
-              tokens: int | None = None, human_required: bool = False, **extra: Any) -> dict[str, Any]:
-        """Add one line to the decision log (saved with the next state write)."""
+              tokens: int | None = None, human_required: bool = False, **extra: Unpack[EventFields]) -> Event:
+        """Add one line to the decision log (saved with the next state write).
+
+        `extra` holds the fields of the kind's `Event` record (a test checks each call against it)."""
         self.run.seq += 1
-        record = {"seq": self.run.seq, "at": self.clock(), "run": self.run.id, "type": type_, "what": what,
-                  "why": why, "task": task, "role": role, "session": session, "fingerprint": fingerprint,
-                  "tokens": tokens, "human_required": human_required, **extra}
-        self.run.outbox.append(record)
+        line: dict[str, Any] = {"seq": self.run.seq, "at": self.clock(), "run": self.run.id, "type": type_,
+                                "what": what, "why": why, "task": task, "role": role, "session": session,
+                                "fingerprint": fingerprint, "tokens": tokens, "human_required": human_required,
+                                **extra}
+        self.run.outbox.append(line)  # the outbox keeps the lines as JSON, as events.jsonl will
+        record = cast("Event", line)
         if self.on_event is not None:
             self.on_event(record)
         return record
@@ -110,7 +115,7 @@ class RunLedger:
         before = self._task(task).state
         task.state = transition(task.state, event, evidence=evidence)
         task.updated = self.clock()
-        self.event(f"task.{event.value}", f"{task.id}: {before} → {task.state}", why, task=task.id,
+        self.event(task_event_kind(event), f"{task.id}: {before} → {task.state}", why, task=task.id,
                    role=task.assignee, human_required=human)
 
     # ------------------------------------------------------------------ jobs
@@ -323,11 +328,8 @@ class RunLedger:
 
     def account(self, task: Task | None, usage: Usage, role: str | None = None) -> None:
         """Add a finished turn's usage and cost to the run's totals, to its task and to its role."""
-        totals = self.run.totals
-        totals.turns += 1
+        self.run.totals.add(usage)
         tokens = usage.total_tokens
-        add_usage(totals, usage)
-        totals.tokens += tokens or 0
         if task is not None:
             self._task(task)
             if tokens is None:
@@ -469,6 +471,11 @@ class RunLedger:
         for name, value in changes.items():
             setattr(state, name, value)
         self.dirty = True
+
+
+def task_event_kind(event: TaskEvent) -> TaskEventKind:
+    """The kind of event that logs a task's `event` (`task.<event>`)."""
+    return cast("TaskEventKind", f"task.{event.value}")
 
 
 def _headline(text: str, limit: int = 300) -> str:

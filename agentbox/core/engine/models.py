@@ -40,6 +40,7 @@ from agentbox.core.engine.mode_state import HandoffHop, ModeState
 from agentbox.core.engine.replies import BlockingIssue, ChecklistItem, NodeResult, Submission
 from agentbox.core.graph_model import Graph
 from agentbox.core.ids import ID_PATTERN, ID_RULE, check_id, is_valid_id  # noqa: F401  (re-exported)
+from agentbox.core.records import Totals  # noqa: F401  (re-exported: a run's usage sums, a field of `Run`)
 from agentbox.core.tasks import TaskState, is_terminal
 
 MAX_SEQ = 2**53
@@ -500,24 +501,6 @@ class Job(Model):
     def works_on_task(self) -> bool:
         """A work or graph node turn: it dispatches its task, holds the worker's slot and writes its scope."""
         return self.kind in TASK_WORK_KINDS
-
-
-class Totals(Model):
-    """Token and cost sums of the run; unknown usage is counted, never added as 0."""
-
-    tokens: int = 0
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    cache_write_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    cost_usd: float | None = None
-    turns: int = 0
-    unknown_usage_turns: int = 0
-    unknown_cost_turns: int = 0
-    """Turns whose cost neither the tool nor the price table knew (not in `cost_usd`)."""
-    subscription_turns: int = 0
-    """Turns run on a subscription login (their cost is what the tokens would cost, not a bill)."""
 
 
 class RoleSpend(Model):

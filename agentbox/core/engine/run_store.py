@@ -49,6 +49,7 @@ from pydantic import ValidationError
 from agentbox.core import store
 from agentbox.core.engine.changes import Changes
 from agentbox.core.engine.models import MAX_SEQ, TERMINAL_RUN_STATES, Run
+from agentbox.core.engine.records import ArtifactEntry, Event, as_artifact_entries, as_events
 from agentbox.core.errors import NotFoundError, StateError, UsageError
 from agentbox.core.ids import by_prefix, check_id, is_valid_id
 from agentbox.core.paths import ProjectPaths
@@ -485,9 +486,10 @@ class RunStore:
         raise NotFoundError(f"no run {run_id!r}", "`agentbox runs` lists the runs")
 
     # ---------------------------------------------------------------- events
-    def events(self, run_id: str, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    def events(self, run_id: str, offset: int = 0) -> tuple[list[Event], int]:
         """Decision-log records from byte `offset`, and the next offset."""
-        return store.read_jsonl(self.events_path(run_id), offset)
+        lines, offset = store.read_jsonl(self.events_path(run_id), offset)
+        return as_events(lines), offset
 
     # ---------------------------------------------------------------- inbox
     def post_command(self, run_id: str, command: dict[str, Any]) -> str:
@@ -558,7 +560,7 @@ class RunStore:
 
     # ---------------------------------------------------------------- artifacts
     def record_artifact(self, run_id: str, path: Path, *, role: str, session: str | None,
-                        task: str | None) -> dict[str, Any] | None:
+                        task: str | None) -> ArtifactEntry | None:
         """Add a file to the manifest of who made what; None when it is not a plain regular file.
 
         A symlink, FIFO or device is never opened (an agent may have put one there).
@@ -574,8 +576,8 @@ class RunStore:
                 digest.update(chunk)
         finally:
             os.close(fd)
-        entry = {"path": str(path), "role": role, "session": session, "task": task,
-                 "sha256": digest.hexdigest(), "size": size, "at": time.time()}
+        entry = ArtifactEntry(path=str(path), role=role, session=session, task=task, sha256=digest.hexdigest(),
+                              size=size, at=time.time())
         # the engine lock makes its holder the only writer of the manifest: no lock file to wait on
         store.append_jsonl(self.artifacts_dir(run_id) / MANIFEST_FILE, entry, single_writer=True)
         return entry
@@ -588,10 +590,10 @@ class RunStore:
         self.record_artifact(run_id, path, role=role, session=session, task=None)
         return path
 
-    def manifest(self, run_id: str) -> list[dict[str, Any]]:
+    def manifest(self, run_id: str) -> list[ArtifactEntry]:
         """Every well-formed manifest entry, oldest first."""
         entries, _ = store.read_jsonl(self.artifacts_dir(run_id) / MANIFEST_FILE)
-        return [e for e in entries if manifest_problem(e) is None]
+        return as_artifact_entries([e for e in entries if manifest_problem(e) is None])
 
 
 def _allocate(fd: int, size: int) -> None:

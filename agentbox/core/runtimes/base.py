@@ -8,7 +8,7 @@ command of a new or resumed turn, and how to read the tool's output back into a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
@@ -67,7 +67,7 @@ class Usage:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> Usage:
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Usage:
         """Inverse of `as_dict` (missing keys stay unknown)."""
         data = data or {}
         return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
@@ -75,26 +75,6 @@ class Usage:
 
 TOKEN_FIELDS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens")
 """The token counters of a Usage, in display order."""
-
-
-def add_usage(totals: Any, usage: Usage) -> None:
-    """Add one turn's usage to running sums (a session's or a run's).
-
-    A turn whose usage is unknown is counted in `totals.unknown_usage_turns`, one whose cost
-    is unknown in `totals.unknown_cost_turns`; neither is ever summed as 0.
-    """
-    if not usage.known:
-        totals.unknown_usage_turns += 1
-    for key in TOKEN_FIELDS:
-        value = getattr(usage, key)
-        if value is not None:
-            setattr(totals, key, getattr(totals, key) + value)
-    if usage.cost_usd is not None:
-        totals.cost_usd = (totals.cost_usd or 0.0) + usage.cost_usd
-    else:
-        totals.unknown_cost_turns += 1
-    if usage.billing == "subscription":
-        totals.subscription_turns += 1
 
 
 def optional_int(value: Any) -> int | None:
@@ -254,8 +234,22 @@ class ParseError(Exception):
     """The output does not have the tool's expected shape."""
 
 
+@dataclass(frozen=True)
+class TypedTurn:
+    """One exchange of an attached session, read back from the tool's own session files."""
+
+    prompt: str
+    text: str
+    usage: Usage
+
+
 class Adapter(Protocol):
-    """One agent CLI."""
+    """One agent CLI.
+
+    An adapter subclasses this protocol, so the optional capabilities below come with
+    their defaults (a tool that has one overrides it); nothing asks whether an adapter has
+    an attribute.
+    """
 
     tool: ClassVar[str]
     """Tool name as used in profile.yaml."""
@@ -290,3 +284,20 @@ class Adapter(Protocol):
         Asked about each line that looks like a JSON object; other lines are shown as text
         without asking (a flood of them costs no call per line)."""
         ...
+
+    # ------------------------------------------------------------------ optional, with defaults
+    turn_home: ClassVar[TurnHome | None] = None
+    """Set for a tool that writes files it also loads: its home is rebuilt for every headless turn."""
+    takes_session_id: ClassVar[bool] = False
+    """True when the tool makes a new session under the id agentbox gives it (its native id is agentbox's)."""
+
+    def created_session(self, request: TurnRequest) -> str | None:
+        """The native id of the session the tool stored although its first turn failed (None: none, or it
+        cannot be told), so a retry resumes the session instead of making it again under the same id."""
+        return None
+
+    def read_transcript(self, config_dir: Path, native_id: str) -> list[TypedTurn]:
+        """Every turn the tool's own session files hold for `native_id`, oldest first: the turns a person
+        typed in an attached session (none when the tool keeps no files agentbox can read). The agent
+        wrote those files, so they are read as hostile: regular files only, bounded, SQLite read-only."""
+        return []

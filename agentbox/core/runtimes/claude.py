@@ -11,11 +11,14 @@ The prompt goes on stdin and the role's instructions in a file of the turn's scr
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any, ClassVar
 
 from agentbox.core.runtimes.base import (
+    Adapter,
     CapturedOutput,
     DisplayEvent,
     HomeBind,
@@ -24,6 +27,7 @@ from agentbox.core.runtimes.base import (
     ToolCommand,
     TurnHome,
     TurnRequest,
+    TypedTurn,
     Usage,
     optional_int,
     plain_display,
@@ -33,6 +37,7 @@ from agentbox.core.runtimes.common import (
     input_summary,
     json_lines,
     json_object,
+    read_transcript_file,
     scratch_file,
 )
 
@@ -113,7 +118,7 @@ TURN_HOME = TurnHome(
 )
 
 
-class ClaudeAdapter:
+class ClaudeAdapter(Adapter):
     """Claude Code. The profile's `dot-claude/` is `CLAUDE_CONFIG_DIR` inside the sandbox."""
 
     tool: ClassVar[str] = "claude"
@@ -133,6 +138,7 @@ class ClaudeAdapter:
         "settings.json", "settings.local.json", "CLAUDE.md", "keybindings.json", "loop.md",
         "commands/", "agents/", "hooks/", "plugins/", "skills/", "output-styles/", "rules/", "themes/",
         "workflows/")
+    takes_session_id: ClassVar[bool] = True
     turn_home: ClassVar[TurnHome | None] = TURN_HOME
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
@@ -179,6 +185,10 @@ class ClaudeAdapter:
         projects = request.config_dir / "projects"
         found = any(projects.glob(f"*/{request.session_id}.jsonl")) if projects.is_dir() else False
         return request.session_id if found else None
+
+    def read_transcript(self, config_dir: Path, native_id: str) -> list[TypedTurn]:
+        """The turns a person typed in an attached session, from claude's own session files (read as hostile)."""
+        return _transcript_turns(config_dir / "projects", native_id)
 
     def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
         """The `result` object; `is_error` marks a failure even when subtype says success."""
@@ -245,3 +255,62 @@ def _reported_model(result: dict[str, Any], output: CapturedOutput) -> str | Non
         if obj.get("type") == "system" and isinstance(obj.get("model"), str):
             return str(obj["model"])
     return None
+
+
+# ----------------------------------------------------------------------------- the transcript
+
+
+def _transcript_turns(projects: Path, native_id: str) -> list[TypedTurn]:
+    """claude's JSON lines: a person's prompt starts a turn; the assistant's text and usage follow."""
+    try:
+        if not stat.S_ISDIR(os.lstat(projects).st_mode):
+            return []
+        dirs = sorted((entry for entry in os.scandir(projects) if entry.is_dir(follow_symlinks=False)),
+                      key=lambda entry: entry.name)
+    except OSError:
+        return []
+    raw = next((data for d in dirs if (data := read_transcript_file(Path(d.path) / f"{native_id}.jsonl")) is not None), None)
+    if raw is None:
+        return []
+    turns: list[dict[str, Any]] = []
+    counted: set[str] = set()
+    for line in raw.decode("utf-8", "replace").splitlines():
+        try:
+            event = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        message = event.get("message") if isinstance(event, dict) else None
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if event.get("type") == "user" and not event.get("isMeta"):
+            prompt = _text(content, user=True)
+            if prompt is not None:
+                turns.append({"prompt": prompt, "text": "", "usage": {}})
+        elif event.get("type") == "assistant" and turns:
+            text = _text(content, user=False)
+            if text:
+                turns[-1]["text"] = text
+            usage, message_id = message.get("usage"), str(message.get("id") or id(message))
+            if isinstance(usage, dict) and message_id not in counted:  # one message may span several lines
+                counted.add(message_id)
+                for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens"):
+                    value = optional_int(usage.get(key))
+                    if value is not None:
+                        turns[-1]["usage"][key] = turns[-1]["usage"].get(key, 0) + value
+    return [TypedTurn(t["prompt"], t["text"], Usage(
+        input_tokens=t["usage"].get("input_tokens"), cached_input_tokens=t["usage"].get("cache_read_input_tokens"),
+        cache_write_tokens=t["usage"].get("cache_creation_input_tokens"), output_tokens=t["usage"].get("output_tokens"),
+    )) for t in turns]
+
+
+def _text(content: Any, *, user: bool) -> str | None:
+    """The text of a message; None for a user message that only carries tool results."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    texts = [str(b.get("text") or "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    if user and not texts:
+        return None
+    return "\n".join(texts)

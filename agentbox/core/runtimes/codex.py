@@ -6,10 +6,14 @@ stdin (`-` as the prompt argument), never put on the command line.
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 from agentbox.core.runtimes.base import (
+    Adapter,
     CapturedOutput,
     DisplayEvent,
     HomeBind,
@@ -18,17 +22,24 @@ from agentbox.core.runtimes.base import (
     ToolCommand,
     TurnHome,
     TurnRequest,
+    TypedTurn,
     Usage,
     bound_home,
     optional_int,
     plain_display,
 )
-from agentbox.core.runtimes.common import input_summary, json_lines, json_object, with_instructions
+from agentbox.core.runtimes.common import (
+    input_summary,
+    json_lines,
+    json_object,
+    read_transcript_file,
+    with_instructions,
+)
 
 _COUNTERS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens", "reasoning_output_tokens")
 
 
-class CodexAdapter:
+class CodexAdapter(Adapter):
     """Codex CLI. The profile's `dot-codex/` is `CODEX_HOME` inside the sandbox."""
 
     tool: ClassVar[str] = "codex"
@@ -81,6 +92,10 @@ class CodexAdapter:
         if request.model:
             argv += ["-m", request.model]
         return ToolCommand([*argv, *request.extra_args])
+
+    def read_transcript(self, config_dir: Path, native_id: str) -> list[TypedTurn]:
+        """The turns a person typed in an attached session, from codex's own session files (read as hostile)."""
+        return _transcript_turns(config_dir / "sessions", native_id)
 
     def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
         """Thread id, last agent message, usage as a delta of the thread's cumulative counts."""
@@ -187,3 +202,66 @@ def _normalise(delta: dict[str, int | None]) -> Usage:
         output_tokens=None if raw_output is None else raw_output - (reasoning or 0),
         reasoning_tokens=reasoning,
     )
+
+
+# ----------------------------------------------------------------------------- the transcript
+
+
+def _transcript_turns(sessions: Path, native_id: str) -> list[TypedTurn]:
+    """codex's rollout JSON lines: a user message starts a turn; `token_count` gives its usage."""
+    path = _find_rollout(sessions, native_id)
+    raw = read_transcript_file(path) if path is not None else None
+    if raw is None:
+        return []
+    turns: list[dict[str, Any]] = []
+    for line in raw.decode("utf-8", "replace").splitlines():
+        try:
+            event = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        payload = event.get("payload") if isinstance(event, dict) else None
+        if not isinstance(payload, dict):
+            continue
+        if event.get("type") == "response_item" and payload.get("type") == "message":
+            texts = [str(b.get("text") or "") for b in payload.get("content") or []
+                     if isinstance(b, dict) and b.get("type") in ("input_text", "output_text")]
+            text = "\n".join(texts)
+            if payload.get("role") == "user" and not text.lstrip().startswith("<"):  # context blocks are <tagged>
+                turns.append({"prompt": text, "text": "", "usage": None})
+            elif payload.get("role") == "assistant" and turns:
+                turns[-1]["text"] = text
+        elif event.get("type") == "event_msg" and payload.get("type") == "token_count" and turns:
+            info = payload.get("info")
+            last = info.get("last_token_usage") if isinstance(info, dict) else None
+            if isinstance(last, dict):
+                turns[-1]["usage"] = last
+    return [TypedTurn(t["prompt"], t["text"], _codex_usage(t["usage"])) for t in turns]
+
+
+def _codex_usage(last: dict[str, Any] | None) -> Usage:
+    """codex counts cached input inside input and reasoning inside output: split them out."""
+    if last is None:
+        return Usage()
+    raw_input, cached = optional_int(last.get("input_tokens")), optional_int(last.get("cached_input_tokens"))
+    raw_output, reasoning = optional_int(last.get("output_tokens")), optional_int(last.get("reasoning_output_tokens"))
+    return Usage(input_tokens=None if raw_input is None else raw_input - (cached or 0), cached_input_tokens=cached,
+                 output_tokens=None if raw_output is None else raw_output - (reasoning or 0),
+                 reasoning_tokens=reasoning)
+
+
+def _find_rollout(sessions: Path, native_id: str) -> Path | None:
+    """`sessions/YYYY/MM/DD/rollout-…-<id>.jsonl`, walking real directories only."""
+    suffix = f"-{native_id}.jsonl"
+
+    def walk(directory: Path, depth: int) -> Iterator[Path]:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name, reverse=True)
+        except OSError:
+            return
+        for entry in entries:
+            if depth and entry.is_dir(follow_symlinks=False):
+                yield from walk(Path(entry.path), depth - 1)
+            elif not depth and entry.name.endswith(suffix) and entry.is_file(follow_symlinks=False):
+                yield Path(entry.path)
+
+    return next(walk(sessions, 3), None)

@@ -145,3 +145,20 @@ def read_sqlite(db: Path, tables: tuple[str, ...], read: Callable[[sqlite3.Conne
             conn.close()
     except sqlite3.Error:
         return None
+
+
+MAX_TRANSCRIPT_BYTES = 32 << 20
+"""Largest session file of a tool read back (an attached session's turns); a bigger one gives no turns."""
+
+
+def read_transcript_file(path: Path) -> bytes | None:
+    """A tool's session file, read as hostile (the agent could rewrite it): a regular file, bounded; else None."""
+    try:
+        return safe_io.read_bounded(path, max_bytes=MAX_TRANSCRIPT_BYTES)
+    except (OSError, safe_io.UnsafeFileError):
+        return None
+
+
+def sqlite_rows(db: Path, tables: tuple[str, ...], query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """Rows of a read-only query, or none when the database is not plainly a file of those tables."""
+    return read_sqlite(db, tables, lambda conn: conn.execute(query, params).fetchmany(10_000)) or []

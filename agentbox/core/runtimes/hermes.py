@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from agentbox.core import safe_io
 from agentbox.core.runtimes.base import (
+    Adapter,
     CapturedOutput,
     HomeBind,
     LineDisplay,
@@ -33,11 +34,12 @@ from agentbox.core.runtimes.base import (
     ToolCommand,
     TurnHome,
     TurnRequest,
+    TypedTurn,
     Usage,
     bound_home,
     optional_int,
 )
-from agentbox.core.runtimes.common import read_sqlite, with_instructions
+from agentbox.core.runtimes.common import read_sqlite, sqlite_rows, with_instructions
 
 USAGE_FILE = "hermes-usage.json"
 #: The usage file is a small JSON object; anything bigger is not hermes' report.
@@ -71,7 +73,7 @@ _DB_COUNTERS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wri
                 "estimated_cost_usd")
 
 
-class HermesAdapter(LineDisplay):
+class HermesAdapter(LineDisplay, Adapter):
     """Nous Research's hermes. The profile's `dot-hermes/` is `HERMES_HOME` inside the sandbox.
 
     hermes prints its answer as plain text (`-z`, `chat -q -Q`), so that is what is shown live.
@@ -128,6 +130,10 @@ class HermesAdapter(LineDisplay):
         if request.native_id is not None:
             argv += ["--resume", request.native_id]
         return ToolCommand([*argv, *self._model(request), *self._toolsets(request), *request.extra_args])
+
+    def read_transcript(self, config_dir: Path, native_id: str) -> list[TypedTurn]:
+        """The turns a person typed in an attached session, from hermes's own session files (read as hostile)."""
+        return _transcript_turns(config_dir / "state.db", native_id)
 
     def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
         """stdout is the answer; the usage file (new) or state.db deltas (resume) give the rest."""
@@ -278,3 +284,21 @@ def _usage_delta(now: dict[str, Any], before: dict[str, Any]) -> Usage:
     return Usage(input_tokens=delta("input_tokens"), cached_input_tokens=delta("cache_read_tokens"),
                  cache_write_tokens=delta("cache_write_tokens"), output_tokens=delta("output_tokens"),
                  reasoning_tokens=delta("reasoning_tokens"), cost_usd=cost)
+
+
+# ----------------------------------------------------------------------------- the transcript
+
+
+def _transcript_turns(db: Path, native_id: str) -> list[TypedTurn]:
+    """hermes's `messages`: a user message starts a turn, the assistant's last text ends it (usage unknown)."""
+    rows = sqlite_rows(db, ("messages",), "SELECT role, content FROM messages WHERE session_id = ? ORDER BY id",
+                       (native_id,))
+    turns: list[dict[str, str]] = []
+    for role, content in rows:
+        if not isinstance(content, str):
+            continue
+        if role == "user":
+            turns.append({"prompt": content, "text": ""})
+        elif role == "assistant" and turns and content.strip():
+            turns[-1]["text"] = content
+    return [TypedTurn(t["prompt"], t["text"], Usage()) for t in turns]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agentbox.core.runtimes.base import (
+    Adapter,
     CapturedOutput,
     DisplayEvent,
     HomeBind,
@@ -15,11 +16,18 @@ from agentbox.core.runtimes.base import (
     ToolCommand,
     TurnHome,
     TurnRequest,
+    TypedTurn,
     Usage,
     optional_int,
     plain_display,
 )
-from agentbox.core.runtimes.common import input_summary, json_lines, json_object, with_instructions
+from agentbox.core.runtimes.common import (
+    input_summary,
+    json_lines,
+    json_object,
+    sqlite_rows,
+    with_instructions,
+)
 
 #: Config merged over the profile's own on every headless turn (`OPENCODE_CONFIG_CONTENT`):
 #: the built-in `title` agent is removed, so a new session makes no extra title-generation
@@ -56,7 +64,7 @@ def step_tokens(tokens: Any) -> dict[str, int]:
     return found
 
 
-class OpencodeAdapter:
+class OpencodeAdapter(Adapter):
     """opencode. The profile's `dot-opencode/` is ~/.config/opencode; data, state and cache live in it too."""
 
     tool: ClassVar[str] = "opencode"
@@ -111,6 +119,10 @@ class OpencodeAdapter:
         if request.model:
             argv += ["-m", request.model]
         return ToolCommand([*argv, *request.extra_args], env={"XDG_CACHE_HOME": str(request.scratch / CACHE_DIR)})
+
+    def read_transcript(self, config_dir: Path, native_id: str) -> list[TypedTurn]:
+        """The turns a person typed in an attached session, from opencode's own session files (read as hostile)."""
+        return _transcript_turns(config_dir / DATABASE, native_id)
 
     def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
         """Text of the last step that did not end in tool calls; tokens summed over steps."""
@@ -183,3 +195,35 @@ class OpencodeAdapter:
             data = error.get("data") if isinstance(error.get("data"), dict) else {}
             return [DisplayEvent("error", str(data.get("message") or error.get("name") or "error"))]
         return []
+
+
+# ----------------------------------------------------------------------------- the transcript
+
+
+def _transcript_turns(db: Path, native_id: str) -> list[TypedTurn]:
+    """opencode's `message` and `part` rows: user text starts a turn; step-finish parts carry its tokens."""
+    rows = sqlite_rows(db, ("message", "part"),
+                       "SELECT m.data, p.data FROM part p JOIN message m ON m.id = p.message_id "
+                       "WHERE p.session_id = ? ORDER BY m.time_created, m.id, p.time_created, p.id", (native_id,))
+    turns: list[dict[str, Any]] = []
+    for message_data, part_data in rows:
+        try:
+            message, part = json.loads(message_data), json.loads(part_data)
+        except (TypeError, ValueError, RecursionError):
+            continue
+        if not isinstance(message, dict) or not isinstance(part, dict):
+            continue
+        if message.get("role") == "user" and part.get("type") == "text":
+            turns.append({"prompt": str(part.get("text") or ""), "text": "", "tokens": {}})
+        elif message.get("role") == "assistant" and turns:
+            if part.get("type") == "text":
+                turns[-1]["text"] = str(part.get("text") or "")
+            elif part.get("type") == "step-finish":
+                sums = turns[-1]["tokens"]
+                for key, number in step_tokens(part.get("tokens")).items():
+                    sums[key] = sums.get(key, 0) + number
+    return [TypedTurn(t["prompt"], t["text"], Usage(
+        input_tokens=t["tokens"].get("input"), cached_input_tokens=t["tokens"].get("cache_read"),
+        cache_write_tokens=t["tokens"].get("cache_write"), output_tokens=t["tokens"].get("output"),
+        reasoning_tokens=t["tokens"].get("reasoning"),
+    )) for t in turns]

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from agentbox.core import safe_io
 from agentbox.core.runtimes.base import (
+    Adapter,
     CapturedOutput,
     DisplayEvent,
     HomeBind,
@@ -22,12 +23,18 @@ from agentbox.core.runtimes.base import (
     ToolCommand,
     TurnHome,
     TurnRequest,
+    TypedTurn,
     Usage,
     bound_home,
     optional_int,
     plain_display,
 )
-from agentbox.core.runtimes.common import input_summary, json_object, scratch_file
+from agentbox.core.runtimes.common import (
+    input_summary,
+    json_object,
+    read_transcript_file,
+    scratch_file,
+)
 
 PROGRAM = Path(__file__).resolve().parent / "scripted_agent.py"
 #: Imports the program instead of running it as a script, so its bytecode is cached: ~7 ms
@@ -80,13 +87,14 @@ def _compile_program() -> None:
         py_compile.compile(str(PROGRAM), cfile=str(target), doraise=True)
 
 
-class ScriptedAdapter:
+class ScriptedAdapter(Adapter):
     """Runs `scripted_agent.py` with the interpreter agentbox runs on, claude-style flags."""
 
     tool: ClassVar[str] = "scripted"
     executable_name: ClassVar[str] = "python3"
     env_defaults: ClassVar[dict[str, str]] = {}
     loaded_config: ClassVar[tuple[str, ...]] = ()
+    takes_session_id: ClassVar[bool] = True
     turn_home: ClassVar[TurnHome | None] = None
 
     def homes(self, config_dir: Path, home: Path) -> tuple[list[HomeBind], dict[str, str]]:
@@ -124,6 +132,10 @@ class ScriptedAdapter:
         """The session id if the program created the session before failing."""
         exists = (request.config_dir / "sessions" / f"{request.session_id}.json").is_file()
         return request.session_id if exists else None
+
+    def read_transcript(self, config_dir: Path, native_id: str) -> list[TypedTurn]:
+        """The turns a person typed in an attached session, from scripted's own session files (read as hostile)."""
+        return _transcript_turns(config_dir / "sessions" / f"{native_id}.json")
 
     def parse(self, output: CapturedOutput, request: TurnRequest) -> ParsedTurn:
         """The last line of stdout is one JSON result object."""
@@ -175,3 +187,17 @@ class ScriptedAdapter:
         if obj.get("is_error"):
             return [DisplayEvent("error", str(obj.get("result") or "error"))]
         return [DisplayEvent("note", "finished")]
+
+
+# ----------------------------------------------------------------------------- the transcript
+
+
+def _transcript_turns(path: Path) -> list[TypedTurn]:
+    raw = read_transcript_file(path)
+    try:
+        data = json.loads(raw) if raw is not None else None
+    except (ValueError, RecursionError):
+        return []
+    turns = data.get("turns") if isinstance(data, dict) else None
+    return [TypedTurn(str(t.get("prompt") or ""), str(t.get("reply") or ""), Usage())
+            for t in turns or [] if isinstance(t, dict)]

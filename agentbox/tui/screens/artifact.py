@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,6 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from agentbox.core.engine.records import ArtifactEntry
 from agentbox.core.termtext import safe_text
 from agentbox.tui import loaders
 from agentbox.tui import messages as msg
@@ -24,7 +24,7 @@ class ArtifactScreen(Screen[None]):
 
     BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("e", "edit", "edit in $EDITOR")]
 
-    def __init__(self, entry: dict[str, Any], root: Path) -> None:
+    def __init__(self, entry: ArtifactEntry, root: Path) -> None:
         super().__init__()
         self.entry = entry
         self.root = root

@@ -26,6 +26,7 @@ from textual.widgets import DataTable, Tree
 
 from agentbox.core import paths, runs, watch
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
+from agentbox.core.engine.records import ArtifactEntry
 from agentbox.core.monitor import ProcessMonitor, agent_pids
 from agentbox.core.paths import ProjectPaths
 from agentbox.tui import action_table, alerts, gc_tuning, loaders
@@ -62,7 +63,7 @@ class DashboardScreen(RunActions, Screen[None]):
     crew: var[CrewInfo | None] = var(None, always_update=True)
     sessions: var[dict[str, Any]] = var(dict, always_update=True)
     samples: var[dict[str, Any]] = var(dict, always_update=True)
-    manifest: var[tuple[dict[str, Any], ...]] = var((), always_update=True)
+    manifest: var[tuple[ArtifactEntry, ...]] = var((), always_update=True)
     now: var[float] = var(0.0)
     engine: var[str] = var("ended")
     """Whether the shown run has an engine (`agentbox.core.runs.EngineState`)."""
@@ -397,7 +398,7 @@ class DashboardScreen(RunActions, Screen[None]):
         self.action_task_detail(event.task_id)
 
     @on(Tree.NodeSelected, "#artifact-tree")
-    def _artifact_chosen(self, event: Tree.NodeSelected[dict[str, Any]]) -> None:
+    def _artifact_chosen(self, event: Tree.NodeSelected[ArtifactEntry]) -> None:
         if event.node.data:
             self.action_view_artifact(str(event.node.data["path"]))
 
@@ -413,6 +414,6 @@ class DashboardScreen(RunActions, Screen[None]):
         return self.query_one(QueueList).selected_task
 
     @property
-    def selected_artifact(self) -> dict[str, Any] | None:
+    def selected_artifact(self) -> ArtifactEntry | None:
         """The manifest entry of the highlighted artifact."""
         return self.query_one(ArtifactsPanel).selected_entry

@@ -14,6 +14,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from agentbox.core.records import TurnRecord
 from agentbox.core.runtimes.base import Usage
 from agentbox.core.sessions import SessionRecord
 from agentbox.core.termtext import safe_text
@@ -24,20 +25,20 @@ if TYPE_CHECKING:
     from agentbox.tui.view import DashboardView
 
 
-def turn_tokens(turn: dict[str, Any]) -> str:
+def turn_tokens(turn: TurnRecord) -> str:
     """A turn's tokens; "unknown" when the tool reported none."""
     tokens = Usage.from_dict(turn.get("usage")).total_tokens
     return "unknown" if tokens is None else model.count(tokens)
 
 
-def turn_status(turn: dict[str, Any]) -> Text:
+def turn_status(turn: TurnRecord) -> Text:
     """ok, or the error kind in red."""
     if turn.get("status") == "ok":
         return Text("ok", style="green")
     return safe_text(turn.get("error_kind") or turn.get("status") or "?", style="red", single_line=True)
 
 
-def turn_detail(turn: dict[str, Any]) -> Group:
+def turn_detail(turn: TurnRecord) -> Group:
     """The prompt and what came back."""
     head = Text.assemble((f"turn {turn.get('turn')}", "bold"), "  ", turn_status(turn),
                          f"  · {turn_tokens(turn)} tokens · {float(turn.get('duration_s') or 0):.1f}s · "
@@ -61,7 +62,7 @@ class SessionHistoryScreen(Screen[None]):
         self.dashboard = dashboard
         self.role = role
         self.records: list[SessionRecord] = []
-        self.turns: list[dict[str, Any]] = []
+        self.turns: list[TurnRecord] = []
         self._turns_of: tuple[str, float] | None = None
 
     def compose(self) -> ComposeResult:

@@ -22,6 +22,7 @@ from textual.widgets import Footer, Input, LoadingIndicator, Static
 
 from agentbox.core.errors import AgentboxError
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.records import TurnRecord
 from agentbox.core.termtext import for_line, safe_text
 from agentbox.tui import loaders, model
 from agentbox.tui import messages as msg
@@ -49,7 +50,7 @@ def _clipped(text: str) -> str:
     return text if len(text) <= TURN_TEXT_SHOWN else text[:TURN_TEXT_SHOWN] + " …"
 
 
-def past_turn_blocks(role: str, turns: list[dict[str, Any]]) -> list[Any]:
+def past_turn_blocks(role: str, turns: list[TurnRecord]) -> list[Any]:
     """The session so far, as the talk shows it: your prompt, then the member's answer, per turn."""
     blocks: list[Any] = []
     if len(turns) > TURNS_SHOWN:

@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from agentbox.core.engine.models import Run, Task
+from agentbox.core.engine.records import Event
 from agentbox.core.tasks import TERMINAL_STATES
 from agentbox.core.termtext import for_line, for_terminal, safe_text
 from agentbox.tui import loaders, model
@@ -188,7 +189,7 @@ class TaskDetailScreen(Screen[None]):
         self.dashboard = dashboard
         self.task_id = task_id
         self._events_for: float | None = None
-        self.events_shown: list[dict[str, Any]] = []
+        self.events_shown: list[Event] = []
         self._events_offset = 0
         self._diff_for: tuple[str | None, str | None] | None = None
         self._diff_page = 0

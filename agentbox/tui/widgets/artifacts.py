@@ -15,6 +15,7 @@ from textual.reactive import var
 from textual.widgets import Static, Tree
 from textual.widgets.tree import TreeNode
 
+from agentbox.core.engine.records import ArtifactEntry
 from agentbox.core.termtext import for_line, safe_text
 from agentbox.tui import loaders
 from agentbox.tui import messages as msg
@@ -22,7 +23,7 @@ from agentbox.tui.model import short_id
 from agentbox.tui.widgets.tree import QuietTree
 
 
-def display_path(entry: dict[str, Any], root: Path) -> str:
+def display_path(entry: ArtifactEntry, root: Path) -> str:
     """The artifact's path relative to the project (run artifacts as `artifacts/...`)."""
     path = Path(str(entry.get("path") or "?"))
     parts = path.parts
@@ -34,7 +35,7 @@ def display_path(entry: dict[str, Any], root: Path) -> str:
         return str(path)
 
 
-def provenance(entry: dict[str, Any]) -> Text:
+def provenance(entry: ArtifactEntry) -> Text:
     """`by builder · session 4b4c4e84 · task greet`."""
     text = Text.assemble(("by ", "dim"), (for_line(entry.get("role") or "?"), "bold cyan"),
                          (" · session ", "dim"), for_line(short_id(str(entry.get("session") or ""))))
@@ -56,21 +57,21 @@ MAX_TREE_DEPTH = 24
 """Directory levels the artifact tree draws; deeper ones share one node."""
 
 
-class ArtifactTree(QuietTree[dict[str, Any]]):
+class ArtifactTree(QuietTree[ArtifactEntry]):
     """Directories and files; a file node's data is its latest manifest entry."""
 
 
 class ArtifactsPanel(Horizontal):
     """Tree of artifacts and a preview of the highlighted one."""
 
-    manifest: var[tuple[dict[str, Any], ...]] = var((), always_update=True)
+    manifest: var[tuple[ArtifactEntry, ...]] = var((), always_update=True)
     """The tree and the preview repaint what the new entries change."""
 
     def __init__(self, root: Path, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.root = root
-        self._paths: dict[str, TreeNode[dict[str, Any]]] = {}
-        self._dirs: dict[tuple[str, ...], TreeNode[dict[str, Any]]] = {}
+        self._paths: dict[str, TreeNode[ArtifactEntry]] = {}
+        self._dirs: dict[tuple[str, ...], TreeNode[ArtifactEntry]] = {}
         self._shown: str | None = None
 
     def compose(self) -> ComposeResult:
@@ -86,12 +87,12 @@ class ArtifactsPanel(Horizontal):
         return self.query_one(ArtifactTree)
 
     @property
-    def selected_entry(self) -> dict[str, Any] | None:
+    def selected_entry(self) -> ArtifactEntry | None:
         """The manifest entry of the highlighted file."""
         node = self.tree.cursor_node
         return node.data if node is not None and node.data else None
 
-    def watch_manifest(self, manifest: tuple[dict[str, Any], ...]) -> None:
+    def watch_manifest(self, manifest: tuple[ArtifactEntry, ...]) -> None:
         """Add new files, refresh changed ones (latest entry per path wins)."""
         tree = self.tree
         if not manifest:
@@ -101,7 +102,7 @@ class ArtifactsPanel(Horizontal):
             self._shown = None
             self.query_one("#artifact-text", Static).update(Text("no artifact yet", style="dim"))
             return
-        latest: dict[str, dict[str, Any]] = {}
+        latest: dict[str, ArtifactEntry] = {}
         for entry in manifest:
             latest[display_path(entry, self.root)] = entry
         for shown, entry in sorted(latest.items()):
@@ -119,7 +120,7 @@ class ArtifactsPanel(Horizontal):
             first = next(iter(sorted(self._paths)))
             self.call_after_refresh(tree.move_cursor, self._paths[first])
 
-    def _dir(self, parts: tuple[str, ...]) -> TreeNode[dict[str, Any]]:
+    def _dir(self, parts: tuple[str, ...]) -> TreeNode[ArtifactEntry]:
         """The node of the directory made of `parts`, with its missing parents (a loop: no depth limit of Python's)."""
         if len(parts) > MAX_TREE_DEPTH:  # one node holds the rest of a path too deep to draw as a tree
             parts = (*parts[:MAX_TREE_DEPTH - 1], "/".join(parts[MAX_TREE_DEPTH - 1:]))
@@ -134,12 +135,12 @@ class ArtifactsPanel(Horizontal):
         return node
 
     @on(Tree.NodeHighlighted, "#artifact-tree")
-    def _highlighted(self, event: Tree.NodeHighlighted[dict[str, Any]]) -> None:
+    def _highlighted(self, event: Tree.NodeHighlighted[ArtifactEntry]) -> None:
         entry = event.node.data
         if entry:
             self._preview(display_path(entry, self.root), entry)
 
-    def _preview(self, shown: str, entry: dict[str, Any]) -> None:
+    def _preview(self, shown: str, entry: ArtifactEntry) -> None:
         self._shown = shown
         path = str(entry["path"])
         self.run_worker(partial(self._read, path), thread=True, exclusive=True, group="preview", exit_on_error=False)

@@ -10,6 +10,7 @@ from rich.text import Text
 from textual.actions import SkipAction
 from textual.widgets import RichLog
 
+from agentbox.core.engine.records import Event
 from agentbox.core.termtext import for_line
 from agentbox.tui import model
 
@@ -21,7 +22,7 @@ STYLES = {"checkpoint": "bold yellow", "failure": "red", "escalation": "bold red
           "run.status": "bold", "command": "bold cyan", "artifact": "green"}
 
 
-def event_line(record: dict[str, Any]) -> Text:
+def event_line(record: Event) -> Text:
     """`12:03:01 verdict        greet: reject by reviewer — no docstring ⚑`."""
     kind = for_line(str(record.get("type", "?"))[:40])
     style = STYLES.get(kind, "dim" if kind.startswith("task.") else "")
@@ -45,7 +46,7 @@ class EventLog(RichLog):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(max_lines=MAX_LINES, min_width=20, wrap=True, markup=False, highlight=False, auto_scroll=True, **kwargs)
         self.records_shown = 0
-        self._kept: deque[dict[str, Any]] = deque(maxlen=MAX_LINES)
+        self._kept: deque[Event] = deque(maxlen=MAX_LINES)
         self._wrapped_at = 0
 
     def action_page_down(self) -> None:
@@ -77,7 +78,7 @@ class EventLog(RichLog):
         self._kept.clear()
         self.records_shown = 0
 
-    def add_records(self, records: Iterable[dict[str, Any]]) -> None:
+    def add_records(self, records: Iterable[Event]) -> None:
         """Append records (only the last MAX_LINES of a big batch are written)."""
         batch = list(records)
         for record in batch[-MAX_LINES:]:
