@@ -77,7 +77,7 @@ def setup(workdir: Path) -> Path:
 
 def bench_p1(project: Path, runs: int) -> dict[str, float]:
     from agentbox.core import sandbox, services
-    from agentbox.core.invoke import Prepared, _prepare_session, invoke, prepare
+    from agentbox.core.invoke import Prepared, invoke, prepare, prepare_session
 
     agent = services.profile_agent("noop", project, None)
     cli = [*agentbox_command(), "invoke", "profile:noop", "hi"]
@@ -103,7 +103,7 @@ def bench_p1(project: Path, runs: int) -> dict[str, float]:
     try:
         for index in range(runs + 1):  # the first round warms caches and is dropped
             # a fresh session per run: the agent refuses to create the same session twice
-            first, second = (prepare(agent, "hi", _prepare_session(agent, None)) for _ in range(2))
+            first, second = (prepare(agent, "hi", prepare_session(agent, None)) for _ in range(2))
             round_samples = {"by_hand": timed(lambda p=first: by_hand(p)), "library": timed(library),
                              "cli": timed(whole_cli), "floor": timed(lambda p=second: by_hand(p, True))}
             if index:

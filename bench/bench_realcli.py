@@ -138,12 +138,12 @@ class Bench:
         """The turn of a new session of profile `name`, by hand: the argv agentbox would run, run directly
         (`through_python`: started by a fresh interpreter, the floor of a Python CLI)."""
         from agentbox.core import egress_turn, sandbox, services
-        from agentbox.core.invoke import _prepare_session, finish_turn, prepare, remove_scratch
+        from agentbox.core.invoke import finish_turn, prepare, prepare_session, remove_scratch
 
         agent = services.profile_agent(name, self.project, None)
 
         def run() -> None:
-            prepared = prepare(agent, prompt, _prepare_session(agent, None))
+            prepared = prepare(agent, prompt, prepare_session(agent, None))
             try:
                 with egress_turn.serving(prepared.egress), sandbox.launch(prepared.argv) as launched:
                     argv = [sys.executable, "-c", FLOOR, *launched.argv] if through_python else launched.argv

@@ -12,22 +12,22 @@ from __future__ import annotations
 import argparse
 
 from agentbox.cli.common import project_from
-from agentbox.cli.runs import _send
+from agentbox.cli.runs import send
 
 
 def apply(args: argparse.Namespace) -> int:
     """Answer the task's open advisor checkpoint with `apply`."""
     from agentbox.core import runs as runs_mod
-    from agentbox.core.engine.run_store import RunStore
+    from agentbox.core.engine import commands
     from agentbox.core.errors import NotFoundError
 
     project = project_from(args)
     run_id, task_id = runs_mod.resolve_task(project, args.task, args.run)
-    run = RunStore(project).load(run_id)
+    run = runs_mod.read(project, run_id)
     task = run.tasks.get(task_id)
     waiting = [cp for cp in run.open_checkpoints() if cp.task == task_id and cp.kind == "ladder"]
     if task is None or not waiting or task.ladder.waiting_on != "apply_patch":
         where = f"task {task_id} is at {task.ladder.label}" if task is not None else f"run {run_id} has no {task_id!r}"
         raise NotFoundError(f"no advisor patch of {task_id} waits to be applied in run {run_id} ({where})",
                             "`agentbox status` shows the open checkpoints")
-    return _send(project, run_id, {"action": "answer", "checkpoint": waiting[0].id, "text": "apply"})
+    return send(project, run_id, commands.Answer(checkpoint=waiting[0].id, text="apply"))

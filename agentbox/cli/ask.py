@@ -20,11 +20,11 @@ def _split(project: ProjectPaths, words: list[str]) -> tuple[str | None, str]:
 
     Only a whole run id, `latest`, or a prefix of one starting `run-` counts: a question's first
     word ("add", "be", "2") must never be taken for the end of some run's id."""
-    from agentbox.core.engine.run_store import RunStore
+    from agentbox.core import runs
 
     if len(words) > 1 and (words[0] == "latest" or words[0].startswith("run-")):
         try:
-            return RunStore(project).resolve_id(words[0]), " ".join(words[1:])
+            return runs.resolve_id(project, words[0]), " ".join(words[1:])
         except AgentboxError:
             pass
     return None, " ".join(words)

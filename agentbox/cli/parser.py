@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from agentbox import __version__
@@ -24,6 +25,18 @@ def _cmd(sub: Subcommands, name: str, handler: str, help_text: str, **kw: Any) -
 
 def _json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+class _Modes:
+    """The crew modes `--mode` takes, read from where they are defined only when the option is given or shown."""
+
+    def __iter__(self) -> Iterator[str]:
+        from agentbox.core.config import MODES
+
+        return iter(MODES)
+
+    def __contains__(self, name: object) -> bool:
+        return name in list(self)
 
 
 class _Unused:
@@ -167,9 +180,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     # --- runs
     p = _cmd(sub, "run", "agentbox.cli.runs:run", "start a run of the crew on a goal (or --resume one)")
     p.add_argument("goal", nargs="?", help="what the crew should achieve")
-    p.add_argument("--mode", choices=["sequential", "hierarchical", "group_chat", "handoff", "graph"],
-                   help="how the crew works together (default: crew.yaml's mode): sequential pipeline, "
-                   "hierarchical lead + workers + review, group_chat, handoff, or graph (with --graph)")
+    mode = p.add_argument("--mode", help="how the crew works together (default: crew.yaml's mode): sequential "
+                          "pipeline, hierarchical lead + workers + review, group_chat, handoff, or graph (with --graph)")
+    mode.choices = _Modes()  # set after: argparse would list them at once to check the option's metavar
     p.add_argument("--graph", metavar="NAME|FILE", help="work graph for graph mode")
     p.add_argument("--base", metavar="BRANCH|COMMIT",
                    help="start the run's branch from this branch or commit instead of your HEAD (worktree runs)")

@@ -7,12 +7,19 @@ import asyncio
 import datetime as dt
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from agentbox.cli.common import print_json, print_table, project_from
 from agentbox.core.errors import UsageError
 from agentbox.core.pricing import usd
 from agentbox.core.termtext import for_block, for_line, for_terminal
+
+if TYPE_CHECKING:  # the run models and the door load only in the commands that use them
+    from agentbox.core.engine.commands import Command
+    from agentbox.core.engine.models import Checkpoint, Run
+    from agentbox.core.paths import ProjectPaths
+    from agentbox.core.runs import CheckpointView, EventRecord
 
 APPROVED_BY_DEFAULT = "approved by a human"
 """The note of `agentbox approve` when none is given."""
@@ -22,7 +29,7 @@ _STYLE = {"checkpoint": "bold yellow", "failure": "red", "escalation": "bold red
           "run.status": "bold"}
 
 
-def _printer(quiet: bool, bell: bool = True) -> Any:
+def printer(quiet: bool, bell: bool = True) -> Callable[[EventRecord], None] | None:
     """A callback printing each decision-log event as one coloured line; an event the person must
     hear of (the run ended, failed, stopped) also gets a banner and the terminal bell."""
     if quiet:
@@ -34,7 +41,7 @@ def _printer(quiet: bool, bell: bool = True) -> Any:
 
     console = Console(highlight=False)
 
-    def show(event: dict[str, Any]) -> None:
+    def show(event: EventRecord) -> None:
         if event["type"] == "turn" and ": ok" in event["what"]:
             return
         stamp = dt.datetime.fromtimestamp(event["at"]).strftime("%H:%M:%S")
@@ -55,31 +62,21 @@ def _printer(quiet: bool, bell: bool = True) -> Any:
     return show
 
 
-def answer_commands(run: Any, cp: Any) -> list[tuple[str, str]]:
-    """(what, exact command) pairs that answer checkpoint `cp` of `run`, for the person to copy."""
-    commands = []
-    if cp.kind == "plan_approval":
-        commands.append(("approve the plan", f"agentbox approve {run.id} {cp.id}"))
-        commands.append(("re-plan", f'agentbox answer {run.id} {cp.id} "FEEDBACK"'))
-        return commands
-    if cp.kind == "deliver":
-        commands.append(("merge", f"agentbox merge {run.id}"))
-        commands.append(("one commit", f"agentbox merge {run.id} --squash"))
-        commands.append(("look first", f"agentbox diff {run.id}"))
-        return commands
-    task = run.tasks.get(cp.task or "")
-    if task is not None and task.state == "reviewing":
-        commands.append(("approve", f"agentbox approve {task.id} --run {run.id}"))
-        commands.append(("send back", f'agentbox rework {task.id} --run {run.id} --note "WHAT TO FIX"'))
-    if cp.kind == "ladder" and "apply" in cp.options and task is not None:
-        commands.append(("apply", f"agentbox apply {task.id} --run {run.id}"))
-    hint = {"retry_escalation": "retry [NOTE] | cancel", "budget": "TOKENS to add | cancel",
-            "run_budget": "raise TOKENS | cancel"}.get(cp.kind, "YOUR ANSWER")
-    if cp.kind == "ladder":
-        words, cause = cp.ladder_answers()
-        hint = " | ".join(words) + (" [ROOT CAUSE]" if cause else "")
-    commands.append(("answer", f'agentbox answer {run.id} {cp.id} "{hint}"'))
-    return commands
+ANSWER_COMMANDS = {
+    "approve_plan": "agentbox approve {run} {cp}", "replan": 'agentbox answer {run} {cp} "FEEDBACK"',
+    "merge": "agentbox merge {run}", "merge_squash": "agentbox merge {run} --squash", "look": "agentbox diff {run}",
+    "approve_task": "agentbox approve {task} --run {run}",
+    "rework_task": 'agentbox rework {task} --run {run} --note "WHAT TO FIX"', "apply": "agentbox apply {task} --run {run}",
+    "answer": 'agentbox answer {run} {cp} "{hint}"',
+}
+"""The command that answers a checkpoint each way (`agentbox.core.runs.AnswerKind`)."""
+
+
+def answer_commands(view: CheckpointView) -> list[tuple[str, str]]:
+    """(what, exact command) pairs that answer the checkpoint of `view`, for the person to copy."""
+    hint = " | ".join(view.words) + (" [ROOT CAUSE]" if view.root_cause else "") if view.words else "YOUR ANSWER"
+    return [(way.what, ANSWER_COMMANDS[way.kind].format(run=view.run_id, cp=view.checkpoint.id, task=way.task,
+                                                         hint=hint)) for way in view.answers]
 
 
 class Person:
@@ -92,7 +89,7 @@ class Person:
 
     POLL_S = 0.25
 
-    def __init__(self, project: Any, run_id: str, *, interactive: bool, bell: bool = True) -> None:
+    def __init__(self, project: ProjectPaths, run_id: str, *, interactive: bool, bell: bool = True) -> None:
         import threading
 
         self.project = project
@@ -104,6 +101,8 @@ class Person:
         self.prompted: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="agentbox-person", daemon=True)
+        self._next: Callable[[], None] | None = None
+        """What to do until the next look at the run: ask the person, or nothing."""
 
     def start(self) -> None:
         self._thread.start()
@@ -119,23 +118,23 @@ class Person:
         sys.stdout.write(text)
         sys.stdout.flush()
 
+    def _wait(self) -> bool:
+        """Between two looks at the run: ask the person (for up to a poll), or just wait; False once stopped."""
+        ask, self._next = self._next, None
+        if ask is not None:
+            ask()
+        else:
+            self._stop.wait(self.POLL_S)
+        return not self._stop.is_set()
+
     def _watch(self) -> None:
         from agentbox.core import runs as runs_mod
-        from agentbox.core.engine.run_store import RunStore
-        from agentbox.core.errors import AgentboxError
 
-        store = RunStore(self.project)
-        seen: tuple[int, ...] | None = None
-        run = None
-        while not self._stop.is_set():
-            try:
-                stamp = store.state_stamp(self.run_id)
-                if run is None or stamp != seen:  # re-read only what changed
-                    seen, run = stamp, runs_mod.load(self.project, self.run_id)
-            except (AgentboxError, OSError, ValueError):
-                self._stop.wait(self.POLL_S)
-                continue
-            open_cps = {c.id: c for c in run.open_checkpoints()}
+        if self._stop.is_set():
+            return
+        for update in runs_mod.follow_sync(self.project, self.run_id, self._wait, events="none"):
+            run = update.run
+            open_cps = {c.id: c for c in update.open_checkpoints}
             for cp in open_cps.values():
                 if cp.id not in self.announced:
                     self.announced.add(cp.id)
@@ -145,23 +144,26 @@ class Person:
                 self._say(f"\n({self.prompted} was answered elsewhere)\n")
                 self.prompted = None
             self.queue = [cp_id for cp_id in self.queue if cp_id in open_cps]
-            if not (self.interactive and self.queue):
-                self._stop.wait(self.POLL_S)
-                continue
-            self._ask(run, open_cps[self.queue[0]])
+            if self.interactive and self.queue:
+                cp = open_cps[self.queue[0]]
+                self._next = lambda run=run, cp=cp: self._ask(run, cp)
 
-    def _announce(self, run: Any, cp: Any) -> None:
+    def _announce(self, run: Run, cp: Checkpoint) -> None:
+        from agentbox.core.runs import checkpoint_view
+
         bell = "\a" if self.bell and sys.stdout.isatty() else ""
         where = f" (task {for_line(cp.task)})" if cp.task else ""
         lines = [f"{bell}\n⚑ {cp.id} waits for you{where}: {for_block(cp.question.strip(), '  │ ')}"]
-        lines += [f"  {what + ':':<11} {for_line(command)}" for what, command in answer_commands(run, cp)]
+        lines += [f"  {what + ':':<11} {for_line(command)}" for what, command in answer_commands(checkpoint_view(run, cp))]
         self._say("\n".join(lines) + "\n")
 
-    def _ask(self, run: Any, cp: Any) -> None:
+    def _ask(self, run: Run, cp: Checkpoint) -> None:
         import select
 
-        choices = "approve [NOTE], rework NOTE, or an answer" if any(
-            what == "approve" for what, _ in answer_commands(run, cp)) else "your answer"
+        from agentbox.core.runs import checkpoint_view
+
+        choices = "approve [NOTE], rework NOTE, or an answer" if checkpoint_view(run, cp).offers("approve_task") \
+            else "your answer"
         if self.prompted != cp.id:
             self.prompted = cp.id
             self._say(f"{cp.id} — {choices} (empty: later) > ")
@@ -180,20 +182,21 @@ class Person:
             return
         self._say(for_terminal(self._send(run, cp, text)) + "\n")
 
-    def _send(self, run: Any, cp: Any, text: str) -> str:
+    def _send(self, run: Run, cp: Checkpoint, text: str) -> str:
         from agentbox.core import runs as runs_mod
+        from agentbox.core.engine import commands
         from agentbox.core.errors import AgentboxError
 
         word, _, rest = text.partition(" ")
         task = run.tasks.get(cp.task or "")
-        command: dict[str, Any] = {"action": "answer", "checkpoint": cp.id, "text": text}
+        command: Command = commands.Answer(checkpoint=cp.id, text=text)
         if task is not None and task.state == "reviewing" and word.lower() == "approve":
-            command = {"action": "approve", "task": task.id, "note": rest.strip() or APPROVED_BY_DEFAULT}
+            command = commands.Approve(task=task.id, note=rest.strip() or APPROVED_BY_DEFAULT)
         elif task is not None and task.state == "reviewing" and word.lower() == "rework":
             if not rest.strip():
                 self.queue.insert(0, cp.id)
                 return "rework needs a note saying what to fix"
-            command = {"action": "rework", "task": task.id, "note": rest.strip()}
+            command = commands.Rework(task=task.id, note=rest.strip())
         try:
             ok, message = runs_mod.send_command(self.project, self.run_id, command)
         except AgentboxError as exc:
@@ -203,7 +206,7 @@ class Person:
         return message if ok else f"error: {message}"
 
 
-def _interrupted(project: Any, run_id: str) -> None:
+def _interrupted(project: ProjectPaths, run_id: str) -> None:
     """Say what Ctrl-C did to the run and how to go on."""
     from agentbox.core import runs as runs_mod
     from agentbox.core.errors import AgentboxError
@@ -216,7 +219,7 @@ def _interrupted(project: Any, run_id: str) -> None:
     state = f"saved as {run.status}" + (f", {', '.join(waiting)} still open" if waiting else "") if run else "on disk"
     print(f"\ninterrupted: the engine of run {run_id} stopped and so did its running turns; "
           f"nothing runs now (the run is {state}; it is not cancelled)", file=sys.stderr)
-    print(f"continue it: agentbox run --resume {run_id}   (in the background: add --detach)\n"
+    print(f"continue it: {runs_mod.resume_command(run_id)}   (in the background: add --detach)\n"
           f"or end it:   agentbox cancel {run_id}", file=sys.stderr)
 
 
@@ -228,13 +231,9 @@ def run(args: argparse.Namespace) -> int:
     project = project_from(args)
     bell = load_user_config().notify.bell  # a broken config.yaml stops here, not in a detached engine
     if args.resume:
-        from agentbox.core.engine.run_store import RunStore
-
         if args.base:
             raise UsageError("--base is for a new run", f"a resumed run keeps its base: agentbox run --resume {args.resume}")
-        run_store = RunStore(project)
-        run_id = run_store.resolve_id(args.resume)
-        run_store.load_checked(run_id)  # a damaged run is refused here, before anything starts
+        run_id = runs.resume_target(project, args.resume)
     else:
         if not args.goal:
             raise UsageError("say what the crew should do", 'agentbox run "GOAL" (or --resume RUN)')
@@ -249,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
     person = Person(project, run_id, interactive=sys.stdin.isatty() and sys.stdout.isatty(), bell=bell)
     person.start()
     try:
-        final = asyncio.run(runs.execute(project, run_id, _printer(args.quiet, bell)))
+        final = asyncio.run(runs.execute(project, run_id, printer(args.quiet, bell)))
     except KeyboardInterrupt:
         person.stop()
         _interrupted(project, run_id)
@@ -263,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if final.status == "done" else 1
 
 
-def spend_line(run: Any) -> str:
+def spend_line(run: Run) -> str:
     """The run's cost so far, against its money budget when it has one."""
     totals = run.totals
     line = usd(totals.cost_usd) + (f" / {usd(run.usd_budget)}" if run.usd_budget is not None else "")
@@ -334,7 +333,7 @@ def status(args: argparse.Namespace) -> int:
         for cp in open_cps:
             print(f"  {cp.id} [{cp.kind}]{' task ' + for_line(cp.task) if cp.task else ''}: "
                   f"{for_block(cp.question.strip(), '    │ ')}")
-            for what, command in answer_commands(run, cp):
+            for what, command in answer_commands(runs_mod.checkpoint_view(run, cp)):
                 print(f"      {what + ':':<11} {for_line(command)}")
     if run.result:
         print(f"\nresult: {for_line(run.result.artifact or '')}\n{for_terminal(run.result.summary[:600])}")
@@ -353,7 +352,8 @@ def _node(node: str | None) -> str:
     return for_line(f"{node_id[:12]}@{host}")
 
 
-def _send(project: Any, run_id: str | None, command: dict[str, Any]) -> int:
+def send(project: ProjectPaths, run_id: str | None, command: Command) -> int:
+    """Send a human command to a run (the latest when `run_id` is None) and say how it went; the exit code."""
     from agentbox.core import runs as runs_mod
 
     ok, message = runs_mod.send_command(project, run_id or "latest", command)
@@ -365,6 +365,7 @@ def _send(project: Any, run_id: str | None, command: dict[str, Any]) -> int:
 def approve(args: argparse.Namespace) -> int:
     """Approve a task in review (with a note as evidence), or a plan waiting for approval."""
     from agentbox.core import runs as runs_mod
+    from agentbox.core.engine import commands
 
     project = project_from(args)
     target, checkpoint = args.task, args.checkpoint
@@ -376,20 +377,17 @@ def approve(args: argparse.Namespace) -> int:
         run_id, cp_id = runs_mod.plan_checkpoint(project, target or args.run, checkpoint)
         note = args.note.strip()
         text = "approve" if note in ("", APPROVED_BY_DEFAULT) else f"approve ({note})"
-        return _send(project, run_id, {"action": "answer", "checkpoint": cp_id, "text": text})
+        return send(project, run_id, commands.Answer(checkpoint=cp_id, text=text))
     if not target:
         raise UsageError("say what to approve", "agentbox approve TASK, agentbox approve --plan, "
                                                 "or agentbox approve RUN cp-N")
     run_id, task_id = runs_mod.resolve_task(project, target, args.run)
     shown = _show_task_changes(project, run_id, task_id, args.at)
-    command = {"action": "approve", "task": task_id, "note": args.note}
     at = (args.at or "").strip().lower() or shown
-    if at:
-        command["commit"] = at
-    return _send(project, run_id, command)
+    return send(project, run_id, commands.Approve.of(task=task_id, note=args.note, **({"commit": at} if at else {})))
 
 
-def _show_task_changes(project: Any, run_id: str, task_id: str, at: str | None = None) -> str | None:
+def _show_task_changes(project: ProjectPaths, run_id: str, task_id: str, at: str | None = None) -> str | None:
     """What the task's branch changes (from git), shown to the person deciding on it; the commit shown."""
     from agentbox.core import run_changes
     from agentbox.core import runs as runs_mod
@@ -411,45 +409,50 @@ def _show_task_changes(project: Any, run_id: str, task_id: str, at: str | None =
 def rework(args: argparse.Namespace) -> int:
     """Send a task in review back with a note."""
     from agentbox.core import runs as runs_mod
+    from agentbox.core.engine import commands
 
     project = project_from(args)
     run_id, task_id = runs_mod.resolve_task(project, args.task, args.run)
     _show_task_changes(project, run_id, task_id)
-    return _send(project, run_id, {"action": "rework", "task": task_id, "note": args.note})
+    return send(project, run_id, commands.Rework(task=task_id, note=args.note))
 
 
 def answer(args: argparse.Namespace) -> int:
     """Answer a checkpoint (its id, a unique prefix of it, or its number)."""
     from agentbox.core import runs as runs_mod
+    from agentbox.core.engine import commands
 
     project = project_from(args)
     run_id, checkpoint = runs_mod.resolve_checkpoint(project, args.run, args.checkpoint)
-    return _send(project, run_id, {"action": "answer", "checkpoint": checkpoint, "text": args.text})
+    return send(project, run_id, commands.Answer(checkpoint=checkpoint, text=args.text))
 
 
 def cancel(args: argparse.Namespace) -> int:
     """Cancel a run, or one task."""
     from agentbox.core import runs as runs_mod
+    from agentbox.core.engine import commands
 
     project = project_from(args)
     target = args.target or runs_mod.the_active_run(project, "cancel")
     if target.startswith("run-") or target == "latest":
-        return _send(project, target, {"action": "cancel_run", "note": "cancelled with `agentbox cancel`"})
+        return send(project, target, commands.CancelRun(note="cancelled with `agentbox cancel`"))
     run_id, task_id = runs_mod.resolve_task(project, target, args.run)
-    return _send(project, run_id, {"action": "cancel_task", "task": task_id})
+    return send(project, run_id, commands.CancelTask(task=task_id))
 
 
 def pause(args: argparse.Namespace) -> int:
     """Pause a run."""
     from agentbox.core import runs as runs_mod
+    from agentbox.core.engine import commands
 
     project = project_from(args)
-    return _send(project, args.run or runs_mod.the_active_run(project, "pause"), {"action": "pause"})
+    return send(project, args.run or runs_mod.the_active_run(project, "pause"), commands.Pause())
 
 
 def resume_run(args: argparse.Namespace) -> int:
     """Resume a paused run."""
     from agentbox.core import runs as runs_mod
+    from agentbox.core.engine import commands
 
     project = project_from(args)
-    return _send(project, args.run or runs_mod.the_active_run(project, "resume"), {"action": "resume"})
+    return send(project, args.run or runs_mod.the_active_run(project, "resume"), commands.Resume())

@@ -13,20 +13,19 @@ from agentbox.core.pricing import usd
 def runs(args: argparse.Namespace) -> int:
     """List runs, oldest first (a damaged one says so, with the reason below)."""
     from agentbox.core import runs as runs_mod
-    from agentbox.core.engine.run_store import DamagedRun
     from agentbox.core.run_summary import age_text, summarise
 
     project = project_from(args)
     listed = runs_mod.list_runs(project)
     now = time.time()
-    damaged = [r for r in listed if isinstance(r, DamagedRun)]
+    damaged = [r for r in listed if isinstance(r, runs_mod.DamagedRun)]
     if args.json:
-        print_json([{"id": r.id, "status": "damaged", "error": r.error.message} if isinstance(r, DamagedRun)
+        print_json([{"id": r.id, "status": "damaged", "error": r.error.message} if isinstance(r, runs_mod.DamagedRun)
                     else summarise(r, now).as_dict() for r in listed])
     else:
         rows = []
         for entry in listed:
-            if isinstance(entry, DamagedRun):
+            if isinstance(entry, runs_mod.DamagedRun):
                 rows.append([entry.id, "damaged", "-", "-", "-", "-", "-", "see below"])
                 continue
             s = summarise(entry, now)

@@ -53,10 +53,10 @@ def demo(args: argparse.Namespace) -> int:
 
 def _printed_demo(project: ProjectPaths, *, keep: bool) -> int:
     """Run the demo in this process; the synthesis is printed (its file goes with the project unless `keep`)."""
-    from agentbox.cli.runs import _printer
+    from agentbox.cli.runs import printer
     from agentbox.core.demo import deliver_demo, run_demo
 
-    final = asyncio.run(run_demo(project, _printer(False)))
+    final = asyncio.run(run_demo(project, printer(False)))
     print(f"\nrun {final.id}: {final.status}")
     delivered = deliver_demo(project, final)
     if delivered:
@@ -76,6 +76,7 @@ def _dashboard_demo(project: ProjectPaths) -> int:
     """Start the demo run's engine in the background and watch it; the person answers its question."""
     from agentbox.core import runs
     from agentbox.core.demo import DEMO_GOAL
+    from agentbox.core.engine import commands
     from agentbox.core.engine.models import TERMINAL_RUN_STATES
     from agentbox.tui.factory import make_app
 
@@ -89,7 +90,7 @@ def _dashboard_demo(project: ProjectPaths) -> int:
         signal.signal(signal.SIGHUP, previous)
         final = runs.load(project, run.id)
         if final.status not in TERMINAL_RUN_STATES:
-            runs.send_command(project, run.id, {"action": "cancel_run", "note": "the demo was closed"})
+            runs.send_command(project, run.id, commands.CancelRun(note="the demo was closed"))
         deadline = time.monotonic() + ENGINE_STOP_WAIT_S
         while runs.engine_alive(project, run.id) and time.monotonic() < deadline:
             time.sleep(0.1)

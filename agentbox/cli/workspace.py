@@ -45,24 +45,24 @@ def diff(args: argparse.Namespace) -> int:
 
 def merge(args: argparse.Namespace) -> int:
     """Bring the run's integration branch into a branch of the person's (through the run's command path)."""
-    from agentbox.cli.runs import _send
+    from agentbox.cli.runs import send
+    from agentbox.core.engine import commands
 
     project = project_from(args)
-    return _send(project, args.run, {"action": "deliver", "into": args.into, "squash": args.squash})
+    return send(project, args.run, commands.Deliver.of(into=args.into, squash=args.squash))
 
 
 def clean(args: argparse.Namespace) -> int:
     """Remove what finished runs left behind; unmerged work is kept unless --force."""
     from agentbox.core import runs as runs_mod
     from agentbox.core import workspace as git
-    from agentbox.core.engine.run_store import RunStore
     from agentbox.core.errors import UsageError
 
     project = project_from(args)
     if git.repo_info(project.root) is None:
         raise UsageError(f"{project.root} is not a git repository with a commit: there is nothing to clean")
     live = [r.id for r in runs_mod.active_runs(project)]
-    run_id = RunStore(project).resolve_id(args.run) if args.run else None
+    run_id = runs_mod.resolve_id(project, args.run) if args.run else None
     plan = git.clean(project.root, run_id, dry_run=args.dry_run, force=args.force, keep_runs=live)
     if args.json:
         print_json({"dry_run": plan.dry_run, "worktrees": [str(p) for p in plan.worktrees], "branches": plan.branches,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
@@ -38,6 +38,9 @@ from agentbox.core.validation import NAME_RULE as NAME_RULE
 from agentbox.core.yaml_io import load_yaml, plain, position
 
 Mode = Literal["sequential", "hierarchical", "group_chat", "handoff", "graph"]
+"""How a crew works (each mode's settings and state are keyed by these names)."""
+MODES: tuple[Mode, ...] = get_args(Mode)
+"""The mode names, in the order they are offered."""
 
 RoleName = Annotated[str, Field(pattern=NAME_PATTERN)]
 

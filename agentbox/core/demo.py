@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agentbox.core import project as project_mod
+from agentbox.core.engine import commands
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
 from agentbox.core.engine.records import Event
 from agentbox.core.paths import ProjectPaths
@@ -54,8 +55,8 @@ def deliver_demo(project: ProjectPaths, run: Run) -> str | None:
     waiting = [cp for cp in run.open_checkpoints() if cp.kind == "deliver"]
     if not waiting:
         return None
-    ok, message = send_command(project, run.id, {"action": "answer", "checkpoint": waiting[0].id, "text": "merge",
-                                                 "note": "answered by the demo's stand-in human"})
+    ok, message = send_command(project, run.id, commands.Answer(checkpoint=waiting[0].id, text="merge",
+                                                                note="answered by the demo's stand-in human"))
     return message if ok else f"not merged: {message}"
 
 
@@ -81,8 +82,8 @@ async def run_demo(project: ProjectPaths, on_event: Callable[[Event], None] | No
                     else:  # a stand-in human retries once, then gives up rather than looping
                         retries += 1
                         answer = "retry" if retries <= 1 else "cancel"
-                    engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": answer,
-                                          "note": "answered by the demo's stand-in human"})
+                    engine.apply_command(commands.Answer(checkpoint=cp.id, text=answer,
+                                                         note="answered by the demo's stand-in human"))
 
     helper = asyncio.ensure_future(human())
     try:

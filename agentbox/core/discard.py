@@ -103,6 +103,7 @@ def _git_plan(project: ProjectPaths, run_id: str, result: DiscardPlan, *, dry_ru
 def discard(project: ProjectPaths, run_id: str) -> DiscardPlan:
     """Remove run `run_id` and everything of it (see the module docstring); what was removed."""
     from agentbox.core import runs
+    from agentbox.core.engine.commands import CancelRun
 
     store = RunStore(project)
     run_id = store.resolve_id(run_id)
@@ -111,7 +112,7 @@ def discard(project: ProjectPaths, run_id: str) -> DiscardPlan:
         run = _load(store, run_id)
         if run is not None and run.status not in TERMINAL_RUN_STATES:
             with contextlib.suppress(AgentboxError):  # it may end by itself meanwhile
-                runs.send_command(project, run_id, {"action": "cancel_run", "note": "discarded with `agentbox discard`"})
+                runs.send_command(project, run_id, CancelRun(note="discarded with `agentbox discard`"))
         deadline = time.monotonic() + ENGINE_STOP_WAIT_S
         while store.engine_running(run_id):
             if time.monotonic() > deadline:
@@ -139,10 +140,10 @@ def discard(project: ProjectPaths, run_id: str) -> DiscardPlan:
 
 def _stop_left_turns(run: Run) -> int:
     """Kill the turns a killed engine left running (only processes provably of those turns)."""
-    from agentbox.core.engine.recovery import _kill_orphan
+    from agentbox.core.engine.recovery import kill_orphan
 
     for job in run.jobs.values():
-        _kill_orphan(job)
+        kill_orphan(job)
     return len(run.jobs)
 
 

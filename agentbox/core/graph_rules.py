@@ -42,12 +42,12 @@ from pydantic import ValidationError
 from agentbox.core.errors import ConfigError, NotFoundError, Violation
 from agentbox.core.graph_model import Graph
 from agentbox.core.graph_schema import (
-    _Edge,
-    _Node,
-    _read_edges,
-    _read_nodes,
-    _type_name,
+    LenientEdge,
+    LenientNode,
+    read_edges,
+    read_nodes,
     schema_violations,
+    type_name,
 )
 from agentbox.core.validation import NAME_PATTERN
 from agentbox.core.yaml_io import parse_yaml, plain, read_yaml_text
@@ -114,7 +114,7 @@ def _check(document: Any, roles: Collection[str] | None) -> tuple[Graph | None, 
             Violation("schema", "the file is empty: a graph needs `nodes` and `edges`", 1)
         ]
     if not isinstance(document, dict):
-        got = _type_name(document)
+        got = type_name(document)
         return None, [
             Violation(
                 "schema", f"expected a mapping with `nodes` and `edges` at the top, got {got}", 1
@@ -127,8 +127,8 @@ def _check(document: Any, roles: Collection[str] | None) -> tuple[Graph | None, 
     except ValidationError as exc:
         violations.extend(schema_violations(exc.errors(), document))
 
-    nodes, nodes_complete = _read_nodes(document)
-    edges, edges_complete = _read_edges(document)
+    nodes, nodes_complete = read_nodes(document)
+    edges, edges_complete = read_edges(document)
     names = list(dict.fromkeys(n.name for n in nodes))
     violations.extend(_duplicate_nodes(nodes))
     if roles is not None:
@@ -145,7 +145,7 @@ def _check(document: Any, roles: Collection[str] | None) -> tuple[Graph | None, 
 
 
 def _graph_rules(
-    nodes: list[_Node], names: list[str], edges: list[_Edge], *, judge_paths: bool
+    nodes: list[LenientNode], names: list[str], edges: list[LenientEdge], *, judge_paths: bool
 ) -> list[Violation]:
     """acyclic, single-entry, reachable, backward-labeled and fail-fallback-edge."""
     out: list[Violation] = []
@@ -154,7 +154,7 @@ def _graph_rules(
     for node in nodes:
         node_line.setdefault(node.name, node.line)
     forward = [e for e in edges if e.kind == "forward" and e.source in known and e.target in known]
-    successors: dict[str, list[_Edge]] = {name: [] for name in names}
+    successors: dict[str, list[LenientEdge]] = {name: [] for name in names}
     predecessors: dict[str, list[str]] = {name: [] for name in names}
     for edge in forward:
         assert edge.source is not None and edge.target is not None
@@ -256,7 +256,7 @@ def _graph_rules(
             )
 
     # fail-fallback-edge
-    fails: dict[str, list[_Edge]] = {}
+    fails: dict[str, list[LenientEdge]] = {}
     for edge in edges:
         if edge.condition == "fail" and edge.source in known:
             assert edge.source is not None
@@ -284,7 +284,7 @@ def _graph_rules(
                     fallbacks[1].line,
                 )
             )
-        by_reason: dict[str, list[_Edge]] = {}
+        by_reason: dict[str, list[LenientEdge]] = {}
         for edge in group:
             if edge.reason is not None:
                 by_reason.setdefault(edge.reason, []).append(edge)
@@ -303,12 +303,12 @@ def _graph_rules(
 
 
 def _back_edges(
-    names: list[str], candidates: list[str], successors: dict[str, list[_Edge]]
-) -> list[tuple[_Edge, list[str]]]:
+    names: list[str], candidates: list[str], successors: dict[str, list[LenientEdge]]
+) -> list[tuple[LenientEdge, list[str]]]:
     """Three-colour DFS (entries first, then file order): each edge closing a cycle, with it."""
     white, grey, black = 0, 1, 2
     colour = dict.fromkeys(names, white)
-    found: list[tuple[_Edge, list[str]]] = []
+    found: list[tuple[LenientEdge, list[str]]] = []
     for start in [*candidates, *(n for n in names if n not in candidates)]:
         if colour[start] != white:
             continue
@@ -347,8 +347,8 @@ def _reach(starts: Iterable[str], step: Callable[[str], Iterable[str]]) -> set[s
     return seen
 
 
-def _duplicate_nodes(nodes: list[_Node]) -> list[Violation]:
-    first: dict[str, _Node] = {}
+def _duplicate_nodes(nodes: list[LenientNode]) -> list[Violation]:
+    first: dict[str, LenientNode] = {}
     out: list[Violation] = []
     for node in nodes:
         if node.name in first:
@@ -365,7 +365,7 @@ def _duplicate_nodes(nodes: list[_Node]) -> list[Violation]:
     return out
 
 
-def _unknown_roles(nodes: list[_Node], roles: Collection[str]) -> list[Violation]:
+def _unknown_roles(nodes: list[LenientNode], roles: Collection[str]) -> list[Violation]:
     known = sorted(roles)
     out: list[Violation] = []
     for node in nodes:
@@ -383,7 +383,7 @@ def _unknown_roles(nodes: list[_Node], roles: Collection[str]) -> list[Violation
     return out
 
 
-def _dangling_edges(edges: list[_Edge], names: list[str]) -> list[Violation]:
+def _dangling_edges(edges: list[LenientEdge], names: list[str]) -> list[Violation]:
     known = set(names)
     out: list[Violation] = []
     for edge in edges:
@@ -404,8 +404,8 @@ def _dangling_edges(edges: list[_Edge], names: list[str]) -> list[Violation]:
     return out
 
 
-def _duplicate_success_edges(edges: list[_Edge]) -> list[Violation]:
-    seen: dict[tuple[str | None, str | None], _Edge] = {}
+def _duplicate_success_edges(edges: list[LenientEdge]) -> list[Violation]:
+    seen: dict[tuple[str | None, str | None], LenientEdge] = {}
     out: list[Violation] = []
     for edge in edges:
         if edge.condition != "success" or edge.source is None or edge.target is None:

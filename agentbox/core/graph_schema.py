@@ -1,7 +1,7 @@
 """Reading a graph document leniently, and its pydantic errors as `schema` violations.
 
 The graph rules must judge a document the schema rejects, so nodes and edges are read as
-far as they are readable (`_read_nodes`, `_read_edges`); each pydantic error becomes one
+far as they are readable (`read_nodes`, `read_edges`); each pydantic error becomes one
 `schema` violation that names the field path, its line and the valid keys or values
 (worded by `agentbox.core.validation`, as for config files and replies).
 """
@@ -31,7 +31,7 @@ _LIKELY_SLIPS = {
 
 
 @dataclass(frozen=True)
-class _Node:
+class LenientNode:
     """A node as far as the graph rules need it (read leniently from the document)."""
 
     name: str
@@ -41,7 +41,7 @@ class _Node:
 
 
 @dataclass(frozen=True)
-class _Edge:
+class LenientEdge:
     """An edge as far as the graph rules need it (read leniently from the document)."""
 
     source: str | None
@@ -60,12 +60,12 @@ class _Edge:
         return f"{self.source} -> {self.target} ({label})"
 
 
-def _read_nodes(document: dict[str, Any]) -> tuple[list[_Node], bool]:
+def read_nodes(document: dict[str, Any]) -> tuple[list[LenientNode], bool]:
     """The nodes whose name is a string; complete when every node has one."""
     raw = document.get("nodes")
     if not isinstance(raw, list):
         return [], False
-    nodes: list[_Node] = []
+    nodes: list[LenientNode] = []
     complete = True
     for index, item in enumerate(raw):
         name = item.get("name") if isinstance(item, dict) else None
@@ -74,7 +74,7 @@ def _read_nodes(document: dict[str, Any]) -> tuple[list[_Node], bool]:
             continue
         role = item.get("role")
         nodes.append(
-            _Node(
+            LenientNode(
                 name=str(name),
                 role=str(role) if isinstance(role, str) else None,
                 line=position(document, ("nodes", index))[0],
@@ -84,14 +84,14 @@ def _read_nodes(document: dict[str, Any]) -> tuple[list[_Node], bool]:
     return nodes, complete
 
 
-def _read_edges(document: dict[str, Any]) -> tuple[list[_Edge], bool]:
+def read_edges(document: dict[str, Any]) -> tuple[list[LenientEdge], bool]:
     """The edges with their ends as far as readable; complete when every edge is usable."""
     raw = document.get("edges", [])
     if raw is None:
         raw = []
     if not isinstance(raw, list):
         return [], False
-    edges: list[_Edge] = []
+    edges: list[LenientEdge] = []
     complete = True
     for index, item in enumerate(raw):
         if not isinstance(item, dict):
@@ -110,7 +110,7 @@ def _read_edges(document: dict[str, Any]) -> tuple[list[_Edge], bool]:
         )
         complete = complete and usable
         edges.append(
-            _Edge(
+            LenientEdge(
                 source=str(source) if isinstance(source, str) else None,
                 target=str(target) if isinstance(target, str) else None,
                 condition=str(condition) if isinstance(condition, str) else None,
@@ -132,7 +132,8 @@ def schema_violations(errors: Sequence[Mapping[str, Any]], document: Any) -> lis
     ]
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
+    """What a YAML value is, in words (for a message saying what was found instead)."""
     if value is None:
         return "nothing (null)"
     if isinstance(value, bool):

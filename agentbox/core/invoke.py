@@ -201,8 +201,9 @@ class SessionTags(TypedDict, total=False):
     task_id: str | None
 
 
-def _prepare_session(agent: Agent, session_id: str | None, new_id: str | None = None,
+def prepare_session(agent: Agent, session_id: str | None, new_id: str | None = None,
                      tags: SessionTags | None = None) -> SessionRecord:
+    """The session a turn runs in: `session_id`'s record, or a new one (with `new_id` and `tags`)."""
     store = agent.sessions
     if session_id is not None:
         record = store.find(session_id)
@@ -462,7 +463,7 @@ def invoke_sync(
 def _prepared_turn(agent: Agent, prompt: str, session_id: str | None, new_id: str | None = None,
                    tags: SessionTags | None = None) -> Iterator[tuple[SessionRecord, Prepared]]:
     """The session (locked for the turn) and its next turn prepared; the scratch dir goes afterwards."""
-    record = _prepare_session(agent, session_id, new_id, tags)
+    record = prepare_session(agent, session_id, new_id, tags)
     store = agent.sessions
     with _session_lock(store.root / ".locks" / f"{record.id}.lock"):
         if session_id is not None:

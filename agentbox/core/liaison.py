@@ -88,7 +88,7 @@ def _at(when: float | None, now: float) -> str:
 
 def run_digest(project: ProjectPaths, run: Run, *, engine_running: bool, now: float | None = None) -> Digest:
     """The digest of one run, read at `now`."""
-    from agentbox.core import watch
+    from agentbox.core import runs
 
     now = time.time() if now is None else now
     lines = [f"Data as of {stamp(now)} (read from the run's files at that moment).",
@@ -133,7 +133,7 @@ def run_digest(project: ProjectPaths, run: Run, *, engine_running: bool, now: fl
                     if totals.unknown_usage_turns else "")
                  + (f"; cost where reported: ${totals.cost_usd:.4f}" if totals.cost_usd is not None
                     else "; cost: not reported by the tools"))
-    events, _ = watch.tail_events(project, run.id, DECISIONS_SHOWN)
+    events, _ = runs.tail_events(project, run.id, DECISIONS_SHOWN)
     lines.append(f"Last decisions (oldest first, {len(events)}):" if events else "Last decisions: none recorded.")
     for event in events:
         what = " — ".join(str(event.get(k)) for k in ("what", "why") if event.get(k)).replace("\n", " ")[:240]

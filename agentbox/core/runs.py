@@ -1,30 +1,60 @@
-"""Run services for the faces: create, execute, resume, steer and read runs."""
+"""The one door of the faces to runs: create, execute, resume, steer, read and follow them.
+
+The CLI, the TUI and the MCP face read and change runs only through this module (the
+import-contract test holds them to it): the run store behind it stays private to core.
+What every face shows the same way is defined here once: how to answer a checkpoint
+(`checkpoint_view(...).answers`), what following a run reports (`follow`), whether a run
+has an engine (`engine_state`). Human commands come in as the typed models of
+`engine.commands` and are checked once.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import re
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentbox.core import project as project_mod
+from agentbox.core import store as store_mod
 from agentbox.core.engine.models import (
     TERMINAL_RUN_STATES,
+    Checkpoint,
     Contract,
     Run,
     RunGit,
     no_engine_reason,
 )
-from agentbox.core.engine.records import Event, as_events
-from agentbox.core.engine.run_store import DamagedRun, DamagedRunError, RunStore, new_run_id
+from agentbox.core.engine.records import ArtifactEntry, Event, as_artifact_entries, as_events
+from agentbox.core.engine.run_store import MANIFEST_FILE, RunStore, manifest_problem, new_run_id
+from agentbox.core.engine.run_store import DamagedRun as DamagedRun
+from agentbox.core.engine.run_store import DamagedRunError as DamagedRunError
 from agentbox.core.errors import NotFoundError, UsageError
 from agentbox.core.ids import check_id
 from agentbox.core.paths import ProjectPaths
 
-if TYPE_CHECKING:  # git plumbing loads only when a run starts
+if TYPE_CHECKING:  # git plumbing loads only when a run starts; the engine only when a command is applied
     from agentbox.core.config import Mode
+    from agentbox.core.engine.commands import Command
     from agentbox.core.graph_model import Graph
     from agentbox.core.workspace import RepoInfo
+
+Workspace = Literal["worktree", "shared"]
+"""Where a run's agents write: each task in its own git worktree and branch, or the live tree."""
+
+EventRecord = Event
+"""One record of a run's decision log as the engine wrote it (a typed record of `engine.records`)."""
+ManifestEntry = ArtifactEntry
+"""One entry of a run's artifact manifest (a typed record of `engine.records`)."""
+RawCommand = Mapping[str, Any]
+"""A human command as JSON (the inbox's form): checked against the command models once, here."""
+# A face holds a run it cannot read as the `DamagedRun` (and `DamagedRunError`) imported above.
 
 COMMAND_ACK_TIMEOUT_S = 15.0
 """How long a command waits for a running engine to acknowledge it."""
@@ -82,8 +112,7 @@ def create_run(project: ProjectPaths, goal: str, mode: Mode | None = None, graph
     return run
 
 
-def _workspace_of(project: ProjectPaths, chosen: Literal["worktree", "shared"] | None
-                  ) -> tuple[Literal["worktree", "shared"], RepoInfo | None]:
+def _workspace_of(project: ProjectPaths, chosen: Workspace | None) -> tuple[Workspace, RepoInfo | None]:
     """crew.yaml's `workspace`, or the default: `worktree` at the top of a git repository with
     a commit; with the repository's facts (None when git was not asked: a `shared` crew)."""
     from agentbox.core.workspace import GitError, repo_info
@@ -114,7 +143,7 @@ def _refuse_a_second_shared_writer(store: RunStore) -> None:
                              "(each run in its own branches)")
 
 
-async def execute(project: ProjectPaths, run_id: str, on_event: Any = None) -> Run:
+async def execute(project: ProjectPaths, run_id: str, on_event: Callable[[EventRecord], None] | None = None) -> Run:
     """Drive a run in this process until it ends (resumes from disk if it was interrupted)."""
     from agentbox.core.engine.engine import Engine
 
@@ -133,28 +162,30 @@ def detach(project: ProjectPaths, run_id: str) -> int:
     return proc.pid
 
 
-def send_command(project: ProjectPaths, run_id: str, command: dict[str, Any]) -> tuple[bool, str]:
+def send_command(project: ProjectPaths, run_id: str, command: Command | RawCommand) -> tuple[bool, str]:
     """Apply a human command: through the running engine's inbox, or directly when none runs.
 
-    The command is checked against the engine's command models first: a malformed one is
-    a UsageError and never reaches the inbox.
+    `command` is one of the typed models of `engine.commands` (what the faces pass), or its
+    JSON form, which is checked against those models here, once: a malformed one is a
+    UsageError and never reaches the inbox.
     """
     from agentbox.core.engine import commands
-    from agentbox.core.engine.engine import Engine
 
-    commands.parse(command)
+    typed = commands.parse(dict(command)) if isinstance(command, Mapping) else command
     store = RunStore(project)
     run_id = store.resolve_id(run_id)
     with store.engine_lock(run_id) as mine:
         if mine:
+            from agentbox.core.engine.engine import Engine
+
             engine = Engine.open(project, run_id)
-            ok, message = engine.apply_command(command)
+            ok, message = engine.apply_command(typed)
             engine.settle_without_engine()
             engine.save()
             return ok, message
     log = store.events_path(run_id)
     offset = log.stat().st_size if log.exists() else 0  # the ack comes after the post: read only what is new
-    command_id = store.post_command(run_id, command)
+    command_id = store.post_command(run_id, commands.as_json(typed))
     deadline = time.monotonic() + COMMAND_ACK_TIMEOUT_S
     while time.monotonic() < deadline:
         events, offset = store.events(run_id, offset)
@@ -162,7 +193,7 @@ def send_command(project: ProjectPaths, run_id: str, command: dict[str, Any]) ->
             if event.get("type") == "command" and event.get("command_id") == command_id:
                 return bool(event.get("ok")), str(event.get("what"))
         if not store.engine_running(run_id):
-            return send_command(project, run_id, {**command, "id": command_id})
+            return send_command(project, run_id, typed.model_copy(update={"id": command_id}))
         time.sleep(0.05)
     return True, f"queued for the engine (command {command_id}); it will apply it shortly"
 
@@ -346,3 +377,323 @@ def resume_engine(project: ProjectPaths, run_id: str) -> int:
     if store.engine_running(run_id):
         raise UsageError(f"run {run_id} already has an engine running", "watch it with `agentbox status` or the dashboard")
     return detach(project, run_id)
+
+
+# ----------------------------------------------------------------------------- the door's reads
+def resolve_id(project: ProjectPaths, run_id: str | None) -> str:
+    """The full id of the run `run_id` names (`None`/`latest`: the latest run; a unique prefix or end of an id)."""
+    return RunStore(project).resolve_id(run_id)
+
+
+def read(project: ProjectPaths, run_id: str) -> Run:
+    """A run's state as it is on disk, its logs not checked (`load` checks them)."""
+    return RunStore(project).load(run_id)
+
+
+def run_ids(project: ProjectPaths) -> list[str]:
+    """The ids of the project's runs, oldest first."""
+    return RunStore(project).list_ids()
+
+
+def manifest(project: ProjectPaths, run_id: str) -> list[ManifestEntry]:
+    """The run's manifest of who made which file (well-formed entries, in the order they were made)."""
+    return RunStore(project).manifest(run_id)
+
+
+def resume_target(project: ProjectPaths, run_ref: str) -> str:
+    """The id of the run `agentbox run --resume RUN` continues; a damaged run is refused here, before anything starts."""
+    store = RunStore(project)
+    run_id = store.resolve_id(run_ref)
+    store.load_checked(run_id)
+    return run_id
+
+
+_SAVE_TIME = re.compile(rb'"updated":[-+0-9.eE]+,"finished":')
+"""run.json's top-level save time (compact JSON; only the run's own `updated` precedes `finished`)."""
+_SAVES = re.compile(rb'^(\{"id":"[^"\\]*","saves":)\d+')
+"""run.json's save counter (second in the file), which every save moves."""
+
+
+def read_run_if_changed(project: ProjectPaths, run_id: str, last_digest: bytes | None) -> tuple[Run | None, bytes]:
+    """The run, or None when its state differs from `last_digest` only by run.json's save time.
+
+    A running engine saves its state several times a second even when nothing happened;
+    hashing the bytes is far cheaper than validating a big run again. If the file's
+    layout ever changes, every read simply counts as a change.
+    """
+    run_store = RunStore(project)
+    state = run_store.read_state(run_id)  # bounded, regular files only; "no run" / damaged errors
+    snapshot = _SAVES.sub(rb"\1", _SAVE_TIME.sub(b'"finished":', state.snapshot, count=1), count=1)
+    digest = hashlib.blake2b(snapshot, digest_size=16)
+    digest.update(state.journal)  # a journal line is only written for a real change
+    if digest.digest() == last_digest:
+        return None, digest.digest()
+    return run_store.parse_state(run_id, state), digest.digest()
+
+
+def read_events(project: ProjectPaths, run_id: str, offset: int) -> tuple[list[EventRecord], int]:
+    """Decision-log records appended since byte `offset`, and the next offset."""
+    return RunStore(project).events(run_id, offset)
+
+
+def tail_events(project: ProjectPaths, run_id: str, limit: int, chunk: int = 1 << 18) -> tuple[list[EventRecord], int]:
+    """The last `limit` decision-log records and the offset of the end of the log.
+
+    Reads backwards from the end in chunks, so opening a run with a huge log costs only
+    the records shown; follow it afterwards with `read_events` from the returned offset.
+    """
+    path = RunStore(project).events_path(run_id)
+    try:
+        handle = os.fdopen(store_mod.open_regular(path), "rb")
+    except FileNotFoundError:
+        return [], 0
+    with handle:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        data = handle.read(0)
+        end = size
+        start = size
+        while start > 0:
+            start = max(0, start - chunk)
+            handle.seek(start)
+            data = handle.read(end - start) + data
+            end = start
+            if data.count(b"\n") > limit:
+                break
+    last_newline = data.rfind(b"\n")
+    if last_newline < 0:
+        return [], size - len(data)
+    complete_end = size - len(data) + last_newline + 1
+    lines = data[: last_newline + 1].splitlines()
+    if start > 0:
+        lines = lines[1:]  # the first line may be cut
+    records: list[dict[str, Any]] = []
+    for raw in lines[-limit:] if limit else []:
+        if raw.strip() and (record := store_mod.parse_line(raw)) is not None:
+            records.append(record)
+    return as_events(records), complete_end
+
+
+def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int = 0,
+                limit: int = 500) -> tuple[list[EventRecord], int]:
+    """The last `limit` decision-log records about one task from byte `offset`, and the next offset.
+
+    A task detail view reads the log once, then follows it from the returned offset; only
+    complete lines are read (a line being appended is left for the next call).
+    """
+    needle = json.dumps(task_id, ensure_ascii=False).encode("utf-8")
+    marker = b'"task": ' + needle
+    path = RunStore(project).events_path(run_id)
+    found: list[dict[str, Any]] = []
+    try:
+        with os.fdopen(store_mod.open_regular(path), "rb") as handle:
+            handle.seek(offset)
+            for raw in handle:
+                if not raw.endswith(b"\n"):
+                    break
+                offset += len(raw)
+                if marker in raw:
+                    record = store_mod.parse_line(raw)
+                    if record is not None and record.get("task") == task_id:
+                        found.append(record)
+    except FileNotFoundError:
+        return [], offset
+    return as_events(found[-limit:]), offset
+
+
+def read_manifest(project: ProjectPaths, run_id: str, offset: int = 0) -> tuple[list[ManifestEntry], int]:
+    """Well-formed artifact manifest entries added since byte `offset`, and the next offset."""
+    entries, offset = store_mod.read_jsonl(RunStore(project).artifacts_dir(run_id) / MANIFEST_FILE, offset)
+    return as_artifact_entries([e for e in entries if manifest_problem(e) is None]), offset
+
+
+# ----------------------------------------------------------------------------- following a run
+FOLLOW_POLL_S = 0.25
+"""How often a followed run is looked at."""
+FOLLOW_ENGINE_GRACE_S = 5.0
+"""How long a followed run may show no engine (one just detached is still starting) before following gives up."""
+
+
+@dataclass(frozen=True)
+class RunUpdate:
+    """What a followed run did since the last update."""
+
+    run: Run
+    """The run as it now stands."""
+    events: tuple[EventRecord, ...] = ()
+    """Decision-log records appended since the last update, oldest first."""
+    changed: bool = False
+    """The run's state changed since the last update (the first update always counts as changed)."""
+
+    @property
+    def open_checkpoints(self) -> list[Checkpoint]:
+        """What the run waits on a person for."""
+        return self.run.open_checkpoints()
+
+    @property
+    def settled(self) -> bool:
+        """The run ended or needs a person: waiting longer changes nothing by itself."""
+        return self.run.status in TERMINAL_RUN_STATES or bool(self.run.open_checkpoints())
+
+
+class RunFollower:
+    """Where a face is in following one run: how far its decision log was read, which state was seen.
+
+    `events`: "new" reads the log from where it ends now, "all" from its start, "none" not at
+    all. `poll()` gives what is new, re-reading the run only when its files changed (a stat of
+    them; a save that changed only the save time is not parsed again). The dashboard, which
+    learns of changes from the file watcher rather than by looking, reads with the same
+    `read_run_if_changed` and `read_events`.
+    """
+
+    def __init__(self, project: ProjectPaths, run_id: str, *, events: Literal["new", "all", "none"] = "new") -> None:
+        self.project = project
+        self.run_id = run_id
+        self._store = RunStore(project)
+        self._events = events
+        self.offset: int | None = None
+        """Byte offset the decision log is read from next (None: not read yet)."""
+        self.run: Run | None = None
+        """The run as last read."""
+        self._stamp: tuple[int, ...] | None = None
+        self._digest: bytes | None = None
+
+    def read_events(self) -> list[EventRecord]:
+        """Decision-log records appended since the last read."""
+        if self._events == "none":
+            return []
+        if self.offset is None:
+            log = self._store.events_path(self.run_id)
+            self.offset = 0 if self._events == "all" or not log.exists() else log.stat().st_size
+        records, self.offset = self._store.events(self.run_id, self.offset)
+        return records
+
+    def read_run(self) -> Run | None:
+        """The run when its state changed since the last read (the first read always), else None.
+
+        Its files are looked at first (a stat); when they changed, the state is read and parsed
+        only if it differs by more than its save time (as the dashboard reads a run).
+        """
+        stamp = self._store.state_stamp(self.run_id)
+        if self.run is not None and stamp == self._stamp:
+            return None
+        run, digest = read_run_if_changed(self.project, self.run_id, self._digest)
+        self._stamp, self._digest = stamp, digest
+        if run is not None:
+            self.run = run
+        return run
+
+    def poll(self) -> RunUpdate:
+        """What is new: the log's new records, then the run (re-read only when it changed)."""
+        events = self.read_events()
+        changed = self.read_run()
+        assert self.run is not None
+        return RunUpdate(self.run, tuple(events), changed is not None)
+
+
+def follow_sync(project: ProjectPaths, run_id: str, wait: Callable[[], bool], *,
+                events: Literal["new", "all", "none"] = "new") -> Iterator[RunUpdate]:
+    """Follow a run from a thread: an update at every look, then `wait()` (False: stop following).
+
+    A look that cannot read the run (caught mid-save, briefly unreadable) is skipped: the
+    next one reads it again.
+    """
+    from agentbox.core.errors import AgentboxError
+
+    follower = RunFollower(project, run_id, events=events)
+    while True:
+        try:
+            update = follower.poll()
+        except (AgentboxError, OSError, ValueError):
+            update = None
+        if update is not None:
+            yield update
+        if not wait():
+            return
+
+
+async def follow(project: ProjectPaths, run_id: str, wait_s: float, *, from_start: bool = False,
+                 poll_s: float = FOLLOW_POLL_S, grace_s: float = FOLLOW_ENGINE_GRACE_S,
+                 sleep: Callable[[float], Any] | None = None) -> AsyncIterator[RunUpdate]:
+    """Follow a run until it ends, needs a person, or `wait_s` passes, or no engine drives it past
+    `grace_s`: an update at every look; the last one holds the run as it then stands."""
+    import asyncio
+
+    pause = sleep or asyncio.sleep
+    follower = RunFollower(project, run_id, events="all" if from_start else "new")
+    started = time.monotonic()
+    while True:
+        update = follower.poll()
+        yield update
+        elapsed = time.monotonic() - started
+        if update.settled or elapsed >= wait_s:
+            return
+        if elapsed > grace_s and not engine_alive(project, run_id):
+            return  # nobody drives it: waiting longer would change nothing
+        await pause(poll_s)
+
+
+# ----------------------------------------------------------------------------- how to answer a checkpoint
+AnswerKind = Literal["approve_plan", "replan", "merge", "merge_squash", "look", "approve_task", "rework_task",
+                     "apply", "answer"]
+"""Ways to answer a checkpoint: approve or re-plan a plan; merge a done run (as one commit) or look at
+its diff first; approve or send back a task in review; apply an advisor's patch; answer in words."""
+
+
+@dataclass(frozen=True)
+class AnswerWay:
+    """One way to answer an open checkpoint: what it does and, for an answer in words, what the words may be."""
+
+    kind: AnswerKind
+    what: str
+    """What it does, in a few words ("approve the plan", "send back")."""
+    task: str | None = None
+    """The task it acts on (approve, rework, apply)."""
+
+
+@dataclass(frozen=True)
+class CheckpointView:
+    """An open checkpoint of a run with every way to answer it: what each face renders, in its own commands."""
+
+    run_id: str
+    checkpoint: Checkpoint
+    answers: tuple[AnswerWay, ...]
+    words: tuple[str, ...] = ()
+    """What an answer in words may say (a word, or a placeholder in capitals); empty: anything."""
+    root_cause: bool = False
+    """An exit of the failure ladder other than abandon is followed by a one-sentence root cause with evidence."""
+
+    def offers(self, kind: AnswerKind) -> bool:
+        """True when the checkpoint can be answered that way."""
+        return any(way.kind == kind for way in self.answers)
+
+
+ANSWER_WORDS: dict[str, tuple[str, ...]] = {
+    "retry_escalation": ("retry [NOTE]", "cancel"),
+    "budget": ("TOKENS to add", "continue", "cancel"),
+    "run_budget": ("raise TOKENS", "cancel"),
+    "deliver": ("merge", "squash", "later"),
+}
+"""What an answer in words to a checkpoint of each kind may say (the engine's reading of answers decides)."""
+ROOT_CAUSE = "an exit but abandon is followed by a one-sentence root cause with evidence"
+"""What a failure-ladder answer other than abandon must carry."""
+
+
+def checkpoint_view(run: Run, cp: Checkpoint) -> CheckpointView:
+    """Checkpoint `cp` of `run` with the ways to answer it, defined here once for every face."""
+    if cp.kind == "plan_approval":
+        return CheckpointView(run.id, cp, (AnswerWay("approve_plan", "approve the plan"), AnswerWay("replan", "re-plan")))
+    if cp.kind == "deliver":
+        return CheckpointView(run.id, cp, (AnswerWay("merge", "merge"), AnswerWay("merge_squash", "one commit"),
+                                           AnswerWay("look", "look first")), ANSWER_WORDS["deliver"])
+    ways: list[AnswerWay] = []
+    task = run.tasks.get(cp.task or "")
+    if task is not None and task.state == "reviewing":
+        ways += [AnswerWay("approve_task", "approve", task.id), AnswerWay("rework_task", "send back", task.id)]
+    if cp.kind == "ladder" and "apply" in cp.options and task is not None:
+        ways.append(AnswerWay("apply", "apply", task.id))
+    ways.append(AnswerWay("answer", "answer"))
+    if cp.kind == "ladder":
+        words, cause = cp.ladder_answers()
+        return CheckpointView(run.id, cp, tuple(ways), tuple(words), cause)
+    return CheckpointView(run.id, cp, tuple(ways), ANSWER_WORDS.get(cp.kind, ()))

@@ -132,12 +132,12 @@ def interactive_session(agent: Agent, session_id: str | None) -> Iterator[Intera
     the scopes and left empty are taken back when the block ends.
     """
     from agentbox.core import egress_turn
-    from agentbox.core.invoke import _prepare_session, finish_turn, prepare, remove_scratch
+    from agentbox.core.invoke import finish_turn, prepare, prepare_session, remove_scratch
     from agentbox.core.runtimes import adapter_for
     from agentbox.core.runtimes.transcripts import typed_turns
     from agentbox.core.sandbox import launch
 
-    record = _prepare_session(agent, session_id)
+    record = prepare_session(agent, session_id)
     prepared = prepare(agent, "", record, interactive=True)
     config_dir = prepared.request.config_dir
     try:

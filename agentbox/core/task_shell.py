@@ -90,12 +90,12 @@ def sandboxed_shell(agent: Agent, argv: list[str]) -> Iterator[InteractiveComman
     The shell is no turn of the role: no session is recorded.
     """
     from agentbox.core import egress_turn
-    from agentbox.core.invoke import _prepare_session, finish_turn, prepare, remove_scratch
+    from agentbox.core.invoke import finish_turn, prepare, prepare_session, remove_scratch
     from agentbox.core.runtimes.base import ToolCommand
     from agentbox.core.sandbox import launch
     from agentbox.core.services import InteractiveCommand
 
-    record = _prepare_session(agent, None)
+    record = prepare_session(agent, None)
     prepared = prepare(agent, "", record, interactive=True, command=ToolCommand(argv))
     try:
         # a network profile's shell goes out through the same proxy as its turns (the socket exists while it serves)

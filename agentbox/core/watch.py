@@ -3,9 +3,9 @@
 `watch_project` runs `watchfiles.awatch` on the project's `.agent-box/` (and, when asked,
 the profiles directory: its entries and each profile's profile.yaml) and turns each batch of raw file changes into a
 few small typed facts (`RunChanged`, `EventsAppended`, ...). Temporary files of atomic
-writes, lock files and raw agent output are not news. The readers below let a face
-follow a run without re-reading whole files: the decision log from a byte offset, its
-last records when a run is opened, the artifact manifest from an offset.
+writes, lock files and raw agent output are not news. What a fact calls for is then read
+through `agentbox.core.runs` (the decision log from a byte offset, the run only when it
+changed), as every face reads a run.
 
 Headless: no Textual here; the TUI wraps these facts in its own messages.
 """
@@ -13,26 +13,13 @@ Headless: no Textual here; the TUI wraps these facts in its own messages.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
-import re
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentbox.core import store
-from agentbox.core.engine.models import Run
-from agentbox.core.engine.records import ArtifactEntry, Event, as_artifact_entries, as_events
-from agentbox.core.engine.run_store import (
-    EVENTS_FILE,
-    MANIFEST_FILE,
-    RUN_FILE,
-    RunStore,
-    is_journal,
-    manifest_problem,
-)
+from agentbox.core.engine.run_store import EVENTS_FILE, RUN_FILE, is_journal
 from agentbox.core.paths import CREW_FILE, PROFILE_FILE, ProjectPaths
 
 DEBOUNCE_MS = 50
@@ -197,103 +184,3 @@ async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = No
             task.cancel()
         with contextlib.suppress(BaseException):
             await asyncio.gather(*pumps, return_exceptions=True)
-
-
-# ----------------------------------------------------------------------------- incremental reads
-_SAVE_TIME = re.compile(rb'"updated":[-+0-9.eE]+,"finished":')
-"""run.json's top-level save time (compact JSON; only the run's own `updated` precedes `finished`)."""
-_SAVES = re.compile(rb'^(\{"id":"[^"\\]*","saves":)\d+')
-"""run.json's save counter (second in the file), which every save moves."""
-
-
-def read_run_if_changed(project: ProjectPaths, run_id: str, last_digest: bytes | None) -> tuple[Run | None, bytes]:
-    """The run, or None when its state differs from `last_digest` only by run.json's save time.
-
-    A running engine saves its state several times a second even when nothing happened;
-    hashing the bytes is far cheaper than validating a big run again. If the file's
-    layout ever changes, every read simply counts as a change.
-    """
-    runs = RunStore(project)
-    state = runs.read_state(run_id)  # bounded, regular files only; "no run" / damaged errors
-    snapshot = _SAVES.sub(rb"\1", _SAVE_TIME.sub(b'"finished":', state.snapshot, count=1), count=1)
-    digest = hashlib.blake2b(snapshot, digest_size=16)
-    digest.update(state.journal)  # a journal line is only written for a real change
-    if digest.digest() == last_digest:
-        return None, digest.digest()
-    return runs.parse_state(run_id, state), digest.digest()
-
-
-def read_events(project: ProjectPaths, run_id: str, offset: int) -> tuple[list[Event], int]:
-    """Decision-log records appended since byte `offset`, and the next offset."""
-    return RunStore(project).events(run_id, offset)
-
-
-def tail_events(project: ProjectPaths, run_id: str, limit: int, chunk: int = 1 << 18) -> tuple[list[Event], int]:
-    """The last `limit` decision-log records and the offset of the end of the log.
-
-    Reads backwards from the end in chunks, so opening a run with a huge log costs only
-    the records shown; follow it afterwards with `read_events` from the returned offset.
-    """
-    path = RunStore(project).events_path(run_id)
-    try:
-        handle = os.fdopen(store.open_regular(path), "rb")
-    except FileNotFoundError:
-        return [], 0
-    with handle:
-        handle.seek(0, os.SEEK_END)
-        size = handle.tell()
-        data = handle.read(0)
-        end = size
-        start = size
-        while start > 0:
-            start = max(0, start - chunk)
-            handle.seek(start)
-            data = handle.read(end - start) + data
-            end = start
-            if data.count(b"\n") > limit:
-                break
-    last_newline = data.rfind(b"\n")
-    if last_newline < 0:
-        return [], size - len(data)
-    complete_end = size - len(data) + last_newline + 1
-    lines = data[: last_newline + 1].splitlines()
-    if start > 0:
-        lines = lines[1:]  # the first line may be cut
-    records: list[dict[str, Any]] = []
-    for raw in lines[-limit:] if limit else []:
-        if raw.strip() and (record := store.parse_line(raw)) is not None:
-            records.append(record)
-    return as_events(records), complete_end
-
-
-def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int = 0,
-                limit: int = 500) -> tuple[list[Event], int]:
-    """The last `limit` decision-log records about one task from byte `offset`, and the next offset.
-
-    A task detail view reads the log once, then follows it from the returned offset; only
-    complete lines are read (a line being appended is left for the next call).
-    """
-    needle = json.dumps(task_id, ensure_ascii=False).encode("utf-8")
-    marker = b'"task": ' + needle
-    path = RunStore(project).events_path(run_id)
-    found: list[dict[str, Any]] = []
-    try:
-        with os.fdopen(store.open_regular(path), "rb") as handle:
-            handle.seek(offset)
-            for raw in handle:
-                if not raw.endswith(b"\n"):
-                    break
-                offset += len(raw)
-                if marker in raw:
-                    record = store.parse_line(raw)
-                    if record is not None and record.get("task") == task_id:
-                        found.append(record)
-    except FileNotFoundError:
-        return [], offset
-    return as_events(found[-limit:]), offset
-
-
-def read_manifest(project: ProjectPaths, run_id: str, offset: int = 0) -> tuple[list[ArtifactEntry], int]:
-    """Well-formed artifact manifest entries added since byte `offset`, and the next offset."""
-    entries, offset = store.read_jsonl(RunStore(project).artifacts_dir(run_id) / MANIFEST_FILE, offset)
-    return as_artifact_entries([e for e in entries if manifest_problem(e) is None]), offset

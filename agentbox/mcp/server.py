@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -24,8 +24,9 @@ from pydantic import Field
 
 from agentbox import __version__
 from agentbox.core import runs, services
-from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
-from agentbox.core.engine.run_store import RunStore
+from agentbox.core.config import MODES, Mode
+from agentbox.core.engine import commands
+from agentbox.core.engine.models import Run
 from agentbox.core.errors import AgentboxError, NotFoundError
 from agentbox.core.invoke import invoke
 from agentbox.core.paths import ProjectPaths
@@ -74,7 +75,7 @@ def _as_resource_error() -> Iterator[None]:
         raise ResourceError(exc.message) from None
 
 
-async def _steer(project: ProjectPaths, run_id: str | None, command: dict[str, Any]) -> dict[str, Any]:
+async def _steer(project: ProjectPaths, run_id: str | None, command: commands.Command) -> dict[str, Any]:
     """Send a person's command to a run (its inbox, or applied directly when no engine runs)."""
     ok, message = await anyio.to_thread.run_sync(runs.send_command, project, run_id or "latest", command)
     if not ok:
@@ -85,26 +86,14 @@ async def _steer(project: ProjectPaths, run_id: str | None, command: dict[str, A
 async def follow(project: ProjectPaths, run_id: str, wait_s: float, ctx: Context, *, from_start: bool) -> Run:
     """Report a run's new decisions as progress until it ends, needs a person, or `wait_s`
     passes; the run as it then stands."""
-    run_store = RunStore(project)
-    log = run_store.events_path(run_id)
-    offset = 0 if from_start or not log.exists() else log.stat().st_size
-    started = time.monotonic()
     reported = 0
-    stamp: tuple[int, ...] | None = None
-    while True:
-        records, offset = run_store.events(run_id, offset)
-        for record in records:
+    async for update in runs.follow(project, run_id, wait_s, from_start=from_start, poll_s=FOLLOW_POLL_S,
+                                    grace_s=ENGINE_GRACE_S, sleep=anyio.sleep):
+        for record in update.events:
             reported += 1
             await ctx.report_progress(reported, None, f"{record.get('type')}: {record.get('what')}"[:300])
-        latest = run_store.state_stamp(run_id)
-        if latest != stamp:  # re-read the run only when it changed
-            stamp, run = latest, runs.load(project, run_id)
-        elapsed = time.monotonic() - started
-        if run.status in TERMINAL_RUN_STATES or run.open_checkpoints() or elapsed >= wait_s:
-            return run
-        if elapsed > ENGINE_GRACE_S and not runs.engine_alive(project, run_id):
-            return run  # nobody drives it: waiting longer would change nothing
-        await anyio.sleep(FOLLOW_POLL_S)
+        run = update.run
+    return run
 
 
 def build_server(project: ProjectPaths) -> MCPServer:
@@ -141,10 +130,10 @@ def build_server(project: ProjectPaths) -> MCPServer:
                 "duration_s": round(result.duration_s, 3), "sandboxed": result.sandboxed}
 
     @server.tool(description="Start a run of the whole crew on a goal, its engine in the background. "
-                             "mode: sequential, hierarchical, group_chat, handoff or graph (default: crew.yaml's); "
+                             f"mode: {', '.join(MODES[:-1])} or {MODES[-1]} (default: crew.yaml's); "
                              "base: a branch or commit to start from (default: the person's HEAD).")
     async def start_run(goal: Text, ctx: Context,
-                        mode: Literal["sequential", "hierarchical", "group_chat", "handoff", "graph"] | None = None,
+                        mode: Mode | None = None,
                         graph: Annotated[str | None, Field(max_length=500)] = None,
                         base: Annotated[str | None, Field(max_length=250)] = None,
                         wait_s: WaitS = 0.0) -> dict[str, Any]:
@@ -171,7 +160,7 @@ def build_server(project: ProjectPaths) -> MCPServer:
                              "engine: stopped: it was interrupted, killed, or the machine restarted).")
     async def resume_run(ctx: Context, run: RunRef = None, wait_s: WaitS = 0.0) -> dict[str, Any]:
         with _as_tool_error():
-            run_id = RunStore(project).resolve_id(run)
+            run_id = runs.resolve_id(project, run)
             pid = runs.resume_engine(project, run_id)
             await ctx.report_progress(0, None, f"the engine of {run_id} runs again (pid {pid})")
             loaded = await follow(project, run_id, wait_s, ctx, from_start=False) if wait_s else \
@@ -204,7 +193,7 @@ def build_server(project: ProjectPaths) -> MCPServer:
         with _as_tool_error():
             run_id, checkpoint = runs.resolve_checkpoint(project, views.checkpoint_run(project, checkpoint, run),
                                                          checkpoint)
-            return await _steer(project, run_id, {"action": "answer", "checkpoint": checkpoint, "text": text})
+            return await _steer(project, run_id, commands.Answer(checkpoint=checkpoint, text=text))
 
     @server.tool(description="Approve a task in review; the note is the person's evidence. `commit` names the "
                              "commit you judged (default: the task's head as the run shows it); the approval is "
@@ -213,25 +202,23 @@ def build_server(project: ProjectPaths) -> MCPServer:
                            run: RunRef = None, commit: CommitRef = None) -> dict[str, Any]:
         with _as_tool_error():
             run_id, task = runs.resolve_task(project, task, run)
-            command: dict[str, Any] = {"action": "approve", "task": task, "note": note}
-            if commit:
-                command["commit"] = commit.strip().lower()
-            return await _steer(project, run_id, command)
+            at = {"commit": commit.strip().lower()} if commit else {}
+            return await _steer(project, run_id, commands.Approve.of(task=task, note=note, **at))
 
     @server.tool(description="Send a task in review back for rework, with a note saying what to fix.")
     async def rework_task(task: Name, note: Text, run: RunRef = None) -> dict[str, Any]:
         with _as_tool_error():
             run_id, task = runs.resolve_task(project, task, run)
-            return await _steer(project, run_id, {"action": "rework", "task": task, "note": note})
+            return await _steer(project, run_id, commands.Rework(task=task, note=note))
 
     @server.tool(description="Cancel one task (task=...), or a whole run (default: the only active run).")
     async def cancel(run: RunRef = None, task: Annotated[str | None, Field(max_length=200)] = None) -> dict[str, Any]:
         with _as_tool_error():
             if task:
                 run_id, task = runs.resolve_task(project, task, run)
-                return await _steer(project, run_id, {"action": "cancel_task", "task": task})
+                return await _steer(project, run_id, commands.CancelTask(task=task))
             run_id = run or runs.the_active_run(project, "cancel")
-            return await _steer(project, run_id, {"action": "cancel_run", "note": "cancelled through MCP"})
+            return await _steer(project, run_id, commands.CancelRun(note="cancelled through MCP"))
 
     @server.tool(description="Ask the crew's liaison where things stand: a read-only turn that answers from a "
                              "digest of the run's state (tasks, checks, checkpoints, decisions, costs, engine), "

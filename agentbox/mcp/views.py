@@ -14,8 +14,7 @@ from typing import Any
 
 from agentbox.core import pricing, profiles, runs
 from agentbox.core import project as project_mod
-from agentbox.core.engine.models import Checkpoint, Run
-from agentbox.core.engine.run_store import RunStore
+from agentbox.core.engine.models import Checkpoint, Run, Task
 from agentbox.core.errors import AgentboxError, NotFoundError
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.safe_io import UnsafeFileError, inside, read_bounded
@@ -43,23 +42,20 @@ def roles(project: ProjectPaths) -> dict[str, Any]:
     return {"project": str(project.root), "mode": crew.mode, "roles": listed}
 
 
-def how_to_answer(run: Run, cp: Checkpoint) -> str:
-    """Which tool call answers checkpoint `cp`, in words a model can follow."""
-    if cp.kind == "plan_approval":
-        return (f'answer_checkpoint(checkpoint="{cp.id}", run="{run.id}", text="approve"), '
+def how_to_answer(view: runs.CheckpointView) -> str:
+    """Which tool call answers the checkpoint of `view`, in words a model can follow."""
+    run_id, cp_id = view.run_id, view.checkpoint.id
+    if view.offers("approve_plan"):
+        return (f'answer_checkpoint(checkpoint="{cp_id}", run="{run_id}", text="approve"), '
                 "or text=feedback to have the plan made again")
-    task = run.tasks.get(cp.task or "")
-    if task is not None and task.state == "reviewing":
-        return (f'approve_task(task="{task.id}", run="{run.id}") or rework_task(task="{task.id}", '
-                f'run="{run.id}", note="what to fix"), or answer_checkpoint')
-    hint = {"retry_escalation": "'retry' (optionally with a note) or 'cancel'", "budget": "'continue' or 'cancel'",
-            "run_budget": "'raise TOKENS' or 'cancel'"}.get(cp.kind, "your answer")
-    if cp.kind == "ladder":  # the failure ladder: the question lists what each answer does
-        words, cause = cp.ladder_answers()
-        hint = " or ".join(f"'{w}'" for w in words)
-        if cause:
-            hint += " (an exit but abandon is followed by a one-sentence root cause with evidence)"
-    return f'answer_checkpoint(checkpoint="{cp.id}", run="{run.id}", text=...) with {hint}'
+    task = next((way.task for way in view.answers if way.kind == "approve_task"), None)
+    if task is not None:
+        return (f'approve_task(task="{task}", run="{run_id}") or rework_task(task="{task}", '
+                f'run="{run_id}", note="what to fix"), or answer_checkpoint')
+    hint = " or ".join(f"'{word}'" for word in view.words) if view.words else "your answer"
+    if view.root_cause:
+        hint += f" ({runs.ROOT_CAUSE})"
+    return f'answer_checkpoint(checkpoint="{cp_id}", run="{run_id}", text=...) with {hint}'
 
 
 def checkpoint(run: Run, cp: Checkpoint) -> dict[str, Any]:
@@ -67,7 +63,7 @@ def checkpoint(run: Run, cp: Checkpoint) -> dict[str, Any]:
     view = {"run": run.id, "checkpoint": cp.id, "kind": cp.kind, "question": cp.question, "options": cp.options,
             "task": cp.task, "role": cp.role, "status": cp.status, "answer": cp.answer}
     if cp.status == "open":
-        view["how_to_answer"] = how_to_answer(run, cp)
+        view["how_to_answer"] = how_to_answer(runs.checkpoint_view(run, cp))
     return view
 
 
@@ -101,7 +97,7 @@ def run_status(project: ProjectPaths, run: Run) -> dict[str, Any]:
     }
 
 
-def ladder_view(task: Any) -> dict[str, Any]:
+def ladder_view(task: Task) -> dict[str, Any]:
     """Where a task stands on the failure ladder: level, mode, counts, the open question."""
     state = task.ladder
     return {"label": state.label, "level": str(state.level), "mode": str(state.mode),
@@ -133,7 +129,7 @@ def open_checkpoints(project: ProjectPaths, run_id: str | None) -> list[dict[str
 def checkpoint_run(project: ProjectPaths, checkpoint_id: str, run_id: str | None) -> str:
     """The run whose checkpoint `checkpoint_id` a person answers (the only active run that has it open)."""
     if run_id:
-        return RunStore(project).resolve_id(run_id)
+        return runs.resolve_id(project, run_id)
     holding = [run.id for run in runs.active_runs(project) if checkpoint_id in
                {cp.id for cp in run.open_checkpoints()}]
     if len(holding) == 1:
@@ -146,9 +142,7 @@ def checkpoint_run(project: ProjectPaths, checkpoint_id: str, run_id: str | None
 
 def events(project: ProjectPaths, run_id: str) -> str:
     """The latest records of a run's decision log, one JSON object a line."""
-    from agentbox.core.watch import tail_events
-
-    records, _ = tail_events(project, RunStore(project).resolve_id(run_id), EVENTS_LIMIT)
+    records, _ = runs.tail_events(project, runs.resolve_id(project, run_id), EVENTS_LIMIT)
     return "".join(json.dumps(record, ensure_ascii=False, default=str) + "\n" for record in records)
 
 
@@ -168,9 +162,8 @@ def session(project: ProjectPaths, session_id: str) -> dict[str, Any]:
 
 def artifacts(project: ProjectPaths, run_id: str) -> list[dict[str, Any]]:
     """The run's manifest of who made which file, each with the index that reads it."""
-    store = RunStore(project)
-    run_id = store.resolve_id(run_id)  # the manifest needs no run state read
-    entries = store.manifest(run_id)
+    run_id = runs.resolve_id(project, run_id)  # the manifest needs no run state read
+    entries = runs.manifest(project, run_id)
     return [{"index": index, **entry, "uri": f"agentbox://runs/{run_id}/artifacts/{index}"}
             for index, entry in enumerate(entries)]
 

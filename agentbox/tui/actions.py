@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.app import App
@@ -36,8 +36,9 @@ from agentbox.tui.screens.modals import (
     StartRunDialog,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the command models load with the first command sent
     from agentbox.core.config import Mode
+    from agentbox.core.engine.commands import Command
 
 COMMAND_TITLES = {"deliver": "merge"}
 """How a command's outcome is titled when its name is not what the person pressed."""
@@ -94,23 +95,22 @@ class RunActions:
         return self._offers
 
     # ------------------------------------------------------------------ commands to the run
-    def send(self, action: str, target: str | None = None, **fields: Any) -> None:
+    def send(self, command: Command, target: str | None = None) -> None:
         """Send one command to the shown run (in a thread: a busy engine may take a moment to acknowledge)."""
         if self.run_id is None:
             self.notify("no run is open", severity="warning")
             return
-        command = {"action": action, **fields}
         self.run_worker(partial(self._send_now, self.run_id, command, target), thread=True, group="commands",
-                        name=f"command {action}", exit_on_error=False)
+                        name=f"command {command.action}", exit_on_error=False)
 
-    def _send_now(self, run_id: str, command: dict[str, Any], target: str | None) -> None:
+    def _send_now(self, run_id: str, command: Command, target: str | None) -> None:
         from agentbox.core import runs
 
         try:
             ok, message = runs.send_command(self.project, run_id, command)
         except AgentboxError as exc:
             ok, message = False, exc.message
-        self.post_message(msg.CommandApplied(str(command["action"]), ok, message, target))
+        self.post_message(msg.CommandApplied(command.action, ok, message, target))
 
     def on_command_applied(self, message: msg.CommandApplied) -> None:
         """Say how the command went (and, for a run no engine drives, that it must be resumed)."""
@@ -122,11 +122,15 @@ class RunActions:
 
     def action_pause(self) -> None:
         """Pause the run: running turns finish, nothing new starts."""
-        self.send("pause")
+        from agentbox.core.engine import commands
+
+        self.send(commands.Pause())
 
     def action_resume(self) -> None:
         """Resume a paused run."""
-        self.send("resume")
+        from agentbox.core.engine import commands
+
+        self.send(commands.Resume())
 
     def action_resume_engine(self) -> None:
         """Start the engine of the shown run again (it was interrupted, killed, or the machine restarted)."""
@@ -193,9 +197,11 @@ class RunActions:
         if self.run_id is None:
             return
 
+        from agentbox.core.engine import commands
+
         def confirmed(yes: bool | None) -> None:
             if yes:
-                self.send("cancel_run", note="cancelled from the dashboard")
+                self.send(commands.CancelRun(note="cancelled from the dashboard"))
 
         self.app.push_screen(ConfirmDialog(f"Cancel run {self.run_id}? Running turns are stopped."), confirmed)
 
@@ -206,9 +212,11 @@ class RunActions:
             self.notify("select a task in the queue first", severity="warning")
             return
 
+        from agentbox.core.engine import commands
+
         def confirmed(yes: bool | None) -> None:
             if yes:
-                self.send("cancel_task", task_id, task=task_id)
+                self.send(commands.CancelTask(task=task_id), task_id)
 
         self.app.push_screen(ConfirmDialog(f"Cancel task {task_id}?"), confirmed)
 
@@ -233,28 +241,34 @@ class RunActions:
 
     def action_approve(self, task_id: str | None = None) -> None:
         """Approve a task in review, with a note (the evidence of a human approval)."""
+        from agentbox.core.engine import commands
+
         def ask(task: str) -> None:
             dialog = NoteDialog(f"Approve {task}", "Your note is recorded as the approval's evidence."
                                 + model.changes_summary(self.run, task),
                                 required=False, value="approved from the dashboard", ok_label="approve")
-            self.app.push_screen(dialog, lambda note: self.send("approve", task, task=task, note=note)
+            self.app.push_screen(dialog, lambda note: self.send(commands.Approve(task=task, note=note), task)
                                  if note is not None else None)
 
         self._with_task(task_id, "Approve", ask)
 
     def action_rework(self, task_id: str | None = None) -> None:
         """Send a task in review back to its worker, with a note saying what to fix."""
+        from agentbox.core.engine import commands
+
         def ask(task: str) -> None:
             dialog = NoteDialog(f"Send {task} back for rework", "Say what to fix: the worker gets your note."
                                 + model.changes_summary(self.run, task),
                                 required=True, placeholder="what to fix", ok_label="send back")
-            self.app.push_screen(dialog, lambda note: self.send("rework", task, task=task, note=note)
+            self.app.push_screen(dialog, lambda note: self.send(commands.Rework(task=task, note=note), task)
                                  if note else None)
 
         self._with_task(task_id, "Send back", ask)
 
     def action_answer(self, checkpoint_id: str | None = None) -> None:
         """Answer a checkpoint (the only open one, or a chosen one)."""
+        from agentbox.core.engine import commands
+
         waiting = model.open_checkpoints(self.run)
         if checkpoint_id:
             waiting = [c for c in waiting if c.id == checkpoint_id]
@@ -265,8 +279,8 @@ class RunActions:
         def ask(cp_id: str | None) -> None:
             cp = next((c for c in waiting if c.id == cp_id), None)
             if cp is not None:
-                self.app.push_screen(AnswerDialog(cp), lambda text: self.send("answer", cp.id, checkpoint=cp.id,
-                                                                               text=text) if text else None)
+                self.app.push_screen(AnswerDialog(cp), lambda text: self.send(commands.Answer(checkpoint=cp.id, text=text),
+                                                                               cp.id) if text else None)
 
         if len(waiting) == 1:
             ask(waiting[0].id)
@@ -314,18 +328,20 @@ class RunActions:
                                   "run's changes. Your uncommitted changes are never overwritten (the merge "
                                   "is refused instead).", "dim"))
 
+        from agentbox.core.engine import commands
+
         def chosen(how: str | None) -> None:
             if how is not None:
-                self.send("deliver", into=None, squash=how == "squash")
+                self.send(commands.Deliver(into=None, squash=how == "squash"))
 
         self.app.push_screen(MergeDialog(question), chosen)
 
     # ------------------------------------------------------------------ runs
     def action_start_run(self) -> None:
         """Start a run: a goal and a mode; the engine runs in the background."""
-        from agentbox.core.config import Mode
+        from agentbox.core.config import MODES
 
-        modes = list(get_args(Mode))
+        modes: list[str] = list(MODES)
         default = self.crew.mode if self.crew else "hierarchical"
         self.app.push_screen(StartRunDialog(modes, default),
                              lambda chosen: self.start_run(*chosen) if chosen else None)

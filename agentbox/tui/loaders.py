@@ -11,9 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentbox.core import store, watch
+from agentbox.core import runs, store
 from agentbox.core.engine.models import Run
-from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import AgentboxError
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.safe_io import inside
@@ -35,7 +34,7 @@ STAT_BYTES = 64 * 1024
 def load_run(project: ProjectPaths, run_id: str, last_digest: bytes | None = None) -> msg.RunLoaded:
     """run.json of `run_id`, unless only its save time changed since `last_digest`."""
     try:
-        run, digest = watch.read_run_if_changed(project, run_id, last_digest)
+        run, digest = runs.read_run_if_changed(project, run_id, last_digest)
     except AgentboxError as exc:
         return msg.RunLoaded(run_id, None, exc.message)
     return msg.RunLoaded(run_id, run, unchanged=run is None, digest=digest)
@@ -43,16 +42,15 @@ def load_run(project: ProjectPaths, run_id: str, last_digest: bytes | None = Non
 
 def list_runs(project: ProjectPaths) -> msg.RunsListed:
     """The ids of the project's runs, oldest first."""
-    return msg.RunsListed(tuple(RunStore(project).list_ids()))
+    return msg.RunsListed(tuple(runs.run_ids(project)))
 
 
 def run_summaries(project: ProjectPaths) -> msg.RunSummariesLoaded:
     """id, status, mode, goal, tasks and creation time of every run, newest first."""
-    store = RunStore(project)
     summaries = []
-    for run_id in reversed(store.list_ids()):
+    for run_id in reversed(runs.run_ids(project)):
         try:
-            run = store.load(run_id)
+            run = runs.read(project, run_id)
         except AgentboxError as exc:
             summaries.append({"id": run_id, "status": "unreadable", "goal": exc.message, "mode": "", "tasks": 0,
                               "created": 0.0})
@@ -114,7 +112,7 @@ def session_turns_by_id(project: ProjectPaths, session_id: str) -> msg.TurnsLoad
 def tail_events(project: ProjectPaths, run_id: str, limit: int = EVENTS_SHOWN) -> msg.EventsRead:
     """The end of a run's decision log, and where to follow it from (nothing when the log is damaged)."""
     try:
-        records, offset = watch.tail_events(project, run_id, limit)
+        records, offset = runs.tail_events(project, run_id, limit)
     except AgentboxError:  # not a regular file: the run's status line says it is damaged
         records, offset = [], 0
     return msg.EventsRead(run_id, records, offset, initial=True)
@@ -123,7 +121,7 @@ def tail_events(project: ProjectPaths, run_id: str, limit: int = EVENTS_SHOWN) -
 def read_events(project: ProjectPaths, run_id: str, offset: int) -> msg.EventsRead:
     """Decision-log records appended since `offset`."""
     try:
-        records, offset = watch.read_events(project, run_id, offset)
+        records, offset = runs.read_events(project, run_id, offset)
     except AgentboxError:
         records = []
     return msg.EventsRead(run_id, records, offset)
@@ -132,7 +130,7 @@ def read_events(project: ProjectPaths, run_id: str, offset: int) -> msg.EventsRe
 def read_manifest(project: ProjectPaths, run_id: str, offset: int, initial: bool) -> msg.ManifestRead:
     """Well-formed artifact manifest entries since `offset` (malformed lines are skipped)."""
     try:
-        entries, offset = watch.read_manifest(project, run_id, offset)
+        entries, offset = runs.read_manifest(project, run_id, offset)
     except AgentboxError:
         entries = []
     return msg.ManifestRead(run_id, entries, offset, initial)
@@ -141,7 +139,7 @@ def read_manifest(project: ProjectPaths, run_id: str, offset: int, initial: bool
 def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int) -> msg.TaskEventsLoaded:
     """The decision-log records about one task."""
     try:
-        records, next_offset = watch.task_events(project, run_id, task_id, offset)
+        records, next_offset = runs.task_events(project, run_id, task_id, offset)
     except AgentboxError:
         records, next_offset = [], offset
     return msg.TaskEventsLoaded(task_id, records, next_offset)

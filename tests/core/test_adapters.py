@@ -821,7 +821,7 @@ def _prepared_argv(tool: str, tmp_path: Path, agent_box_home: Path, sandbox: str
     from dataclasses import replace
 
     from agentbox.core import services
-    from agentbox.core.invoke import _prepare_session, prepare
+    from agentbox.core.invoke import prepare, prepare_session
 
     profile_dir = agent_box_home / "profiles" / f"p-{tool}"
     profile_dir.mkdir(parents=True)
@@ -836,7 +836,7 @@ def _prepared_argv(tool: str, tmp_path: Path, agent_box_home: Path, sandbox: str
     workdir = tmp_path / "work"
     workdir.mkdir()
     agent = replace(services.profile_agent(f"p-{tool}", workdir, None), instructions=SECRET_INSTRUCTIONS)
-    return prepare(agent, SECRET_PROMPT, _prepare_session(agent, None))
+    return prepare(agent, SECRET_PROMPT, prepare_session(agent, None))
 
 
 @pytest.mark.parametrize("tool", TOOLS)

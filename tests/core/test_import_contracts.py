@@ -131,8 +131,8 @@ def test_runtimes_know_nothing_of_runs() -> None:
 def test_the_faces_go_through_the_same_services() -> None:
     """The CLI, the TUI and the MCP face read runs (models, run store) and change them through
     `core.runs` and the other services, never by reaching into the engine's inside."""
-    readable = ("agentbox.core.engine.models", "agentbox.core.engine.run_store",
-                "agentbox.core.engine.records")  # the typed records that cross to the faces
+    readable = ("agentbox.core.engine.models", "agentbox.core.engine.commands",
+                "agentbox.core.engine.records")  # the typed records and commands that cross to the faces
     inside = [v for v in _violations("agentbox.cli", ("agentbox.core.engine.",))
               + _violations("agentbox.tui", ("agentbox.core.engine.",))
               + _violations("agentbox.mcp", ("agentbox.core.engine.",)) if not v.endswith(readable)]
@@ -153,3 +153,36 @@ def test_the_sandbox_and_safe_io_stand_alone() -> None:
 def test_screens_opened_from_the_dashboard_never_import_it() -> None:
     assert _violations("agentbox.tui.screens", ("agentbox.tui.screens.dashboard",)) == []
     assert _violations("agentbox.tui.actions", ("agentbox.tui.screens.dashboard",)) == []
+
+
+FACES = ("agentbox.cli", "agentbox.tui", "agentbox.mcp", "agentbox.web")
+
+
+def test_no_face_reaches_the_run_store() -> None:
+    """`core.runs` is the faces' one door to runs: the run store behind it is private to core,
+    whether imported as a module or as the `RunStore` name through another module."""
+    assert _violations(FACES, ("agentbox.core.engine.run_store",)) == []
+    named = sorted(f"{name} names RunStore" for name in MODULES if name.startswith(FACES)
+                   for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8")))
+                   if isinstance(node, ast.Name | ast.Attribute | ast.alias)
+                   and "RunStore" in (getattr(node, "id", None), getattr(node, "attr", None), getattr(node, "name", None)))
+    assert named == []
+
+
+def test_core_never_imports_the_mcp_face_or_sdk() -> None:
+    """The MCP face sits on core; core knows nothing of it, nor of the MCP SDK it is built on."""
+    assert _violations("agentbox.core", ("agentbox.mcp",)) == []
+    sdk = sorted(name for name in MODULES if name.startswith("agentbox.core")
+                 for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8")))
+                 if (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "mcp" for a in node.names))
+                 or (isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "mcp"))
+    assert sdk == []
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    """A `_name` is its module's own: another module that needs it gets a public name instead."""
+    private = sorted(f"{name} imports {node.module}.{alias.name}" for name in MODULES
+                     for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8")))
+                     if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agentbox")
+                     for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__"))
+    assert private == []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import watch
+from agentbox.core import runs
 from agentbox.core.engine.records import Event, EventKind
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.paths import ProjectPaths
@@ -56,7 +56,7 @@ def test_an_old_run_loads_with_its_totals_in_the_one_totals(project: ProjectPath
 
 def test_an_old_decision_log_reads_as_events_of_known_kinds(project: ProjectPaths) -> None:
     events, _ = RunStore(project).events(RUN_ID)
-    tail, _ = watch.tail_events(project, RUN_ID, 500)
+    tail, _ = runs.tail_events(project, RUN_ID, 500)
     assert len(events) == 80 and tail == events
     assert {e["type"] for e in events} <= _kinds(EventKind)
     assert [e["seq"] for e in events] == list(range(1, 81))
@@ -68,7 +68,7 @@ def test_an_old_decision_log_reads_as_events_of_known_kinds(project: ProjectPath
 
 def test_an_old_manifest_reads_as_artifact_entries(project: ProjectPaths) -> None:
     entries = RunStore(project).manifest(RUN_ID)
-    followed, _ = watch.read_manifest(project, RUN_ID)
+    followed, _ = runs.read_manifest(project, RUN_ID)
     assert entries == followed and entries
     assert all(e["path"] and len(e.get("sha256") or "") == 64 and e.get("role") for e in entries)
 

@@ -182,15 +182,15 @@ def test_an_orphan_left_by_a_killed_engine_is_found_and_killed_on_resume(project
 
 
 def test_kill_orphan_finds_a_process_of_the_session_without_its_pid(tmp_path: Path) -> None:
-    from agentbox.core.engine.engine import _kill_orphan
     from agentbox.core.engine.models import Job
+    from agentbox.core.engine.recovery import kill_orphan
 
     session = "0f0f0f0f-1111-2222-3333-444444444444"
     sleeper = subprocess.Popen(["sleep", "60"], env={**os.environ, "AGENTBOX_SESSION_ID": session},
                                start_new_session=True)
     try:
         time.sleep(0.1)
-        _kill_orphan(Job(id="job-1", kind="work", role="builder", session_id=session, started=1.0))
+        kill_orphan(Job(id="job-1", kind="work", role="builder", session_id=session, started=1.0))
         assert sleeper.wait(timeout=5) == -signal.SIGKILL
     finally:
         stop(sleeper)  # type: ignore[arg-type]

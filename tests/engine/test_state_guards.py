@@ -21,7 +21,7 @@ import pytest
 
 from agentbox.core import store
 from agentbox.core.engine.models import Job
-from agentbox.core.engine.recovery import _kill_orphan
+from agentbox.core.engine.recovery import kill_orphan
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import StateError
 from tests.engine.support import assert_log_consistent, create, drive, setup_crew
@@ -69,7 +69,7 @@ def hold_locks(processes: list[subprocess.Popen[bytes]], *paths: Path) -> None:
 def test_a_recorded_pid_without_a_start_time_is_never_killed(processes: list[subprocess.Popen[bytes]]) -> None:
     stranger = sleeper()
     processes.append(stranger)
-    _kill_orphan(Job(id="job-1", kind="work", role="builder", session_id=str(uuid.uuid4()), pid=stranger.pid))
+    kill_orphan(Job(id="job-1", kind="work", role="builder", session_id=str(uuid.uuid4()), pid=stranger.pid))
     time.sleep(0.2)
     assert stranger.poll() is None, "an unrelated process named by run.json was killed"
 
@@ -79,8 +79,8 @@ def test_a_pid_with_the_right_start_time_but_another_session_is_never_killed(
     stranger = sleeper({"AGENTBOX_SESSION_ID": "someone-else"})
     processes.append(stranger)
     created = psutil.Process(stranger.pid).create_time()
-    _kill_orphan(Job(id="job-1", kind="work", role="builder", session_id=str(uuid.uuid4()), pid=stranger.pid,
-                     pid_create_time=created))
+    kill_orphan(Job(id="job-1", kind="work", role="builder", session_id=str(uuid.uuid4()), pid=stranger.pid,
+                    pid_create_time=created))
     time.sleep(0.2)
     assert stranger.poll() is None
 
@@ -89,8 +89,8 @@ def test_a_pid_with_another_start_time_is_never_killed(processes: list[subproces
     session = str(uuid.uuid4())
     stranger = sleeper()
     processes.append(stranger)
-    _kill_orphan(Job(id="job-1", kind="work", role="builder", session_id=session, pid=stranger.pid,
-                     pid_create_time=psutil.Process(stranger.pid).create_time() - 100))
+    kill_orphan(Job(id="job-1", kind="work", role="builder", session_id=session, pid=stranger.pid,
+                    pid_create_time=psutil.Process(stranger.pid).create_time() - 100))
     time.sleep(0.2)
     assert stranger.poll() is None
 
@@ -103,8 +103,8 @@ def test_the_turn_agentbox_started_is_still_killed(processes: list[subprocess.Po
     while psutil.Process(orphan.pid).environ().get("AGENTBOX_SESSION_ID") != session:
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    _kill_orphan(Job(id="job-1", kind="work", role="builder", session_id=session, pid=orphan.pid,
-                     pid_create_time=psutil.Process(orphan.pid).create_time()))
+    kill_orphan(Job(id="job-1", kind="work", role="builder", session_id=session, pid=orphan.pid,
+                    pid_create_time=psutil.Process(orphan.pid).create_time()))
     assert orphan.wait(timeout=5) != 0
 
 

@@ -45,6 +45,7 @@ async def test_attach_from_the_palette_to_claude_with_two_project_folders(
 
 @pytest.mark.bwrap
 async def test_the_dashboard_offers_resume_for_a_run_whose_engine_is_gone(tmp_path: Path) -> None:
+    from agentbox.core.engine import commands
     from agentbox.core.engine.run_store import RunStore
     from agentbox.tui import action_table
     from agentbox.tui.commands import dashboard_commands
@@ -67,7 +68,7 @@ async def test_the_dashboard_offers_resume_for_a_run_whose_engine_is_gone(tmp_pa
             assert "Resume the engine of the run" in titles
             # an answer while no engine runs is kept, and the dashboard says the engine must go on
             (cp,) = board.run.open_checkpoints()
-            board.send("answer", cp.id, checkpoint=cp.id, text="approve")
+            board.send(commands.Answer(checkpoint=cp.id, text="approve"), cp.id)
             await wait_for(pilot, lambda: any("press R" in n for n in _notes(app)), "the answer's notice")
             await pilot.press("R")
             await wait_for(pilot, lambda: any("runs again (pid" in n for n in _notes(app)), "the resume's notice")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import store, watch
+from agentbox.core import runs, store, watch
 from agentbox.core.engine.changes import Changes
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.monitor import ProcessMonitor, agent_pids
@@ -137,34 +137,34 @@ def test_tail_reads_only_the_end_then_follows(tmp_path: Path) -> None:
         for seq in range(1, 5001):
             handle.write(json.dumps({"seq": seq, "type": "x", "what": "w" * (seq % 50)}) + "\n")
         handle.write('{"seq": 5001, "type": "partial"')  # a writer mid-append
-    records, offset = watch.tail_events(project, "r1", 100, chunk=4096)
+    records, offset = runs.tail_events(project, "r1", 100, chunk=4096)
     assert [r["seq"] for r in records] == list(range(4901, 5001))
     with path.open("a") as handle:
         handle.write(', "what": "done"}\n')
     store.append_jsonl(path, {"seq": 5002, "type": "x", "what": "more"})
-    more, end = watch.read_events(project, "r1", offset)
+    more, end = runs.read_events(project, "r1", offset)
     assert [r["seq"] for r in more] == [5001, 5002]
     assert end == path.stat().st_size
 
 
 def test_tail_of_a_missing_or_short_log(tmp_path: Path) -> None:
     project = ProjectPaths(tmp_path)
-    assert watch.tail_events(project, "nope", 10) == ([], 0)
+    assert runs.tail_events(project, "nope", 10) == ([], 0)
     path = RunStore(project).events_path("r1")
     path.parent.mkdir(parents=True)
     path.write_text('{"seq": 1}\n{"seq": 2}\n')
-    assert watch.tail_events(project, "r1", 10) == ([{"seq": 1}, {"seq": 2}], path.stat().st_size)
+    assert runs.tail_events(project, "r1", 10) == ([{"seq": 1}, {"seq": 2}], path.stat().st_size)
 
 
 def test_task_events_and_manifest(project_at) -> None:  # type: ignore[no-untyped-def]
     project = project_at("waiting")
-    greet, offset = watch.task_events(project, RUN_ID, "greet")
+    greet, offset = runs.task_events(project, RUN_ID, "greet")
     assert greet and {r["task"] for r in greet} == {"greet"}
-    assert watch.task_events(project, RUN_ID, "greet", offset) == ([], offset)
+    assert runs.task_events(project, RUN_ID, "greet", offset) == ([], offset)
     assert any(r["type"] == "verdict" for r in greet)
-    entries, offset = watch.read_manifest(project, RUN_ID)
+    entries, offset = runs.read_manifest(project, RUN_ID)
     assert {Path(e["path"]).name for e in entries} == {"greet.py", "test_greet.py"}
-    assert watch.read_manifest(project, RUN_ID, offset) == ([], offset)
+    assert runs.read_manifest(project, RUN_ID, offset) == ([], offset)
 
 
 def test_monitor_samples_a_process_tree() -> None:
@@ -236,12 +236,12 @@ def test_a_save_that_changes_nothing_is_not_read_again(project_at) -> None:  # t
     project = project_at("executing")
     store = RunStore(project)
     store.save(store.load(RUN_ID))  # a snapshot, as an engine's first save writes
-    run, digest = watch.read_run_if_changed(project, RUN_ID, None)
+    run, digest = runs.read_run_if_changed(project, RUN_ID, None)
     assert run is not None and run.id == RUN_ID
     store.save(store.load(RUN_ID))  # the same state saved again: only `updated` and the save count move
-    assert watch.read_run_if_changed(project, RUN_ID, digest) == (None, digest)
+    assert runs.read_run_if_changed(project, RUN_ID, digest) == (None, digest)
     changed = store.load(RUN_ID)
     changed.status_reason = "something happened"
     store.save(changed, Changes(full=False))  # journalled
-    again, new_digest = watch.read_run_if_changed(project, RUN_ID, digest)
+    again, new_digest = runs.read_run_if_changed(project, RUN_ID, digest)
     assert again is not None and again.status_reason == "something happened" and new_digest != digest

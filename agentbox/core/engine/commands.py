@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -72,11 +72,19 @@ class _Command(BaseModel):
     note: str | None = None
     """The person's note."""
 
+    @classmethod
+    def of(cls, **fields: Any) -> Self:
+        """This command from what a person gave (a commit, a branch), or a UsageError saying what is wrong."""
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            raise _malformed(exc, skip=0) from None
+
 
 class Answer(_Command):
     """Answer an open checkpoint."""
 
-    action: Literal["answer"]
+    action: Literal["answer"] = "answer"
     checkpoint: str | None = None
     text: str | None = None
 
@@ -84,7 +92,7 @@ class Answer(_Command):
 class Approve(_Command):
     """Approve a task (with the note as evidence) at the commit the person judged."""
 
-    action: Literal["approve"]
+    action: Literal["approve"] = "approve"
     task: str | None = None
     commit: Annotated[str, Field(pattern=r"^[0-9a-f]{7,40}$")] | None = None
     """The commit (or a prefix of it) the person looked at; absent: the task's head as the run recorded it."""
@@ -93,39 +101,39 @@ class Approve(_Command):
 class Rework(_Command):
     """Send a task back to its worker with the note."""
 
-    action: Literal["rework"]
+    action: Literal["rework"] = "rework"
     task: str | None = None
 
 
 class CancelTask(_Command):
     """Cancel one task."""
 
-    action: Literal["cancel_task"]
+    action: Literal["cancel_task"] = "cancel_task"
     task: str | None = None
 
 
 class CancelRun(_Command):
     """Cancel the whole run."""
 
-    action: Literal["cancel_run"]
+    action: Literal["cancel_run"] = "cancel_run"
 
 
 class Pause(_Command):
     """Start nothing new; running turns finish."""
 
-    action: Literal["pause"]
+    action: Literal["pause"] = "pause"
 
 
 class Resume(_Command):
     """Undo a pause."""
 
-    action: Literal["resume"]
+    action: Literal["resume"] = "resume"
 
 
 class Deliver(_Command):
     """Bring a worktree run's integration branch into the person's branch (`agentbox merge`)."""
 
-    action: Literal["deliver"]
+    action: Literal["deliver"] = "deliver"
     into: str | None = Field(default=None, max_length=255)
     """The branch (default: the one checked out when the run started)."""
     squash: bool = False
@@ -148,9 +156,20 @@ def parse(raw: dict[str, Any]) -> Command:
     try:
         return _COMMAND.validate_python(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"][1:]) or "command"
-        raise UsageError(f"malformed command: {where}: {first['msg']}") from None
+        raise _malformed(exc, skip=1) from None
+
+
+def _malformed(exc: ValidationError, *, skip: int) -> UsageError:
+    """The UsageError of a command that does not validate (`skip`: the leading parts of the field's
+    location that name the union member, not a field)."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"][skip:]) or "command"
+    return UsageError(f"malformed command: {where}: {first['msg']}")
+
+
+def as_json(command: Command) -> dict[str, Any]:
+    """The command as its inbox line holds it (the fields given, each once)."""
+    return command.model_dump(mode="json", exclude_unset=True) | {"action": command.action}
 
 
 def apply(ctx: CommandContext, command: Command) -> str:

@@ -36,7 +36,7 @@ from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.mode_context import ModeContext
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, Run, RunStatus, no_engine_reason
 from agentbox.core.engine.records import Event
-from agentbox.core.engine.recovery import _kill_orphan
+from agentbox.core.engine.recovery import kill_orphan
 from agentbox.core.engine.routing import ENV_RETRIES as ENV_RETRIES
 from agentbox.core.engine.routing import FailureRouter
 from agentbox.core.engine.run_store import RUN_FILE, DamagedRunError, RunStore
@@ -154,7 +154,7 @@ class Engine:
             if flight is not None:
                 flight.cancel()
             else:
-                _kill_orphan(job)
+                kill_orphan(job)
             self.ledger.forget_job(job.id)
             self.ledger.event("turn.aborted", f"{job.kind} turn of {job.role} on {task_id} stopped", why, task=task_id,
                        role=job.role, session=job.session_id, job=job.id)
@@ -216,23 +216,25 @@ class Engine:
         self.mode.on_success(job, result)
 
     # ------------------------------------------------------------------ commands
-    def apply_command(self, command: dict[str, Any]) -> tuple[bool, str]:
-        """Apply one human command (from the inbox or directly); refuses illegal or malformed ones."""
-        if command.get("id") in self.run.applied_commands:
+    def apply_command(self, command: commands.Command | dict[str, Any]) -> tuple[bool, str]:
+        """Apply one human command (typed, or an inbox line, parsed here); refuses illegal or malformed ones."""
+        typed = None if isinstance(command, dict) else command
+        raw = command if isinstance(command, dict) else commands.as_json(command)
+        if raw.get("id") in self.run.applied_commands:
             return True, "already applied"
         try:
-            message = commands.apply(self._commands, commands.parse(command))
+            message = commands.apply(self._commands, typed or commands.parse(raw))
             ok = True
         except (IllegalTransitionError, NotFoundError, UsageError) as exc:
             ok, message = False, exc.message
-        if command.get("id"):
-            self.ledger.command_applied(str(command["id"]))
+        if raw.get("id"):
+            self.ledger.command_applied(str(raw["id"]))
 
         def text(key: str) -> str | None:
-            value = command.get(key)
+            value = raw.get(key)
             return value if isinstance(value, str) else None
 
-        self.ledger.event("command", f"{str(command.get('action'))[:40]} {'applied' if ok else 'refused'}: {message}",
+        self.ledger.event("command", f"{str(raw.get('action'))[:40]} {'applied' if ok else 'refused'}: {message}",
                    text("note"), task=text("task"), human_required=False, command_id=text("id"), ok=ok)
         self._poke()
         return ok, message

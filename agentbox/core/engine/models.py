@@ -79,7 +79,7 @@ class Model(BaseModel):
 
 ModeSettings = SequentialSettings | HierarchicalSettings | GroupChatSettings | HandoffSettings | GraphSettings
 """The settings of one orchestration mode (crew.yaml's section of that name)."""
-SETTINGS_BY_MODE: dict[str, type[ModeSettings]] = {
+SETTINGS_BY_MODE: dict[Mode, type[ModeSettings]] = {
     "sequential": SequentialSettings, "hierarchical": HierarchicalSettings, "group_chat": GroupChatSettings,
     "handoff": HandoffSettings, "graph": GraphSettings,
 }
@@ -133,7 +133,8 @@ class Contract(Model):
         """
         if not isinstance(data, dict):
             return data
-        model = SETTINGS_BY_MODE.get(str(data.get("mode")))  # a missing or odd mode finds no model
+        mode = data.get("mode")  # a missing or odd mode finds no model
+        model = next((m for name, m in SETTINGS_BY_MODE.items() if name == mode), None)
         settings = data.get("settings")
         if model is None or isinstance(settings, model):
             return data

@@ -46,7 +46,7 @@ def recover(store: RunStore, ledger: RunLedger) -> None:
     store.flush_outbox(ledger.run)
     for decision in interrupted_turns(ledger.run):
         job = ledger.run.jobs[decision.job_id]
-        _kill_orphan(job)
+        kill_orphan(job)
         ledger.event("recover", f"{job.kind} turn of {job.role} was interrupted; resuming it in its session",
                      "engine restarted", task=job.task, role=job.role, session=job.session_id)
         ledger.requeue_interrupted(job, decision.prompt)
@@ -56,7 +56,7 @@ def recover(store: RunStore, ledger: RunLedger) -> None:
     ledger.event("engine.started", f"engine pid {os.getpid()} took the run", None)
 
 
-def _session_exists(sessions: SessionStore, session_id: str) -> bool:
+def session_exists(sessions: SessionStore, session_id: str) -> bool:
     """Whether the agentbox session exists, so a turn resumes it rather than creating it."""
     try:
         sessions.find(session_id)
@@ -65,7 +65,7 @@ def _session_exists(sessions: SessionStore, session_id: str) -> bool:
     return True
 
 
-def _kill_orphan(job: Job) -> None:
+def kill_orphan(job: Job) -> None:
     """Kill what is left of an interrupted turn, with its children.
 
     That is the recorded process if it is provably the one agentbox started (see

@@ -18,7 +18,7 @@ from agentbox.core import services, telemetry
 from agentbox.core.config import Crew
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import Job
-from agentbox.core.engine.recovery import _session_exists
+from agentbox.core.engine.recovery import session_exists
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.engine.runners.base import Turn, TurnRunner, TurnWorkspace
 from agentbox.core.engine.workspaces import Mount, TurnGit, Workspaces
@@ -113,7 +113,7 @@ class Turns:
         except AgentboxError as exc:  # the role, its profile or its worktree cannot be had
             return job, InvokeResult(status="error", session_id=session, error_kind="spawn_failed",
                                      error=exc.message, role=job.role), None
-        exists = _session_exists(agent.sessions, session)
+        exists = session_exists(agent.sessions, session)
         agent = telemetry.traced_agent(agent, self.trace, telemetry.turn_parent(run.id, job.id, job.started), {
             "agentbox.run.id": run.id, "agentbox.role": job.role, "agentbox.session.id": session,
             "agentbox.task.id": job.task})

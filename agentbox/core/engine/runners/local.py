@@ -148,7 +148,7 @@ class LocalRunner:
         if turn.workspace is None or result.error_kind == "spawn_failed":  # nothing ran to commit
             return TurnDone(result, None, peak)
         try:
-            git = await asyncio.to_thread(turn.workspace.commit, _summary(result.text))
+            git = await asyncio.to_thread(turn.workspace.commit, reply_summary(result.text))
         except AgentboxError as exc:  # the work stays in the worktree; the next turn's commit takes it
             return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
                                          error=f"committing the turn failed: {exc.message}", role=agent.role),
@@ -163,7 +163,7 @@ def _over_limit(result: InvokeResult, used_mb: float, limit_mb: int) -> InvokeRe
                                      f"resources.memory_mb limit of {limit_mb} MB")
 
 
-def _summary(text: str | None) -> str:
+def reply_summary(text: str | None) -> str:
     """The summary the reply gives (for the commit message), or '' (the mode validates the reply itself)."""
     try:
         summary = extract_json(text or "").get("summary")

@@ -151,9 +151,9 @@ class RayRunner:
         try:
             if back.bundle is not None:
                 await asyncio.to_thread(_take_bundle, turn.workspace.path, back.bundle)
-            from agentbox.core.engine.runners.local import _summary
+            from agentbox.core.engine.runners.local import reply_summary
 
-            git = await asyncio.to_thread(turn.workspace.commit, _summary(result.text))
+            git = await asyncio.to_thread(turn.workspace.commit, reply_summary(result.text))
         except AgentboxError as exc:
             return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
                                          error=f"taking the node's commit failed: {exc.message}", role=agent.role),
