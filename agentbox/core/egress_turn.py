@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentbox.core.egress import Allowlist, Rule, allowlist, parse_entry, rule_for_url
+from agentbox.core.paths import PACKAGE_DIR
 
 if TYPE_CHECKING:
     from agentbox.core.egress_proxy import EgressProxy
@@ -34,7 +35,7 @@ PROXY_PORT = 3128
 """The sandbox-side port of the proxy (the next free one when an allowlisted loopback port takes it)."""
 NO_PROXY = "localhost,127.0.0.1,::1"
 """Loopback goes straight to the bridge, which sends it through the proxy too."""
-BRIDGE = Path(__file__).with_name("egress_bridge.py")
+BRIDGE = PACKAGE_DIR / "core/egress_bridge.py"
 BRIDGE_LAUNCHER = (f"import sys; sys.path.append({str(BRIDGE.parent)!r}); import egress_bridge; "
                    "sys.exit(egress_bridge.main(sys.argv))")
 """Imports the bridge instead of running it as a script, so it starts from its cached bytecode

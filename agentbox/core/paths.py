@@ -18,8 +18,12 @@ PROJECT_DIR_NAME = ".agent-box"
 PROFILE_FILE = "profile.yaml"
 CREW_FILE = "crew.yaml"
 
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+"""The `agentbox` package itself: files of agentbox's own code are named from here, so a
+module may move inside the package without its file references changing."""
+
 #: The repository root (or installed tree) that ships `profiles/` and `.agent-box.example/`.
-_DATA = Path(__file__).resolve().parent.parent / "data"
+_DATA = PACKAGE_DIR / "data"
 """Shipped data: links to the repository's `profiles/` and `.agent-box.example/`, which a
 built wheel carries as real directories (so a plain `pip install` finds them too)."""
 

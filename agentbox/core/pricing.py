@@ -121,7 +121,9 @@ def bundled_prices() -> PriceTable:
     """The price table shipped with agentbox."""
     global _bundled
     if _bundled is None:
-        raw = json.loads((Path(__file__).resolve().parent.parent / "data" / PRICES_FILE).read_text("utf-8"))
+        from agentbox.core import paths
+
+        raw = json.loads((paths.PACKAGE_DIR / "data" / PRICES_FILE).read_text("utf-8"))
         _bundled = PriceTable(
             taken=str(raw["taken"]), note=str(raw["note"]),
             vendors={v: {m: _price(p) for m, p in models.items()} for v, models in raw["vendors"].items()},

@@ -40,8 +40,8 @@ MAX_ENTRY_BYTES = 256 << 10
 """Largest entry read (a profile's data is a few hundred bytes)."""
 MAX_SOURCE_BYTES = 1 << 20
 """Largest profile.yaml looked up here (what the YAML reader accepts; larger ones go to it and are refused)."""
-_CHECKING_CODE = ("config.py", "validation.py", "secrets.py", "egress.py", "scopes.py", "tools.py", "profiles.py",
-                  "profile_cache.py")
+_CHECKING_CODE = ("core/config.py", "core/validation.py", "core/secrets.py", "core/egress.py", "core/scopes.py",
+                  "core/tools.py", "core/profiles.py", "core/profile_cache.py")
 """The modules whose code decides what a valid profile is: an entry made by other code is not used."""
 
 
@@ -131,8 +131,9 @@ def _hash(data: bytes) -> str:
 def _code_stamp() -> list[Any]:
     """Size and mtime of the checking code's files, and agentbox's version."""
     from agentbox import __version__
+    from agentbox.core.paths import PACKAGE_DIR
 
-    here = Path(__file__).parent
+    here = PACKAGE_DIR
     stamp: list[Any] = [__version__]
     for name in _CHECKING_CODE:
         try:

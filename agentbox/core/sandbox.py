@@ -352,7 +352,9 @@ def python_roots() -> frozenset[Path]:
     """What the running Python needs inside a sandbox (venv, base install, agentbox itself)."""
     roots = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.prefix).absolute()}
     roots |= install_roots(Path(sys.executable))
-    roots.add(Path(__file__).resolve().parent.parent)
+    package = sys.modules[__name__.partition(".")[0]].__file__  # agentbox itself, wherever this module sits in it
+    assert package is not None
+    roots.add(Path(package).resolve().parent)
     return frozenset(roots)
 
 

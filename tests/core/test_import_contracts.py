@@ -132,7 +132,8 @@ def test_the_faces_go_through_the_same_services() -> None:
     """The CLI, the TUI and the MCP face read runs (models, run store) and change them through
     `core.runs` and the other services, never by reaching into the engine's inside."""
     readable = ("agentbox.core.engine.models", "agentbox.core.engine.commands",
-                "agentbox.core.engine.records")  # the typed records and commands that cross to the faces
+                "agentbox.core.engine.records",  # the typed records and commands that cross to the faces
+                "agentbox.core.notify")  # how a notice reads: the foreground run's banner
     inside = [v for v in _violations("agentbox.cli", ("agentbox.core.engine.",))
               + _violations("agentbox.tui", ("agentbox.core.engine.",))
               + _violations("agentbox.mcp", ("agentbox.core.engine.",)) if not v.endswith(readable)]
