@@ -106,9 +106,9 @@ def toy_server() -> tuple[socket.socket, int]:
 
 def bridge_and_connections(workdir: Path, runs: int, count: int = 50) -> tuple[float, float, float, float]:
     """(bridge start s, without it s, one connection through bridge and proxy s, one direct s): medians."""
-    from agentbox.core.egress import allowlist, parse_entry
-    from agentbox.core.egress_proxy import EgressProxy
-    from agentbox.core.egress_turn import SANDBOX_SOCKET, EgressPlan
+    from agentbox.core.agents.egress_turn import SANDBOX_SOCKET, EgressPlan
+    from agentbox.core.sandbox.egress import allowlist, parse_entry
+    from agentbox.core.sandbox.egress_proxy import EgressProxy
 
     bwrap = shutil.which("bwrap") or "bwrap"
     base = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--die-with-parent"]

@@ -31,7 +31,7 @@ class _Modes:
     """The crew modes `--mode` takes, read from where they are defined only when the option is given or shown."""
 
     def __iter__(self) -> Iterator[str]:
-        from agentbox.core.config import MODES
+        from agentbox.core.config.models import MODES
 
         return iter(MODES)
 

@@ -21,8 +21,8 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentbox.core import project as project_mod
 from agentbox.core import store as store_mod
+from agentbox.core.config import project as project_mod
 from agentbox.core.engine.models import (
     TERMINAL_RUN_STATES,
     Checkpoint,
@@ -40,9 +40,9 @@ from agentbox.core.ids import check_id
 from agentbox.core.paths import ProjectPaths
 
 if TYPE_CHECKING:  # git plumbing loads only when a run starts; the engine only when a command is applied
-    from agentbox.core.config import Mode
+    from agentbox.core.config.models import Mode
     from agentbox.core.engine.commands import Command
-    from agentbox.core.graph_model import Graph
+    from agentbox.core.graph.model import Graph
     from agentbox.core.workspace import RepoInfo
 
 Workspace = Literal["worktree", "shared"]
@@ -74,7 +74,7 @@ def create_run(project: ProjectPaths, goal: str, mode: Mode | None = None, graph
     graph_data: Graph | None = None
     graph_file: str | None = None
     if mode == "graph":
-        from agentbox.core.graph import load_graph, resolve_graph
+        from agentbox.core.graph.load import load_graph, resolve_graph
 
         name = graph or crew.graph.file
         if not name:

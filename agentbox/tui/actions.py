@@ -37,7 +37,7 @@ from agentbox.tui.screens.modals import (
 )
 
 if TYPE_CHECKING:  # the command models load with the first command sent
-    from agentbox.core.config import Mode
+    from agentbox.core.config.models import Mode
     from agentbox.core.engine.commands import Command
 
 COMMAND_TITLES = {"deliver": "merge"}
@@ -159,7 +159,7 @@ class RunActions:
                         name="read what a discard removes", exclusive=True, exit_on_error=False)
 
     def _plan_discard(self, run_id: str) -> None:
-        from agentbox.core import discard
+        from agentbox.core.admin import discard
 
         try:
             self.post_message(msg.DiscardPlanned(run_id, discard.plan(self.project, run_id).lines()))
@@ -182,7 +182,7 @@ class RunActions:
         self.app.push_screen(ConfirmDialog(question, yes_label="discard"), confirmed)
 
     def _discard_now(self, run_id: str) -> None:
-        from agentbox.core import discard
+        from agentbox.core.admin import discard
 
         try:
             removed = discard.discard(self.project, run_id)
@@ -339,7 +339,7 @@ class RunActions:
     # ------------------------------------------------------------------ runs
     def action_start_run(self) -> None:
         """Start a run: a goal and a mode; the engine runs in the background."""
-        from agentbox.core.config import MODES
+        from agentbox.core.config.models import MODES
 
         modes: list[str] = list(MODES)
         default = self.crew.mode if self.crew else "hierarchical"
@@ -430,7 +430,7 @@ class RunActions:
                              asked)
 
     async def _ask(self, question: str, run_id: str | None) -> None:
-        from agentbox.core import liaison
+        from agentbox.core.reports import liaison
 
         try:
             answer = await liaison.ask(self.project, question, run_id)
@@ -441,7 +441,7 @@ class RunActions:
 
     def on_liaison_answered(self, message: msg.LiaisonAnswered) -> None:
         """Show the answer under the time of its data."""
-        from agentbox.core import liaison
+        from agentbox.core.reports import liaison
 
         answer = message.answer
         head = Text.assemble(("liaison", "bold cyan"), (f" · data as of {liaison.stamp(answer.as_of)}", "dim"),
@@ -470,7 +470,7 @@ class RunActions:
 
     def action_attach(self, role: str | None = None, session_id: str | None = None) -> None:
         """Suspend the dashboard and run the member's tool interactively, resuming its session."""
-        from agentbox.core import services
+        from agentbox.core.agents import resolve as services
 
         role = self._role(role)
         if role is None:
@@ -486,7 +486,7 @@ class RunActions:
 
     def action_shell(self, task_id: str | None = None) -> None:
         """Suspend the dashboard and open a shell in the task's worktree, in its role's sandbox."""
-        from agentbox.core.task_shell import sandboxed_shell, shell_argv, task_place
+        from agentbox.core.admin.task_shell import sandboxed_shell, shell_argv, task_place
 
         task_id = task_id or self.selected_task
         if task_id is None:

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
+from agentbox.core.agents.sessions import SessionRecord
 from agentbox.core.engine.models import Checkpoint, Run
 from agentbox.core.engine.records import ArtifactEntry, Event
 from agentbox.core.records import TurnRecord
-from agentbox.core.sessions import SessionRecord
 from agentbox.core.watch import BoxChange
 from agentbox.tui.model import CrewInfo
 
@@ -271,6 +271,6 @@ class LiveOutputRead(Message):
     """Which session and turn the events belong to ("" when the member has had no turn)."""
     heading: str
     events: list[Any] = field(default_factory=list)
-    """`agentbox.core.live.LiveEvent`s, oldest first."""
+    """`agentbox.core.agents.live.LiveEvent`s, oldest first."""
     switched: bool = False
     """The events start a turn other than the one shown so far."""

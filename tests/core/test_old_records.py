@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from agentbox.core import runs
+from agentbox.core.agents.sessions import SessionStore
 from agentbox.core.engine.records import Event, EventKind
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.records import Totals, TurnRecord
-from agentbox.core.sessions import SessionStore
 from agentbox.tui.screens.sessions import turn_detail, turn_status, turn_tokens
 from agentbox.tui.widgets.events import event_line
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentbox.core.profile_check import check_profile
+from agentbox.core.admin.profile_check import check_profile
 
 
 def test_a_profile_without_a_sandbox_gets_its_diagnosis(agent_box_home: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import sandbox
+from agentbox.core.sandbox import bwrap as sandbox
 from agentbox.core.workspace import (
     bases,
     commit_turn,

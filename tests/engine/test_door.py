@@ -15,7 +15,7 @@ import pytest
 
 from agentbox.cli.runs import answer_commands
 from agentbox.core import runs
-from agentbox.core.config import MODES
+from agentbox.core.config.models import MODES
 from agentbox.core.engine import commands
 from agentbox.core.engine.engine import Engine
 from agentbox.core.engine.mode_state import STATE_BY_MODE

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core.demo import make_demo_project, run_demo
+from agentbox.core.admin.demo import make_demo_project, run_demo
+from agentbox.core.agents.sessions import SessionStore
 from agentbox.core.engine import records
 from agentbox.core.engine.ledger import task_event_kind
 from agentbox.core.engine.records import ArtifactEntry, Event, EventBase, EventFields, EventKind
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.records import TurnRecord
-from agentbox.core.sessions import SessionStore
 from agentbox.core.tasks import TaskEvent
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agentbox"

@@ -34,10 +34,10 @@ HELPER = Path(__file__).with_name("ray_tls_cluster.py")
 DRIVER = """
 import asyncio, json, sys
 from pathlib import Path
-from agentbox.core import services
+from agentbox.core.agents import resolve as services
 from agentbox.core.engine.runners import configured_runner
 from agentbox.core.engine.runners.base import Turn
-from agentbox.core.invoke import new_session_id
+from agentbox.core.agents.invoke import new_session_id
 
 agent = services.profile_agent("t-secret", Path(sys.argv[1]), None)
 sid = new_session_id()

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import profiles
+from agentbox.core.agents.invoke import Agent, new_session_id
+from agentbox.core.agents.sessions import SessionRecord, SessionStore
+from agentbox.core.config import profiles
 from agentbox.core.engine.runners import travel
 from agentbox.core.errors import AgentboxError
-from agentbox.core.invoke import Agent, new_session_id
-from agentbox.core.sessions import SessionRecord, SessionStore
 
 NATIVE = "11111111-2222-4333-8444-555555555555"
 OTHER = "99999999-8888-4777-8666-555555555555"

@@ -47,7 +47,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentbox.core import store
-from agentbox.core.engine.changes import Changes
+from agentbox.core.engine.changeset import Changes
 from agentbox.core.engine.models import MAX_SEQ, TERMINAL_RUN_STATES, Run
 from agentbox.core.engine.records import ArtifactEntry, Event, as_artifact_entries, as_events
 from agentbox.core.errors import NotFoundError, StateError, UsageError

@@ -6,7 +6,7 @@ work starts at that commit (or near it). A new worktree then checks out only som
 directories (git's sparse checkout: every other index entry is marked skip-worktree), and
 the sandbox shows the two as one tree at the project's path: the base read-only first, then
 the worktree's own directories (its *over* dirs) bound over it, then the write scopes
-read-write as before (`agentbox.core.sandbox`). Git is still the record: the index holds the
+read-write as before (`agentbox.core.sandbox.bwrap`). Git is still the record: the index holds the
 whole tree, commits, diffs and merges come from git as for any worktree.
 
 The picture is exact because the over dirs are chosen so that outside them the task's HEAD

@@ -40,13 +40,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentbox.core.agents.invoke import Agent, InvokeResult
 from agentbox.core.engine.runners import travel
 from agentbox.core.engine.runners.base import Turn, TurnDone
 from agentbox.core.errors import AgentboxError
-from agentbox.core.invoke import Agent, InvokeResult
 
 if TYPE_CHECKING:
-    from agentbox.core.profiles import ProfileInfo
+    from agentbox.core.config.profiles import ProfileInfo
 
 TOOL_RESOURCE = "agentbox-tool:{tool}"
 """The custom resource a node advertises for each tool it has (`ray start --resources`)."""
@@ -96,8 +96,8 @@ class RayRunner:
         of the session (`agentbox invoke --session`, here or through another runner) runs meanwhile.
         """
         from agentbox.core import store
+        from agentbox.core.agents.sessions import check_session_id
         from agentbox.core.errors import StateError
-        from agentbox.core.sessions import check_session_id
 
         lock = turn.agent.sessions.root / ".locks" / check_session_id(turn.session_id)  # the file invoke locks
         with contextlib.ExitStack() as held:
@@ -213,8 +213,8 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> NodeDone:
     """
     import ray
 
+    from agentbox.core.agents.sessions import SessionStore
     from agentbox.core.engine.runners.local import LocalRunner
-    from agentbox.core.sessions import SessionStore
     from agentbox.core.workspace import commit_turn
     from agentbox.core.workspace.gitcmd import git
 
@@ -255,7 +255,7 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> NodeDone:
 
 def _secret_env(agent: Agent) -> dict[str, str]:
     """The head's values of the variables the agent's profile takes from the environment (resolved here)."""
-    from agentbox.core import secrets
+    from agentbox.core.config import secrets
 
     runtime = agent.profile.profile.runtime
     names = {ref.name for value in runtime.env.values() for ref in secrets.references(value)} | set(runtime.pass_env)

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 from agentbox.core.errors import AgentboxError
 
 if TYPE_CHECKING:
-    from agentbox.core.invoke import Agent
-    from agentbox.core.profiles import ProfileInfo
+    from agentbox.core.agents.invoke import Agent
+    from agentbox.core.config.profiles import ProfileInfo
     from agentbox.core.records import TurnRecord
 
 SESSION_DIRS: dict[str, tuple[str, ...]] = {
@@ -183,7 +183,7 @@ def unpack(root: Path, info: ProfileInfo, sent: SessionPack, logins: dict[str, b
     profile = dataclasses.replace(info, state_dir=state, directory=directory)
     store_root = root / "sessions"
     if sent.record is not None:
-        from agentbox.core.sessions import SessionRecord, SessionStore
+        from agentbox.core.agents.sessions import SessionRecord, SessionStore
 
         record = SessionRecord.from_dict(sent.record)
         path = SessionStore(store_root).turns_path(record).with_name(f"{record.id}.json")
@@ -196,8 +196,8 @@ def unpack(root: Path, info: ProfileInfo, sent: SessionPack, logins: dict[str, b
 
 def collect(home: NodeHome, session_id: str) -> SessionBack:
     """What the turn left on the node: changed files of the tool's config home, the record, its logs."""
+    from agentbox.core.agents.sessions import SessionStore
     from agentbox.core.errors import NotFoundError
-    from agentbox.core.sessions import SessionStore
 
     total = [0]
     config = {}
@@ -225,9 +225,9 @@ def store_back(agent: Agent, back: SessionBack) -> None:
     """Keep what came back where a local turn leaves it: the config home's files in the profile,
     the record, its turn line and logs in the session store."""
     from agentbox.core import store
+    from agentbox.core.agents.sessions import SessionRecord
     from agentbox.core.runtimes import adapter_for
-    from agentbox.core.sessions import SessionRecord
-    from agentbox.core.tool_homes import check_bind_source
+    from agentbox.core.sandbox.tool_homes import check_bind_source
 
     info = agent.profile
     loaded = adapter_for(info.tool).loaded_config
