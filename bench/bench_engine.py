@@ -80,8 +80,8 @@ def make_project(home: Path, root: Path, tasks: int, workers: int, roles: int, d
 
 async def turn_baseline(root: Path, turns: int = 10) -> float:
     """Median wall seconds of one no-op scripted turn through `invoke()`, alone (a new session each)."""
-    from agentbox.core import services
-    from agentbox.core.invoke import invoke
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import invoke
     from agentbox.core.paths import ProjectPaths
 
     agent = services.profile_agent("bench-noop", root, ProjectPaths(root))

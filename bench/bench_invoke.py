@@ -2,7 +2,7 @@
 
 P1  the library's `invoke()` (in-process, one event loop) on a no-op scripted agent,
     divided by the same agent run by hand under the same bwrap argv (taken from
-    `agentbox.core.invoke.prepare`) with `subprocess.run` -- goal <= 1.3. Also the whole
+    `agentbox.core.agents.invoke.prepare`) with `subprocess.run` -- goal <= 1.3. Also the whole
     `agentbox invoke` CLI call divided by the same by-hand run -- goal <= 2.0, with where
     its imports go (self time by top-level package, from `-X importtime`).
 P2  `agentbox --version` divided by `python -c pass` -- goal <= 3; and non-TUI commands
@@ -70,8 +70,9 @@ def setup(workdir: Path) -> Path:
 
 
 def bench_p1(project: Path, runs: int) -> dict[str, float]:
-    from agentbox.core import sandbox, services
-    from agentbox.core.invoke import _prepare_session, invoke, prepare
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import _prepare_session, invoke, prepare
+    from agentbox.core.sandbox import bwrap as sandbox
 
     agent = services.profile_agent("noop", project, None)
     cli = [*agentbox_command(), "invoke", "profile:noop", "hi"]

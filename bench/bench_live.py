@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentbox.core import live
+from agentbox.core.agents import live
 from agentbox.core.process import CappedStream
 from agentbox.core.runtimes import adapter_for
 

@@ -3,7 +3,7 @@
 P7  for each real CLI (claude, codex, opencode, hermes) against the project's fake model
     server (tests/fakes/model_server.py), one new-session turn through the whole
     `agentbox invoke` CLI call, divided by the same CLI run by hand under the same bwrap
-    argv, environment and config (taken from `agentbox.core.invoke.prepare`, handed to
+    argv, environment and config (taken from `agentbox.core.agents.invoke.prepare`, handed to
     bwrap the same way: memory fds, seccomp filter, prompt on stdin) -- goal <= 1.05 each.
     Also the library's `invoke()` in-process (one event loop) over the same by-hand turn,
     which leaves out the CLI's start-up.
@@ -131,8 +131,15 @@ class Bench:
 
     def by_hand(self, name: str, prompt: str) -> Callable[[], None]:
         """The turn of a new session of profile `name`, by hand: the argv agentbox would run, run directly."""
-        from agentbox.core import egress_turn, sandbox, services
-        from agentbox.core.invoke import _prepare_session, finish_turn, prepare, remove_scratch
+        from agentbox.core.agents import egress_turn
+        from agentbox.core.agents import resolve as services
+        from agentbox.core.agents.invoke import (
+            _prepare_session,
+            finish_turn,
+            prepare,
+            remove_scratch,
+        )
+        from agentbox.core.sandbox import bwrap as sandbox
 
         agent = services.profile_agent(name, self.project, None)
 
@@ -155,8 +162,8 @@ class Bench:
 
     def library(self, name: str, prompt: str) -> Callable[[], None]:
         """The library's `invoke()` in this process, on one event loop (no CLI start-up)."""
-        from agentbox.core import services
-        from agentbox.core.invoke import invoke
+        from agentbox.core.agents import resolve as services
+        from agentbox.core.agents.invoke import invoke
 
         agent = services.profile_agent(name, self.project, None)
 

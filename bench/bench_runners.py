@@ -34,8 +34,8 @@ R2_GOAL = 2.5
 
 
 def turn_for(agent: object, prompt: str) -> object:
+    from agentbox.core.agents.invoke import new_session_id
     from agentbox.core.engine.runners.base import Turn
-    from agentbox.core.invoke import new_session_id
 
     return Turn(job_id=new_session_id(), run_id="bench", task_id=None, agent=agent, prompt=prompt,  # type: ignore[arg-type]
                 session_id=new_session_id(), resume=False, timeout_s=120)
@@ -52,7 +52,7 @@ async def main(args: argparse.Namespace) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from agentbox.core import services
+    from agentbox.core.agents import resolve as services
     from agentbox.core.engine.runners.admission import Room
     from agentbox.core.engine.runners.local import LocalRunner
     from agentbox.core.engine.runners.ray_runner import RayRunner, tool_resource

@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agentbox.core import sandbox, scopes  # noqa: E402
+from agentbox.core.sandbox import bwrap as sandbox  # noqa: E402
+from agentbox.core.sandbox import scopes  # noqa: E402
 
 
 def median_ms(values: list[float]) -> float:

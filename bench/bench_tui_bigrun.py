@@ -53,7 +53,8 @@ STATES = ("queued", "executing", "submitted", "reviewing", "rework", "blocked", 
 
 def make_project(root: Path, run_id: str, tasks: int, events: int, artifacts: int, sessions: int) -> Any:
     """A project with one run of the given size, written through the core."""
-    from agentbox.core import project as project_mod
+    from agentbox.core.agents.sessions import SessionRecord, SessionStore
+    from agentbox.core.config import project as project_mod
     from agentbox.core.engine.models import (
         Acceptance,
         Contract,
@@ -65,7 +66,6 @@ def make_project(root: Path, run_id: str, tasks: int, events: int, artifacts: in
     )
     from agentbox.core.engine.run_store import RunStore
     from agentbox.core.paths import ProjectPaths
-    from agentbox.core.sessions import SessionRecord, SessionStore
 
     shutil.copytree(REPO / ".agent-box.example", root / ".agent-box", ignore=shutil.ignore_patterns("runs", "sessions"))
     project = ProjectPaths(root)

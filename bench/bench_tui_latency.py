@@ -41,7 +41,7 @@ RUN_ID = "run-20260101-120000-beef"
 
 def make_project(root: Path) -> Any:
     """A project (copy of the example) with one running run of three tasks, written by the core."""
-    from agentbox.core import project as project_mod
+    from agentbox.core.config import project as project_mod
     from agentbox.core.engine.models import Acceptance, Contract, Run, Task
     from agentbox.core.engine.run_store import RunStore
     from agentbox.core.paths import ProjectPaths

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentbox.core import services
-from agentbox.core.invoke import InvokeResult, invoke
+from agentbox.core.agents import resolve as services
+from agentbox.core.agents.invoke import InvokeResult, invoke
 from agentbox.core.paths import ProjectPaths
 
 PROBE_SCENARIO = {

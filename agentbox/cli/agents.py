@@ -37,10 +37,11 @@ def invoke(args: argparse.Namespace) -> int:
     """One headless turn; exit 0 on success, 1 on an agent failure (error on stderr)."""
     import time
 
-    from agentbox.core import services, telemetry
-    from agentbox.core.egress_turn import denied_line
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.egress_turn import denied_line
+    from agentbox.core.agents.invoke import invoke_sync
     from agentbox.core.errors import NotFoundError, UsageError
-    from agentbox.core.invoke import invoke_sync
+    from agentbox.core.telemetry import tracing as telemetry
 
     check_timeout(args.timeout)
     proj = maybe_project(args)
@@ -85,7 +86,7 @@ def invoke(args: argparse.Namespace) -> int:
 
 def sessions(args: argparse.Namespace) -> int:
     """`sessions [ROLE]` lists sessions; `sessions show UUID` shows one session's turns."""
-    from agentbox.core import services
+    from agentbox.core.agents import resolve as services
     from agentbox.core.errors import StateError
 
     proj = maybe_project(args)
@@ -114,10 +115,10 @@ def sessions(args: argparse.Namespace) -> int:
 
 def _show_session(args: argparse.Namespace, proj: object) -> int:
     from agentbox.core import paths
-    from agentbox.core.egress_turn import denied_line
+    from agentbox.core.agents.egress_turn import denied_line
+    from agentbox.core.agents.sessions import SessionStore
     from agentbox.core.errors import NotFoundError
     from agentbox.core.runtimes.base import Usage
-    from agentbox.core.sessions import SessionStore
 
     stores = ([SessionStore(proj.sessions_dir)] if proj is not None else []) + [SessionStore(paths.global_sessions_dir())]  # type: ignore[attr-defined]
     for store in stores:
@@ -155,7 +156,7 @@ def _show_session(args: argparse.Namespace, proj: object) -> int:
 def _interactive(agent: object, session_id: str | None) -> int:
     import subprocess
 
-    from agentbox.core.services import interactive_session
+    from agentbox.core.agents.resolve import interactive_session
 
     with interactive_session(agent, session_id) as command:  # type: ignore[arg-type]
         if agent.profile.profile.sandbox == "none":  # type: ignore[attr-defined]
@@ -167,7 +168,7 @@ def _interactive(agent: object, session_id: str | None) -> int:
 
 def attach(args: argparse.Namespace) -> int:
     """Run the role's tool interactively in its sandbox, resuming its (latest) session."""
-    from agentbox.core import services
+    from agentbox.core.agents import resolve as services
 
     proj = maybe_project(args)
     agent = services.resolve_agent(args.role, proj)
@@ -180,7 +181,7 @@ def attach(args: argparse.Namespace) -> int:
 
 def launch(args: argparse.Namespace) -> int:
     """agent-box v1's launch: a profile's tool, interactive, sandboxed."""
-    from agentbox.core import services
+    from agentbox.core.agents import resolve as services
 
     proj = maybe_project(args)
     agent = services.profile_agent(args.profile, __import__("pathlib").Path.cwd(), proj)

@@ -28,7 +28,7 @@ def _split(project: object, words: list[str]) -> tuple[str | None, str]:
 
 def ask(args: argparse.Namespace) -> int:
     """Ask, wait for the answer, print it under its data time."""
-    from agentbox.core import liaison
+    from agentbox.core.reports import liaison
 
     project = project_from(args)
     run_id, question = _split(project, args.words)

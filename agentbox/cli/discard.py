@@ -10,7 +10,7 @@ from agentbox.cli.common import print_json, project_from
 
 def discard(args: argparse.Namespace) -> int:
     """Show what discarding the run removes, ask (unless --yes), then remove it and say what went."""
-    from agentbox.core import discard as discard_mod
+    from agentbox.core.admin import discard as discard_mod
     from agentbox.core.errors import UsageError
 
     project = project_from(args)

@@ -13,7 +13,12 @@ _MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
 
 def doctor(args: argparse.Namespace) -> int:
     """Print the health checks; exit 1 when a required one failed."""
-    from agentbox.core.doctor import check_profile_turns, environment_summary, healthy, run_checks
+    from agentbox.core.admin.doctor import (
+        check_profile_turns,
+        environment_summary,
+        healthy,
+        run_checks,
+    )
 
     project = Path(args.project) if args.project else None
     checks = run_checks(project)

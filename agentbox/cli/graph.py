@@ -19,7 +19,7 @@ def graph_check(args: argparse.Namespace) -> int:
     is found (`--project`, else the one holding the file, else the one above the cwd), the
     crew's role names are checked too.
     """
-    from agentbox.core.graph import check_graph_file, entry, resolve_graph
+    from agentbox.core.graph.load import check_graph_file, entry, resolve_graph
 
     project = maybe_project(args)
     path = resolve_graph(args.file, project)
@@ -62,7 +62,7 @@ def _crew_roles(project: ProjectPaths | None) -> list[str] | None:
     """The crew's role names, or None (no project, or a crew.yaml that does not load)."""
     if project is None or not project.crew_file.is_file():
         return None
-    from agentbox.core.project import load_crew
+    from agentbox.core.config.project import load_crew
 
     try:
         return list(load_crew(project).crew.roles)

@@ -10,7 +10,7 @@ from agentbox.cli.common import print_json, print_table, project_from
 
 def zones(args: argparse.Namespace) -> int:
     """List `.agent-box/zones.yaml`: modules where a task's failure ladder reached L3."""
-    from agentbox.core.zones import load_zones
+    from agentbox.core.config.zones import load_zones
 
     found = load_zones(project_from(args).box)
     if args.json:
@@ -29,8 +29,8 @@ def zones(args: argparse.Namespace) -> int:
 
 def debt(args: argparse.Namespace) -> int:
     """List `.agent-box/debt.yaml`, or close / waive one debt (the file's comments stay)."""
+    from agentbox.core.config.zones import close_debt, load_debts
     from agentbox.core.errors import UsageError
-    from agentbox.core.zones import close_debt, load_debts
 
     box = project_from(args).box
     target = args.close or args.waive

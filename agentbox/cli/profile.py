@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from agentbox.cli.common import print_json, print_table
-from agentbox.core import profiles, secrets
+from agentbox.core.config import profiles, secrets
 from agentbox.core.errors import ConfigError, UsageError
 from agentbox.core.termtext import for_line, for_terminal
 
@@ -91,7 +91,7 @@ def adopt(args: argparse.Namespace) -> int:
 def test(args: argparse.Namespace) -> int:
     """Run one turn through a profile and diagnose what is wrong with it."""
     from agentbox.cli.agents import check_timeout
-    from agentbox.core.profile_check import DEFAULT_TURN_TIMEOUT_S, check_profile
+    from agentbox.core.admin.profile_check import DEFAULT_TURN_TIMEOUT_S, check_profile
 
     report = check_profile(args.name, timeout_s=check_timeout(args.timeout) or DEFAULT_TURN_TIMEOUT_S)
     if args.json:

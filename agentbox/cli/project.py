@@ -13,7 +13,7 @@ from agentbox.core.termtext import for_terminal
 
 def init(args: argparse.Namespace) -> int:
     """Create .agent-box/ from the example project."""
-    from agentbox.core import project
+    from agentbox.core.config import project
 
     root = Path(args.project or args.directory)
     created = project.init(root)
@@ -30,7 +30,7 @@ def init(args: argparse.Namespace) -> int:
 
 def role_list(args: argparse.Namespace) -> int:
     """Print the crew's roles."""
-    from agentbox.core import project
+    from agentbox.core.config import project
 
     paths = project_from(args)
     loaded = project.load_crew(paths)
@@ -51,7 +51,7 @@ def role_list(args: argparse.Namespace) -> int:
 
 def role_add(args: argparse.Namespace) -> int:
     """Add a role to crew.yaml."""
-    from agentbox.core import project
+    from agentbox.core.config import project
 
     if args.read_only and args.writes:
         raise UsageError("--read-only and --writes contradict each other", "give one of them")
@@ -64,7 +64,7 @@ def role_add(args: argparse.Namespace) -> int:
 
 def role_rm(args: argparse.Namespace) -> int:
     """Remove a role from crew.yaml."""
-    from agentbox.core import project
+    from agentbox.core.config import project
 
     paths = project_from(args)
     project.remove_role(paths, args.name, force=args.force)
@@ -74,7 +74,7 @@ def role_rm(args: argparse.Namespace) -> int:
 
 def schema(args: argparse.Namespace) -> int:
     """Print a JSON Schema."""
-    from agentbox.core.schemas import json_schema
+    from agentbox.core.admin.schemas import json_schema
 
     print_json(json_schema(args.kind))
     return 0

@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 from agentbox.cli.common import print_json, print_table, project_from
+from agentbox.core.agents.pricing import usd
 from agentbox.core.errors import UsageError
-from agentbox.core.pricing import usd
 from agentbox.core.termtext import for_block, for_line, for_terminal
 
 APPROVED_BY_DEFAULT = "approved by a human"
@@ -30,7 +30,7 @@ def _printer(quiet: bool, bell: bool = True) -> Any:
     from rich.console import Console
     from rich.text import Text
 
-    from agentbox.core.notify import terminal_banner
+    from agentbox.core.engine.notify import terminal_banner
 
     console = Console(highlight=False)
 
@@ -223,7 +223,7 @@ def _interrupted(project: Any, run_id: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Start (or resume) a run; foreground with live progress, or detached."""
     from agentbox.core import runs
-    from agentbox.core.user_config import load_user_config
+    from agentbox.core.config.user_config import load_user_config
 
     project = project_from(args)
     bell = load_user_config().notify.bell  # a broken config.yaml stops here, not in a detached engine
@@ -298,7 +298,7 @@ def status(args: argparse.Namespace) -> int:
           f"tokens: {totals.tokens:,}{' / ' + format(budget, ',') if budget else ''}{unknown}"
           + f" · cost {spend_line(run)}")
     if run.git is not None:
-        from agentbox.core.run_changes import merge_hint
+        from agentbox.core.reports.changes import merge_hint
 
         base = f"{run.git.base[:10]}" + (" (a snapshot of your uncommitted changes)" if run.git.dirty else "")
         if run.git.named_base:
@@ -391,8 +391,8 @@ def approve(args: argparse.Namespace) -> int:
 
 def _show_task_changes(project: Any, run_id: str, task_id: str, at: str | None = None) -> str | None:
     """What the task's branch changes (from git), shown to the person deciding on it; the commit shown."""
-    from agentbox.core import run_changes
     from agentbox.core import runs as runs_mod
+    from agentbox.core.reports import changes as run_changes
 
     run = runs_mod.load(project, run_id)
     task = run.tasks.get(task_id)

@@ -7,14 +7,14 @@ import sys
 import time
 
 from agentbox.cli.common import print_json, print_table, project_from
-from agentbox.core.pricing import usd
+from agentbox.core.agents.pricing import usd
 
 
 def runs(args: argparse.Namespace) -> int:
     """List runs, oldest first (a damaged one says so, with the reason below)."""
     from agentbox.core import runs as runs_mod
     from agentbox.core.engine.run_store import DamagedRun
-    from agentbox.core.run_summary import age_text, summarise
+    from agentbox.core.reports.summary import age_text, summarise
 
     project = project_from(args)
     listed = runs_mod.list_runs(project)

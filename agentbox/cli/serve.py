@@ -48,7 +48,7 @@ def tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
 
 def serve(args: argparse.Namespace) -> int:
     """Serve the project's dashboard until ctrl+c."""
-    from agentbox.core import access_tokens
+    from agentbox.core.config import access_tokens
 
     project = project_from(args)
     if not 0 < args.port < 65536:

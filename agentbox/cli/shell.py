@@ -11,7 +11,7 @@ from agentbox.cli.common import project_from
 
 def shell(args: argparse.Namespace) -> int:
     """Open a shell where the task's work is: in its role's sandbox, or with --host on the host; its exit code."""
-    from agentbox.core.task_shell import sandboxed_shell, shell_argv, task_place
+    from agentbox.core.admin.task_shell import sandboxed_shell, shell_argv, task_place
 
     project = project_from(args)
     place = task_place(project, args.task, args.run)

@@ -8,12 +8,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from agentbox.cli.common import print_json, project_from
+from agentbox.core.agents.pricing import usd
 from agentbox.core.errors import UsageError
-from agentbox.core.pricing import usd
 from agentbox.core.termtext import for_line
 
 if TYPE_CHECKING:
-    from agentbox.core.stats import Figures, Health, Stats
+    from agentbox.core.reports.stats import Figures, Health, Stats
 
 
 def parse_since(text: str) -> float:
@@ -98,7 +98,7 @@ def render(stats: Stats) -> str:
 def stats(args: argparse.Namespace) -> int:
     """Print the project's figures (per role, profile, tool and model) with their health lines."""
     from agentbox.core import runs as runs_mod
-    from agentbox.core.stats import compute
+    from agentbox.core.reports.stats import compute
 
     since = parse_since(args.since) if args.since else None
     project = project_from(args)

@@ -16,9 +16,9 @@ CHECK_S = 1.0
 
 def tail(args: argparse.Namespace) -> int:
     """Print the live view of a role's (or task's) turn; with --follow, until the turn ends."""
-    from agentbox.core.live import LiveCursor
-    from agentbox.core.live_sources import find_source, still_running
-    from agentbox.core.live_text import render
+    from agentbox.core.agents.live import LiveCursor
+    from agentbox.core.agents.live_text import render
+    from agentbox.core.reports.live_sources import find_source, still_running
 
     project = project_from(args)
     source = find_source(project, args.target, args.run)

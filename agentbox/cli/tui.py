@@ -34,7 +34,7 @@ def tui(args: argparse.Namespace) -> int:
 
 def demo(args: argparse.Namespace) -> int:
     """Run the demo crew in a temp project: the dashboard on the live run, or printed progress."""
-    from agentbox.core.demo import make_demo_project
+    from agentbox.core.admin.demo import make_demo_project
 
     project = make_demo_project()
     print(f"demo project: {project.root}", file=sys.stderr)
@@ -54,7 +54,7 @@ def demo(args: argparse.Namespace) -> int:
 def _printed_demo(project: ProjectPaths, *, keep: bool) -> int:
     """Run the demo in this process; the synthesis is printed (its file goes with the project unless `keep`)."""
     from agentbox.cli.runs import _printer
-    from agentbox.core.demo import deliver_demo, run_demo
+    from agentbox.core.admin.demo import deliver_demo, run_demo
 
     final = asyncio.run(run_demo(project, _printer(False)))
     print(f"\nrun {final.id}: {final.status}")
@@ -75,7 +75,7 @@ def _printed_demo(project: ProjectPaths, *, keep: bool) -> int:
 def _dashboard_demo(project: ProjectPaths) -> int:
     """Start the demo run's engine in the background and watch it; the person answers its question."""
     from agentbox.core import runs
-    from agentbox.core.demo import DEMO_GOAL
+    from agentbox.core.admin.demo import DEMO_GOAL
     from agentbox.core.engine.models import TERMINAL_RUN_STATES
     from agentbox.tui.factory import make_app
 

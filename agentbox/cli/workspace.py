@@ -13,8 +13,8 @@ from agentbox.core.termtext import for_terminal
 
 def diff(args: argparse.Namespace) -> int:
     """The run's changes (its integration branch against its base) or one task's, from git."""
-    from agentbox.core import run_changes
     from agentbox.core import runs as runs_mod
+    from agentbox.core.reports import changes as run_changes
 
     project = project_from(args)
     run = runs_mod.load(project, args.run)

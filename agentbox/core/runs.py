@@ -7,7 +7,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentbox.core import project as project_mod
+from agentbox.core.config import project as project_mod
 from agentbox.core.engine.models import (
     TERMINAL_RUN_STATES,
     Contract,
@@ -40,7 +40,7 @@ def create_run(project: ProjectPaths, goal: str, mode: str | None = None, graph:
     mode = "graph" if graph is not None else mode or crew.mode  # a graph given is a graph run
     graph_data = graph_file = None
     if mode == "graph":
-        from agentbox.core.graph import load_graph, resolve_graph
+        from agentbox.core.graph.load import load_graph, resolve_graph
 
         name = graph or crew.graph.file
         if not name:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from agentbox.core import access_tokens
+from agentbox.core.config import access_tokens
 
 TOKEN_FILE = "mcp-token"
 

@@ -23,11 +23,12 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from pydantic import Field
 
 from agentbox import __version__
-from agentbox.core import runs, services
+from agentbox.core import runs
+from agentbox.core.agents import resolve as services
+from agentbox.core.agents.invoke import invoke
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import AgentboxError, NotFoundError
-from agentbox.core.invoke import invoke
 from agentbox.core.paths import ProjectPaths
 from agentbox.mcp import views
 
@@ -182,7 +183,7 @@ def build_server(project: ProjectPaths) -> MCPServer:
                              "(merged or not), state and its sessions' links to it are removed for good. Without "
                              "confirm=true, only says what it would remove.")
     async def discard_run(run: Name, confirm: bool = False) -> dict[str, Any]:
-        from agentbox.core import discard
+        from agentbox.core.admin import discard
 
         with _as_tool_error():
             if not confirm:
@@ -237,7 +238,7 @@ def build_server(project: ProjectPaths) -> MCPServer:
                              "digest of the run's state (tasks, checks, checkpoints, decisions, costs, engine), "
                              "stating the time of its data; never changes the run. Follow-ups continue its session.")
     async def ask(question: Text, run: RunRef = None) -> dict[str, Any]:
-        from agentbox.core import liaison
+        from agentbox.core.reports import liaison
 
         with _as_tool_error():
             answer = await liaison.ask(project, question, run)

@@ -12,14 +12,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentbox.core import pricing, profiles, runs
-from agentbox.core import project as project_mod
+from agentbox.core import runs
+from agentbox.core.agents import pricing
+from agentbox.core.agents.sessions import SessionStore
+from agentbox.core.config import profiles
+from agentbox.core.config import project as project_mod
 from agentbox.core.engine.models import Checkpoint, Run
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import AgentboxError, NotFoundError
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.safe_io import UnsafeFileError, inside, read_bounded
-from agentbox.core.sessions import SessionStore
 
 ARTIFACT_MAX_BYTES = 1 << 20
 """Largest artifact returned whole as a resource."""

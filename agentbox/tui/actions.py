@@ -146,7 +146,7 @@ class RunActions:
                         name="read what a discard removes", exclusive=True, exit_on_error=False)
 
     def _plan_discard(self, run_id: str) -> None:
-        from agentbox.core import discard
+        from agentbox.core.admin import discard
 
         try:
             self.post_message(msg.DiscardPlanned(run_id, discard.plan(self.project, run_id).lines()))
@@ -169,7 +169,7 @@ class RunActions:
         self.app.push_screen(ConfirmDialog(question, yes_label="discard"), confirmed)
 
     def _discard_now(self, run_id: str) -> None:
-        from agentbox.core import discard
+        from agentbox.core.admin import discard
 
         try:
             removed = discard.discard(self.project, run_id)
@@ -314,7 +314,7 @@ class RunActions:
     # ------------------------------------------------------------------ runs
     def action_start_run(self) -> None:
         """Start a run: a goal and a mode; the engine runs in the background."""
-        from agentbox.core.config import Mode
+        from agentbox.core.config.models import Mode
 
         modes = list(get_args(Mode))
         default = self.crew.mode if self.crew else "hierarchical"
@@ -405,7 +405,7 @@ class RunActions:
                              asked)
 
     async def _ask(self, question: str, run_id: str | None) -> None:
-        from agentbox.core import liaison
+        from agentbox.core.reports import liaison
 
         try:
             answer = await liaison.ask(self.project, question, run_id)
@@ -416,7 +416,7 @@ class RunActions:
 
     def on_liaison_answered(self, message: msg.LiaisonAnswered) -> None:
         """Show the answer under the time of its data."""
-        from agentbox.core import liaison
+        from agentbox.core.reports import liaison
 
         answer = message.answer
         head = Text.assemble(("liaison", "bold cyan"), (f" · data as of {liaison.stamp(answer.as_of)}", "dim"),
@@ -445,7 +445,7 @@ class RunActions:
 
     def action_attach(self, role: str | None = None, session_id: str | None = None) -> None:
         """Suspend the dashboard and run the member's tool interactively, resuming its session."""
-        from agentbox.core import services
+        from agentbox.core.agents import resolve as services
 
         role = self._role(role)
         if role is None:
@@ -461,7 +461,7 @@ class RunActions:
 
     def action_shell(self, task_id: str | None = None) -> None:
         """Suspend the dashboard and open a shell in the task's worktree, in its role's sandbox."""
-        from agentbox.core.task_shell import sandboxed_shell, shell_argv, task_place
+        from agentbox.core.admin.task_shell import sandboxed_shell, shell_argv, task_place
 
         task_id = task_id or self.selected_task
         if task_id is None:

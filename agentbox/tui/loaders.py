@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from agentbox.core import store, watch
+from agentbox.core.agents.sessions import SessionRecord, SessionStore
 from agentbox.core.engine.models import Run
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import AgentboxError
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.safe_io import inside
-from agentbox.core.sessions import SessionRecord, SessionStore
 from agentbox.core.termtext import for_terminal
 from agentbox.tui import messages as msg
 from agentbox.tui.model import CrewInfo, RoleInfo
@@ -64,8 +64,8 @@ def run_summaries(project: ProjectPaths) -> msg.RunSummariesLoaded:
 
 def load_crew(project: ProjectPaths) -> msg.CrewLoaded:
     """The crew with each role's tool (from its profile)."""
-    from agentbox.core import profiles
-    from agentbox.core import project as project_mod
+    from agentbox.core.config import profiles
+    from agentbox.core.config import project as project_mod
 
     try:
         crew = project_mod.load_crew(project).crew
@@ -197,7 +197,7 @@ def highlight(path: str, text: str) -> Any:
 def task_diff(project: ProjectPaths, run: Run, task_id: str, page: int = 0) -> msg.TaskDiffLoaded:
     """One page of a worktree task's diff from git, cut per file and highlighted (a page of files,
     bounded at DIFF_SHOWN_BYTES: a flood of changed files is never read whole)."""
-    from agentbox.core import run_changes
+    from agentbox.core.reports import changes as run_changes
     from agentbox.tui.diffs import render_patch
 
     task = run.tasks[task_id]
@@ -213,7 +213,7 @@ def task_diff(project: ProjectPaths, run: Run, task_id: str, page: int = 0) -> m
 
 def run_stat(project: ProjectPaths, run: Run) -> msg.RunStatRead:
     """The stat of what a worktree run's integration branch holds over its base."""
-    from agentbox.core import run_changes
+    from agentbox.core.reports import changes as run_changes
 
     try:
         stat = run_changes.run_diff(project, run, stat_only=True, max_bytes=STAT_BYTES).stat
@@ -224,7 +224,7 @@ def run_stat(project: ProjectPaths, run: Run) -> msg.RunStatRead:
 
 def list_profiles() -> msg.ProfilesLoaded:
     """Every profile agentbox can use."""
-    from agentbox.core import profiles
+    from agentbox.core.config import profiles
 
     errors: list[Any] = []
     found = profiles.all_profiles(errors)

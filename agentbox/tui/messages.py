@@ -268,6 +268,6 @@ class LiveOutputRead(Message):
     """Which session and turn the events belong to ("" when the member has had no turn)."""
     heading: str
     events: list[Any] = field(default_factory=list)
-    """`agentbox.core.live.LiveEvent`s, oldest first."""
+    """`agentbox.core.agents.live.LiveEvent`s, oldest first."""
     switched: bool = False
     """The events start a turn other than the one shown so far."""

@@ -144,7 +144,7 @@ def cost(value: float | None, unknown_turns: int = 0) -> str:
 
 def health_line(run: Run) -> str:
     """A live run's health: its cost projected at the current burn and its first-pass rate ("" before either is known)."""
-    from agentbox.core.stats import live_health
+    from agentbox.core.reports.stats import live_health
 
     if run.status in TERMINAL_RUN_STATES:
         return ""

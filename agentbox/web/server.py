@@ -32,7 +32,7 @@ from aiohttp import web
 from aiohttp.web_runner import GracefulExit
 from textual_serve.server import Server
 
-from agentbox.core.access_tokens import same
+from agentbox.core.config.access_tokens import same
 
 COOKIE = "agentbox_dashboard"
 NEEDS_TOKEN = ("agentbox serve: this page needs the token. Open the address `agentbox serve` printed "

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from agentbox.core.config.project import load_crew
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.project import load_crew
 from tests.conftest import CliResult, run_cli
 
 pytestmark = pytest.mark.bwrap

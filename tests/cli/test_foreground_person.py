@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core.demo import DEMO_ANSWER, DEMO_GOAL
+from agentbox.core.admin.demo import DEMO_ANSWER, DEMO_GOAL
 from tests.conftest import run_cli
 from tests.engine.support import review_rule, setup_crew, task, write_profile
 

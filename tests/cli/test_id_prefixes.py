@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from agentbox.core import runs
+from agentbox.core.agents.sessions import SessionRecord, SessionStore
 from agentbox.core.errors import UsageError
 from agentbox.core.ids import by_prefix
-from agentbox.core.sessions import SessionRecord, SessionStore
 from tests.conftest import run_cli
 from tests.tui.builders import RUN_ID, build_run, copy_example
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, date, datetime
 
-from agentbox.core import zones as Z
-from agentbox.core.zones import TaggedLine, ZoneFailure
+from agentbox.core.config import zones as Z
+from agentbox.core.config.zones import TaggedLine, ZoneFailure
 from tests.conftest import run_cli
 
 NOW = datetime(2026, 12, 1, 21, 0, tzinfo=UTC)

@@ -154,7 +154,7 @@ def test_demo_no_tui_prints_no_path_inside_the_deleted_project(tmp_path: Path) -
 
 
 def test_the_demo_project_is_a_clean_git_repository_with_one_commit(tmp_path: Path) -> None:
-    from agentbox.core.demo import make_demo_project
+    from agentbox.core.admin.demo import make_demo_project
 
     project = make_demo_project(tmp_path)
     log = subprocess.run(["git", "-C", str(project.root), "log", "--format=%an|%s"], capture_output=True, text=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentbox.core.engine.models import Contract, Run, RunGit, Totals
-from agentbox.core.run_summary import age_text, summarise
+from agentbox.core.reports.summary import age_text, summarise
 from tests.cli.test_worktree_cli import finished_run
 from tests.conftest import run_cli
 from tests.engine.support import setup_crew, task

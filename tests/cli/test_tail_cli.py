@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import live
+from agentbox.core.agents import live
+from agentbox.core.agents.sessions import SessionStore
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.sessions import SessionStore
 from tests.cli.test_agents_cli import make_profile
 from tests.conftest import run_cli
 

@@ -820,8 +820,8 @@ def test_build_keeps_prompt_and_instructions_off_argv(tool: str, resumed: bool, 
 def _prepared_argv(tool: str, tmp_path: Path, agent_box_home: Path, sandbox: str | dict[str, Any]) -> Any:
     from dataclasses import replace
 
-    from agentbox.core import services
-    from agentbox.core.invoke import _prepare_session, prepare
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import _prepare_session, prepare
 
     profile_dir = agent_box_home / "profiles" / f"p-{tool}"
     profile_dir.mkdir(parents=True)

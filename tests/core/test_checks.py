@@ -8,8 +8,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agentbox.core.checks import applies, path_matches, run_check, safe_text
-from agentbox.core.config import Check
+from agentbox.core.agents.checks import applies, path_matches, run_check, safe_text
+from agentbox.core.config.models import Check
 
 pytestmark = pytest.mark.bwrap
 
@@ -138,7 +138,7 @@ def test_a_network_check_goes_out_through_the_proxy_and_never_reaches_this_machi
 def test_crew_yaml_may_not_open_this_machines_loopback(entry: str) -> None:
     from pydantic import ValidationError
 
-    from agentbox.core.config import WorkspaceSetup
+    from agentbox.core.config.models import WorkspaceSetup
 
     with pytest.raises(ValidationError, match="loopback"):
         Check(run="true", network=True, allow=[entry])

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from agentbox.core import profiles
-from agentbox.core.config import Crew, Profile, load_model
+from agentbox.core.config import profiles
+from agentbox.core.config.models import Crew, Profile, load_model
 from agentbox.core.errors import ConfigError
 from tests.conftest import CliResult, run_cli
 

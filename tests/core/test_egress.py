@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import egress_turn
-from agentbox.core.egress import allowlist, parse_entry, rule_for_url
-from agentbox.core.egress_proxy import EgressProxy
+from agentbox.core.agents import egress_turn
 from agentbox.core.errors import ConfigError
+from agentbox.core.sandbox.egress import allowlist, parse_entry, rule_for_url
+from agentbox.core.sandbox.egress_proxy import EgressProxy
 
 # ----------------------------------------------------------------------------- entries
 
@@ -71,7 +71,7 @@ def test_a_base_url_becomes_a_rule_for_its_port() -> None:
 
 
 def test_a_bad_allow_entry_names_file_line_and_field(tmp_path: Path) -> None:
-    from agentbox.core.config import Profile, load_model
+    from agentbox.core.config.models import Profile, load_model
 
     path = tmp_path / "profile.yaml"
     path.write_text("name: p\nruntime:\n  tool: claude\nsandbox:\n  network: true\n  allow:\n"
@@ -84,7 +84,7 @@ def test_a_bad_allow_entry_names_file_line_and_field(tmp_path: Path) -> None:
 
 
 def test_network_host_is_a_choice_and_other_words_are_not(tmp_path: Path) -> None:
-    from agentbox.core.config import Profile, load_model
+    from agentbox.core.config.models import Profile, load_model
 
     path = tmp_path / "profile.yaml"
     path.write_text("name: p\nruntime:\n  tool: claude\nsandbox:\n  network: host\n")
@@ -99,7 +99,7 @@ def test_network_host_is_a_choice_and_other_words_are_not(tmp_path: Path) -> Non
 
 
 def _profile(agent_box_home: Path, tool: str, policy: dict | None = None, env: dict | None = None):  # type: ignore[no-untyped-def]
-    from agentbox.core.profiles import resolve
+    from agentbox.core.config.profiles import resolve
 
     directory = agent_box_home / "profiles" / f"p-{tool}"
     (directory / f"dot-{tool}").mkdir(parents=True)
@@ -260,7 +260,7 @@ def test_stop_ends_open_tunnels_and_removes_the_socket(tmp_path: Path) -> None:
 
 
 def test_doctor_flags_a_profile_that_shares_the_hosts_network(agent_box_home: Path) -> None:
-    from agentbox.core.doctor import check_network
+    from agentbox.core.admin.doctor import check_network
 
     _profile(agent_box_home, "claude")
     assert check_network().status == "ok"
@@ -271,7 +271,7 @@ def test_doctor_flags_a_profile_that_shares_the_hosts_network(agent_box_home: Pa
 
 
 def test_the_profile_schema_documents_the_network_fields() -> None:
-    from agentbox.core.schemas import json_schema
+    from agentbox.core.admin.schemas import json_schema
 
     policy = json_schema("profile")["$defs"]["SandboxPolicy"]["properties"]
     assert {"const": "host", "type": "string"} in policy["network"]["anyOf"]
@@ -326,6 +326,6 @@ def test_no_turn_can_write_a_file_the_allowlist_is_read_from(tool: str) -> None:
     ("93.184.215.14", False), ("2606:2800:21f:cb07:6820:80da:af6b:8b2c", False), ("10.1.2.3", False),
 ])
 def test_names_never_resolve_into_this_machine_or_the_metadata_service(address: str, refused: bool) -> None:
-    from agentbox.core.egress import never_reached
+    from agentbox.core.sandbox.egress import never_reached
 
     assert never_reached(address) is refused

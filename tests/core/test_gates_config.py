@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import project as project_mod
+from agentbox.core.admin.schemas import json_schema
+from agentbox.core.config import project as project_mod
 from agentbox.core.errors import ConfigError
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.schemas import json_schema
 
 CREW = """\
 roles:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from agentbox.cli.graph import graph_check
+from agentbox.core.admin.schemas import json_schema
 from agentbox.core.errors import GraphError, NotFoundError, Violation
-from agentbox.core.graph import (
+from agentbox.core.graph.load import (
     RULES,
     check_graph_file,
     check_graph_text,
@@ -25,9 +26,8 @@ from agentbox.core.graph import (
     topological_order,
     validate_graph,
 )
-from agentbox.core.graph_model import Edge, Graph
+from agentbox.core.graph.model import Edge, Graph
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.schemas import json_schema
 from agentbox.core.yaml_io import load_yaml, parse_yaml
 from tests.conftest import run_cli
 

@@ -43,17 +43,17 @@ PROBE = textwrap.dedent(
 )
 
 HEAVY = ("textual", "agentbox.tui", "asyncio", "concurrent.futures", "ssl", "psutil", "watchfiles", "rich",
-         "agentbox.core.engine", "agentbox.core.runs", "agentbox.core.monitor", "agentbox.core.graph")
+         "agentbox.core.engine", "agentbox.core.runs", "agentbox.core.reports.monitor", "agentbox.core.graph.load")
 """Never needed to run one turn or print something short."""
 
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "--version": (*HEAVY, "agentbox.core", "pydantic", "pydantic_core", "ruamel", "json", "sqlite3"),
-    "invoke profile:noop hi": (*HEAVY, "sqlite3", "opentelemetry", "agentbox.core.telemetry_export", "agentbox.core.project", "agentbox.core.runtimes.transcripts",
+    "invoke profile:noop hi": (*HEAVY, "sqlite3", "opentelemetry", "agentbox.core.telemetry.export", "agentbox.core.config.project", "agentbox.core.runtimes.transcripts",
                                "agentbox.core.runtimes.claude", "agentbox.core.runtimes.codex",
                                "agentbox.core.runtimes.opencode", "agentbox.core.runtimes.hermes",
-                               "agentbox.core.schemas", "agentbox.core.doctor"),
-    "sessions": (*HEAVY, "pydantic", "pydantic_core", "ruamel", "agentbox.core.config", "agentbox.core.invoke",
-                 "agentbox.core.sandbox", "sqlite3"),
+                               "agentbox.core.admin.schemas", "agentbox.core.admin.doctor"),
+    "sessions": (*HEAVY, "pydantic", "pydantic_core", "ruamel", "agentbox.core.config.models", "agentbox.core.agents.invoke",
+                 "agentbox.core.sandbox.bwrap", "sqlite3"),
 }
 
 
@@ -73,8 +73,8 @@ def loaded_by(command: str, cwd: Path, tmp_path: Path, env: dict[str, str] | Non
     return result["modules"]
 
 
-PARSER_AND_MODELS = ("pydantic", "pydantic_core", "ruamel", "agentbox.core.config", "agentbox.core.yaml_io",
-                     "agentbox.core.user_config")
+PARSER_AND_MODELS = ("pydantic", "pydantic_core", "ruamel", "agentbox.core.config.models", "agentbox.core.yaml_io",
+                     "agentbox.core.config.user_config")
 """What checking a YAML file takes: not needed to run a turn of a profile checked before."""
 
 
@@ -121,7 +121,7 @@ def test_tracing_off_loads_no_opentelemetry(agent_box_home: Path, tmp_path: Path
     root = _scripted_project(tmp_path)
     for command in TRACED_COMMANDS:
         modules = loaded_by(command, root, tmp_path)
-        loaded = [m for m in modules if m.split(".")[0] == "opentelemetry" or m == "agentbox.core.telemetry_export"]
+        loaded = [m for m in modules if m.split(".")[0] == "opentelemetry" or m == "agentbox.core.telemetry.export"]
         assert loaded == [], f"`agentbox {command}` with tracing off imported {loaded}"
     assert "agentbox.core.engine.engine" in loaded_by(TRACED_COMMANDS[0], root, tmp_path)  # a run really ran
 

@@ -95,7 +95,7 @@ def _violations(importers: str, forbidden: tuple[str, ...]) -> list[str]:
 
 def test_the_graph_is_read() -> None:
     assert "agentbox.core.engine.run_store" in GRAPH["agentbox.core.engine.engine"]
-    assert "agentbox.core.sandbox" in GRAPH["agentbox.core.invoke"]
+    assert "agentbox.core.sandbox.bwrap" in GRAPH["agentbox.core.agents.invoke"]
 
 
 def test_no_import_circle_anywhere() -> None:
@@ -125,14 +125,14 @@ def test_core_never_imports_a_face() -> None:
 
 def test_runtimes_know_nothing_of_runs() -> None:
     assert _violations("agentbox.core.runtimes", ("agentbox.core.engine", "agentbox.core.runs",
-                                                  "agentbox.core.services")) == []
+                                                  "agentbox.core.agents.resolve")) == []
 
 
 def test_the_faces_go_through_the_same_services() -> None:
     """The CLI, the TUI and the MCP face read runs (models, run store) and change them through
     `core.runs` and the other services, never by reaching into the engine's inside."""
     readable = ("agentbox.core.engine.models", "agentbox.core.engine.run_store",
-                "agentbox.core.notify")  # how a notice reads: the foreground run's banner
+                "agentbox.core.engine.notify")  # how a notice reads: the foreground run's banner
     inside = [v for v in _violations("agentbox.cli", ("agentbox.core.engine.",))
               + _violations("agentbox.tui", ("agentbox.core.engine.",))
               + _violations("agentbox.mcp", ("agentbox.core.engine.",)) if not v.endswith(readable)]
@@ -141,12 +141,12 @@ def test_the_faces_go_through_the_same_services() -> None:
 
 def test_the_sandbox_and_safe_io_stand_alone() -> None:
     """The security layer imports nothing of sessions, runs or faces (it is easy to audit)."""
-    for module in ("agentbox.core.sandbox", "agentbox.core.seccomp", "agentbox.core.scopes", "agentbox.core.safe_io",
-                   "agentbox.core.protected",
-                   "agentbox.core.egress", "agentbox.core.egress_proxy", "agentbox.core.egress_bridge"):
-        allowed = {"agentbox.core.errors", "agentbox.core.runtimes.base", "agentbox.core.seccomp",
-                   "agentbox.core.safe_io", "agentbox.core.protected",
-                   "agentbox.core.egress"}  # each other and the error types, nothing more
+    for module in ("agentbox.core.sandbox.bwrap", "agentbox.core.sandbox.seccomp", "agentbox.core.sandbox.scopes", "agentbox.core.safe_io",
+                   "agentbox.core.sandbox.protected",
+                   "agentbox.core.sandbox.egress", "agentbox.core.sandbox.egress_proxy", "agentbox.core.sandbox.egress_bridge"):
+        allowed = {"agentbox.core.errors", "agentbox.core.runtimes.base", "agentbox.core.sandbox.seccomp",
+                   "agentbox.core.safe_io", "agentbox.core.sandbox.protected",
+                   "agentbox.core.sandbox.egress"}  # each other and the error types, nothing more
         assert GRAPH[module] <= allowed, (module, GRAPH[module] - allowed)
 
 

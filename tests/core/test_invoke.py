@@ -17,9 +17,9 @@ from typing import Any
 import psutil
 import pytest
 
-from agentbox.core import services
-from agentbox.core.invoke import Agent, InvokeResult, invoke
-from agentbox.core.sessions import SessionRecord
+from agentbox.core.agents import resolve as services
+from agentbox.core.agents.invoke import Agent, InvokeResult, invoke
+from agentbox.core.agents.sessions import SessionRecord
 
 pytestmark = pytest.mark.bwrap
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agentbox.core import services
-from agentbox.core.invoke import Agent, invoke_sync
-from agentbox.core.sessions import SessionRecord
+from agentbox.core.agents import resolve as services
+from agentbox.core.agents.invoke import Agent, invoke_sync
+from agentbox.core.agents.sessions import SessionRecord
 from tests.core.test_invoke import FLOOD_BYTES, agent_processes, alive, make_profile, recorded_turn
 
 pytestmark = pytest.mark.bwrap

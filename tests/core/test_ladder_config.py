@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import project as project_mod
+from agentbox.core.config import project as project_mod
 from agentbox.core.errors import ConfigError
 from agentbox.core.paths import ProjectPaths
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import liaison
+from agentbox.core.agents.sessions import SessionStore
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.sessions import SessionStore
+from agentbox.core.reports import liaison
 from tests.conftest import run_cli
 from tests.mcp.support import connected
 from tests.tui.builders import RUN_ID, build_run, copy_example

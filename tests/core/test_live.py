@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import live
-from agentbox.core.live_text import visible
+from agentbox.core.agents import live
+from agentbox.core.agents.live_text import visible
 from agentbox.core.runtimes import adapter_for
 from agentbox.core.runtimes.base import CapturedOutput, DisplayEvent, TurnRequest
 

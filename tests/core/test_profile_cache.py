@@ -13,10 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import profile_cache, profiles
-from agentbox.core.config import Profile, Resources, Runtime, SandboxPolicy
+from agentbox.core.config import profile_cache, profiles
+from agentbox.core.config.models import Profile, Resources, Runtime, SandboxPolicy
+from agentbox.core.config.profile_cache import (
+    CachedProfile,
+    CachedResources,
+    CachedRuntime,
+    CachedSandbox,
+)
 from agentbox.core.errors import ConfigError
-from agentbox.core.profile_cache import CachedProfile, CachedResources, CachedRuntime, CachedSandbox
 from tests.conftest import run_cli
 
 GOOD = ("name: cached\nruntime:\n  tool: scripted\n  scenario: scenario.json\n  env:\n    MODE: fast\n"
@@ -193,7 +198,7 @@ def test_the_cli_refuses_an_edited_profile_exactly_as_before(agent_box_home: Pat
 def test_an_unset_variable_of_a_cached_profile_is_named_with_its_line(agent_box_home: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """References are resolved at every turn, never cached: the message is the full check's, line included."""
-    from agentbox.core import secrets
+    from agentbox.core.config import secrets
 
     _write(agent_box_home, GOOD.replace("MODE: fast", "MODE: ${AB_CACHE_MODE}"))
     monkeypatch.setenv("AB_CACHE_MODE", "fast")

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import paths, profiles
-from agentbox.core.config import Profile, load_model
+from agentbox.core import paths
+from agentbox.core.config import profiles
+from agentbox.core.config.models import Profile, load_model
+from agentbox.core.config.profiles import DEFAULT_CONFIG_DIR
 from agentbox.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
-from agentbox.core.profiles import DEFAULT_CONFIG_DIR
 
 TEMPLATE_DIRS = sorted(p for p in paths.bundled_profiles_dir().iterdir() if p.is_dir())
 TEMPLATE_NAMES = [p.name for p in TEMPLATE_DIRS]

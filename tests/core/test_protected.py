@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import protected
+from agentbox.core.config.project import load_crew
 from agentbox.core.errors import ConfigError
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.project import load_crew
-from agentbox.core.scopes import protected_problem
+from agentbox.core.sandbox import protected
+from agentbox.core.sandbox.scopes import protected_problem
 
 
 @pytest.mark.parametrize(("write", "guarded", "expected"), [
@@ -62,15 +62,15 @@ def test_crew_yaml_names_the_line_of_a_bad_protected_path(project: Path) -> None
 
 
 def test_the_schema_documents_protected() -> None:
-    from agentbox.core.config import Crew
+    from agentbox.core.config.models import Crew
 
     schema = json.dumps(Crew.model_json_schema())
     assert "Paths no role may write in any turn" in schema
 
 
 def test_a_protected_pattern_matching_too_many_files_is_refused_with_a_hint(tmp_path: Path) -> None:
-    from agentbox.core import scopes
     from agentbox.core.errors import SandboxError
+    from agentbox.core.sandbox import scopes
 
     (tmp_path / "snaps").mkdir()
     for index in range(scopes.MAX_SEALED_ENTRIES + 1):
@@ -81,7 +81,7 @@ def test_a_protected_pattern_matching_too_many_files_is_refused_with_a_hint(tmp_
 
 
 def test_a_turn_plan_binds_protected_paths_and_pins_their_parents(tmp_path: Path) -> None:
-    from agentbox.core import scopes
+    from agentbox.core.sandbox import scopes
 
     (tmp_path / "src" / "contracts").mkdir(parents=True)
     (tmp_path / "SPEC.md").write_text("spec")
@@ -95,7 +95,7 @@ def test_a_turn_plan_binds_protected_paths_and_pins_their_parents(tmp_path: Path
 
 
 def test_pinned_parents_keep_their_access_and_come_before_what_is_bound_in_them() -> None:
-    from agentbox.core.sandbox import SandboxSpec, bwrap_argv
+    from agentbox.core.sandbox.bwrap import SandboxSpec, bwrap_argv
 
     root = Path("/work/proj")
     spec = SandboxSpec(project_root=root, writable=(root / "src", root / "tests" / "unit"),

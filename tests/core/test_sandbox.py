@@ -20,12 +20,13 @@ from typing import Any
 
 import pytest
 
-from agentbox.core import sandbox, services
+from agentbox.core.agents import resolve as services
+from agentbox.core.agents.invoke import invoke
 from agentbox.core.errors import SandboxError
-from agentbox.core.invoke import invoke
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.runtimes.base import HomeBind
-from agentbox.core.sandbox import SandboxSpec, bwrap_argv
+from agentbox.core.sandbox import bwrap as sandbox
+from agentbox.core.sandbox.bwrap import SandboxSpec, bwrap_argv
 from tests.sandbox_support import ask, make_profile, write_crew
 
 # ----------------------------------------------------------------------------- pure argv

@@ -1,4 +1,4 @@
-"""Write scopes made exact (`agentbox.core.scopes`): the mounts they become, and what a turn's changes carry back.
+"""Write scopes made exact (`agentbox.core.sandbox.scopes`): the mounts they become, and what a turn's changes carry back.
 
 These are the pure and host-side halves; the real-bwrap attacks are in tests/security/.
 """
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import scopes
 from agentbox.core.errors import SandboxError, UsageError
+from agentbox.core.sandbox import scopes
 
 
 def test_directory_scopes_are_bound_read_write_and_made_when_missing(tmp_path: Path) -> None:

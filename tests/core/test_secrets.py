@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import secrets
+from agentbox.core.config import secrets
+from agentbox.core.config.profiles import resolve
 from agentbox.core.errors import ConfigError
-from agentbox.core.profiles import resolve
 from tests.conftest import run_cli
 from tests.sandbox_support import make_profile
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from agentbox.core import services
+from agentbox.core.agents import resolve as services
+from agentbox.core.agents.invoke import Agent, invoke
+from agentbox.core.agents.sessions import SessionRecord, SessionStore, Totals
 from agentbox.core.errors import NotFoundError, UsageError
-from agentbox.core.invoke import Agent, invoke
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.runtimes.base import Usage
-from agentbox.core.sessions import SessionRecord, SessionStore, Totals
 
 SCENARIO = {
     "defaults": {"usage": {"input_tokens": 100, "cached_input_tokens": 20, "output_tokens": 30},
@@ -291,7 +291,7 @@ def test_a_pid_note_that_cannot_be_written_prints_no_traceback(tmp_path: Path) -
     """The pid note runs as an event-loop callback mid-turn: a record it cannot write (a full
     disk, here a directory that cannot be made) must not surface as asyncio's "Exception in
     callback" traceback; the turn's end writes the record and reports what is wrong."""
-    from agentbox.core.invoke import _note_pid
+    from agentbox.core.agents.invoke import _note_pid
 
     (tmp_path / "file").write_text("not a directory")
     record = _record()

@@ -11,15 +11,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+from agentbox.core.agents.setup_command import run_setup
 from agentbox.core.process import LOG_CAP_BYTES
-from agentbox.core.setup_command import run_setup
 
 pytestmark = pytest.mark.bwrap
 
 CHILD = """
 import json, resource, sys
 from pathlib import Path
-from agentbox.core.setup_command import run_setup
+from agentbox.core.agents.setup_command import run_setup
 root, worktree, log, command, timeout = sys.argv[1:]
 outcome = run_setup(Path(root), Path(worktree), (), (), command, float(timeout), Path(log))
 peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

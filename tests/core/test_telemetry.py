@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import telemetry
 from agentbox.core.errors import ConfigError
-from agentbox.core.telemetry_model import span_id_for, trace_id_for
+from agentbox.core.telemetry import tracing as telemetry
+from agentbox.core.telemetry.model import span_id_for, trace_id_for
 from tests.conftest import run_cli
 from tests.fakes.otlp_receiver import OtlpReceiver, dumps
 
@@ -112,7 +112,8 @@ def test_a_collector_that_is_down_costs_one_line(agent_box_home: Path, tmp_path:
 
 
 def test_the_collector_and_only_it_joins_a_traced_turns_allowlist(agent_box_home: Path) -> None:
-    from agentbox.core import egress_turn, services
+    from agentbox.core.agents import egress_turn
+    from agentbox.core.agents import resolve as services
 
     for tool in ("claude", "scripted"):
         directory = agent_box_home / "profiles" / f"p-{tool}"
@@ -137,7 +138,7 @@ def test_the_collector_and_only_it_joins_a_traced_turns_allowlist(agent_box_home
 
 
 def test_doctor_says_whether_runs_are_traced(agent_box_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentbox.core.doctor import check_traces
+    from agentbox.core.admin.doctor import check_traces
 
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED",
                  "OTEL_TRACES_EXPORTER"):

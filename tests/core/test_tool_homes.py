@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import tool_homes
 from agentbox.core.errors import SandboxError
 from agentbox.core.runtimes.base import HomeBind
 from agentbox.core.runtimes.claude import TURN_HOME, ClaudeAdapter, kept_state
 from agentbox.core.runtimes.codex import CodexAdapter
+from agentbox.core.sandbox import tool_homes
 
 HOME = Path("/home/u")
 
@@ -177,7 +177,7 @@ def test_the_parents_of_a_nested_read_only_entry_are_pinned_so_no_turn_can_move_
 def test_a_pinned_parent_cannot_be_renamed_inside_the_sandbox(tmp_path: Path) -> None:
     import subprocess
 
-    from agentbox.core.sandbox import require_bwrap
+    from agentbox.core.sandbox.bwrap import require_bwrap
 
     home = tmp_path / "home"
     (home / "data" / "opencode" / "snapshot").mkdir(parents=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import doctor
-from agentbox.core.config import Profile
+from agentbox.core.admin import doctor
+from agentbox.core.config.models import Profile
 from agentbox.core.runtimes import adapter_for, find_executable
 from agentbox.core.tools import AGENT_CLIS, TOOL_TABLE, TOOLS
 
@@ -52,7 +52,7 @@ def test_doctor_checks_every_agent_cli(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_failure_said_twice_by_a_tool_is_reported_once() -> None:
-    from agentbox.core.profile_check import _one_account
+    from agentbox.core.admin.profile_check import _one_account
 
     said = "Not logged in · Please run /login"
     assert _one_account(said, said) == said
@@ -63,7 +63,7 @@ def test_a_failure_said_twice_by_a_tool_is_reported_once() -> None:
 
 
 def test_opencode_jsonc_names_the_endpoint_and_model(tmp_path: Path) -> None:
-    from agentbox.core.profile_check import _read_jsonc
+    from agentbox.core.admin.profile_check import _read_jsonc
 
     path = tmp_path / "opencode.jsonc"
     path.write_text('{\n  // my local server\n  "model": "local/qwen", /* the default */\n'

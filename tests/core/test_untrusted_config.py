@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import paths, profiles
-from agentbox.core import project as project_mod
-from agentbox.core.config import Role
+from agentbox.core import paths
+from agentbox.core.config import profiles
+from agentbox.core.config import project as project_mod
+from agentbox.core.config.models import Role
 from agentbox.core.errors import ConfigError, ProjectNotFoundError, UsageError
-from agentbox.core.graph import resolve_graph
+from agentbox.core.graph.load import resolve_graph
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.scopes import scope_problem as write_scope_problem
+from agentbox.core.sandbox.scopes import scope_problem as write_scope_problem
 from tests.conftest import run_cli
 
 SECRET = "BEGIN-FAKE-PRIVATE-KEY-7f3a"

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from agentbox.core.config import Profile
+from agentbox.core.config.models import Profile
 from agentbox.core.engine.replies import ChecklistItem
-from agentbox.core.graph_model import Graph
+from agentbox.core.graph.model import Graph
 from agentbox.core.validation import Problem, path_of, problems
 
 

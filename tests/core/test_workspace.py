@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import project
+from agentbox.core.config import project
 from agentbox.core.errors import StateError, UsageError
 from agentbox.core.workspace import (
     Base,

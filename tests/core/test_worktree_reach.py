@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import scopes
+from agentbox.core.sandbox import scopes
 from agentbox.core.workspace import (
     WorktreeOrigin,
     commit_turn,

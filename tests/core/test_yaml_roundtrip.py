@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import project
+from agentbox.core.config import project
 from agentbox.core.errors import AlreadyExistsError, NotFoundError, UsageError
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.yaml_io import load_yaml

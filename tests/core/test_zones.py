@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import zones as Z
+from agentbox.core.config import zones as Z
+from agentbox.core.config.zones import Debt, TaggedLine, Zone, ZoneFailure, debt_tags_in_diff
 from agentbox.core.errors import ConfigError, NotFoundError
-from agentbox.core.zones import Debt, TaggedLine, Zone, ZoneFailure, debt_tags_in_diff
 
 NOW = datetime(2026, 12, 1, 21, 0, tzinfo=UTC)
 
@@ -321,7 +321,7 @@ def test_init_tracks_zones_and_debt_in_git(tmp_path):
     """zones.yaml and debt.yaml are for people and git: `.agent-box/.gitignore` keeps them, not their locks."""
     import subprocess
 
-    from agentbox.core.project import GITIGNORE
+    from agentbox.core.config.project import GITIGNORE
     from tests.conftest import REPO
 
     assert (REPO / ".agent-box.example" / ".gitignore").read_text() == GITIGNORE

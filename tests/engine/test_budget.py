@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from agentbox.core import runs
-from agentbox.core.config import Budget, Limits
+from agentbox.core.agents.invoke import InvokeResult
+from agentbox.core.config.models import Budget, Limits
 from agentbox.core.engine import budgets
 from agentbox.core.engine.engine import BUDGET_PAUSE_RATIO, Engine
 from agentbox.core.engine.models import Job, Task
 from agentbox.core.engine.run_store import RunStore
-from agentbox.core.invoke import InvokeResult
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.runtimes.base import Usage
 from agentbox.tui.model import budget_line, count

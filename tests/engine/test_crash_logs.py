@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from agentbox.core.agents.sessions import SessionStore
 from agentbox.core.engine.run_store import RunStore
-from agentbox.core.sessions import SessionStore
 from tests.engine.support import (
     create,
     kill_engine_mid_work,

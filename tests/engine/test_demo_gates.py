@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core.demo import make_demo_project, run_demo
+from agentbox.core.admin.demo import make_demo_project, run_demo
 from tests.engine.support import events, of_type, prompts_of
 
 pytestmark = pytest.mark.bwrap

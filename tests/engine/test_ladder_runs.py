@@ -297,7 +297,7 @@ async def test_compromise_fails_advisor_fails_l3_exits_and_the_next_plan_reads_t
     make_repo(project)
     from datetime import date
 
-    from agentbox.core import zones
+    from agentbox.core.config import zones
 
     box = project / ".agent-box"
     zones.record_debts(box, [zones.TaggedLine("src/t1/old.py", 3, "x = 1  # FIXME: Tech Debt")], owner_role="builder",

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import billing, pricing
+from agentbox.core.agents import pricing
+from agentbox.core.agents.sessions import SessionStore
+from agentbox.core.config import billing
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import ConfigError
 from agentbox.core.runtimes.base import Usage
-from agentbox.core.sessions import SessionStore
 from agentbox.mcp import views
 from tests.conftest import run_cli
 from tests.engine.support import (

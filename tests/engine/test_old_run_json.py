@@ -26,7 +26,7 @@ from agentbox.core.engine.mode_state import (
 from agentbox.core.engine.models import EngineHolder, Run, RunResult
 from agentbox.core.engine.replies import BlockingIssue, ChecklistItem, NodeResult, Plan, Submission
 from agentbox.core.engine.run_store import DamagedRunError, RunStore
-from agentbox.core.graph_model import Graph
+from agentbox.core.graph.model import Graph
 from agentbox.core.paths import ProjectPaths
 
 OLD_RUNS = Path(__file__).with_name("old_runs")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentbox.core.config import Budget, Limits
+from agentbox.core.config.models import Budget, Limits
 from agentbox.core.engine import budgets, commands, recovery, routing
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.models import Checkpoint, Contract, Failure, Job, Run, Task

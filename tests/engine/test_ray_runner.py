@@ -163,7 +163,7 @@ async def test_turns_land_on_the_tool_s_nodes_and_commit_what_a_local_run_commit
 
 
 async def test_a_tool_no_node_offers_waits_for_a_node(cluster: RayCluster, project: Path) -> None:
-    from agentbox.core import profiles
+    from agentbox.core.config import profiles
 
     setup_crew(project, tasks=[task("t1")])
     runner = RayRunner(cluster.address)
@@ -179,9 +179,9 @@ async def test_a_sandboxed_turn_on_a_node_cannot_reach_the_cluster_s_ports(
     probe = ("python3 -c 'import socket,sys\nfor p in sys.argv[1:]:\n  s=socket.socket()\n  s.settimeout(2)\n"
              "  print(p, s.connect_ex((\"127.0.0.1\", int(p))))' " + " ".join(map(str, ports)))
     runner = RayRunner(cluster.address)
-    from agentbox.core import services
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import new_session_id
     from agentbox.core.engine.runners.base import Turn
-    from agentbox.core.invoke import new_session_id
     from tests.engine.support import write_profile
 
     write_profile("t-probe", [{"id": "probe", "when": {"prompt_contains": "probe"},
@@ -200,9 +200,9 @@ async def test_a_sandboxed_turn_on_a_node_cannot_reach_the_cluster_s_ports(
 
 async def test_a_secret_reaches_the_node_in_memory_only(cluster: RayCluster, agent_box_home: Path, project: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentbox.core import services
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import new_session_id
     from agentbox.core.engine.runners.base import Turn
-    from agentbox.core.invoke import new_session_id
     from tests.engine.support import write_profile
 
     secret = "node-secret-" + os.urandom(8).hex()
@@ -230,7 +230,7 @@ async def test_a_secret_reaches_the_node_in_memory_only(cluster: RayCluster, age
 
 
 def test_doctor_checks_every_node_of_the_cluster(cluster: RayCluster, agent_box_home: Path) -> None:
-    from agentbox.core import doctor
+    from agentbox.core.admin import doctor
 
     (agent_box_home / "config.yaml").write_text(f"runner:\n  kind: ray\n  address: {cluster.address}\n")
     checks = {c.name: c for c in doctor.check_runner()}

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
+from agentbox.core.config.project import load_checked_crew
 from agentbox.core.engine.commands import CancelTaskAt, SettleReview, decide_answer
 from agentbox.core.engine.models import Checkpoint, Contract, Run
 from agentbox.core.engine.replies import Verdict
 from agentbox.core.engine.reviews import Review, compare
 from agentbox.core.errors import ConfigError
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.project import load_checked_crew
 
 
 def verdict(*issues: tuple[str, str | None, str], failing: tuple[str, ...] = ()) -> Verdict:

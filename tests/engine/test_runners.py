@@ -16,7 +16,9 @@ from typing import Any
 import psutil
 import pytest
 
-from agentbox.core import services
+from agentbox.core.agents import resolve as services
+from agentbox.core.agents.invoke import new_session_id
+from agentbox.core.config.user_config import load_user_config
 from agentbox.core.engine.engine import Engine
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.engine.runners import configured_runner
@@ -24,8 +26,6 @@ from agentbox.core.engine.runners.admission import AdmissionLimits, PeakStore, R
 from agentbox.core.engine.runners.base import Turn, TurnDone
 from agentbox.core.engine.runners.local import LocalRunner
 from agentbox.core.errors import ConfigError
-from agentbox.core.invoke import new_session_id
-from agentbox.core.user_config import load_user_config
 from agentbox.tui.widgets.queue import label, queue_rows
 from tests.conftest import run_cli
 from tests.engine.support import create, events, of_type, setup_crew, task, until
@@ -94,7 +94,7 @@ def test_user_config_names_the_runner_limits(agent_box_home: Path) -> None:
 
 
 def test_a_profile_memory_limit_is_validated(agent_box_home: Path) -> None:
-    from agentbox.core import profiles
+    from agentbox.core.config import profiles
 
     directory = agent_box_home / "profiles" / "tiny"
     directory.mkdir(parents=True)

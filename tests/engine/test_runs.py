@@ -412,8 +412,8 @@ def test_the_run_state_is_valid_json_for_readers(project: Path) -> None:
 
 async def test_a_sandbox_that_cannot_be_built_is_an_environment_failure_not_a_crash(
         project: Path, short_backoff: list[float], monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentbox.core import sandbox
     from agentbox.core.errors import SandboxError
+    from agentbox.core.sandbox import bwrap as sandbox
 
     def missing() -> str:
         raise SandboxError("bubblewrap (bwrap) is not installed; agentbox runs every agent inside it")

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from agentbox.core import stats as stats_mod
 from agentbox.core.engine.models import Checkpoint, Contract, Run, Task
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.reports import stats as stats_mod
 from agentbox.core.tasks import TaskState
 from tests.conftest import REPO, run_cli
 from tests.engine.stats_support import ESCALATED, EXPECTED, record_history
@@ -175,7 +175,7 @@ def test_stats_imports_no_textual(project: Path, tmp_path: Path) -> None:
     from tests.core.test_import_bounds import loaded_by
 
     modules = loaded_by("stats", project, tmp_path)
-    assert "agentbox.cli.stats" in modules and "agentbox.core.stats" in modules
+    assert "agentbox.cli.stats" in modules and "agentbox.core.reports.stats" in modules
     assert not [m for m in modules if m == "textual" or m.startswith(("textual.", "agentbox.tui"))]
 
 

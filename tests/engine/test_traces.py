@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from agentbox.core.engine.run_store import RunStore
-from agentbox.core.telemetry_model import trace_id_for
+from agentbox.core.telemetry.model import trace_id_for
 from tests.engine.support import answering, create, drive, kill_engine_mid_work, work_rule
 from tests.engine.test_gates import GOOD, crew
 from tests.fakes.otlp_receiver import OtlpReceiver, ReceivedSpan, dumps

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import run_changes
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.reports import changes as run_changes
 from agentbox.core.workspace import changed_files, changed_summary
 from agentbox.tui import loaders
 from tests.engine.support import create, drive, setup_crew, task, work_rule

@@ -62,7 +62,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30, what: str = "con
 
 def notifiable_ids(project: ProjectPaths, run_id: str) -> list[str]:
     """The ids of every notification the run's log calls for, in order."""
-    from agentbox.core.notify import notice_kind
+    from agentbox.core.engine.notify import notice_kind
 
     log, _ = RunStore(project).events(run_id)
     return [f"{run_id}:{e['seq']}" for e in log if notice_kind(e) is not None]

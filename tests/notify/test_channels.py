@@ -12,8 +12,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agentbox.core.notify_channels import desktop_command, post_webhook, run_hook, show_desktop
-from agentbox.core.user_config import Webhook
+from agentbox.core.config.user_config import Webhook
+from agentbox.core.engine.notify_channels import (
+    desktop_command,
+    post_webhook,
+    run_hook,
+    show_desktop,
+)
 from tests.notify.support import Receiver, calls, receiver, recorder
 
 PAYLOAD = {"id": "run-x:7", "kind": "checkpoint", "text": "cp-1 waits"}

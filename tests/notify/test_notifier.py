@@ -14,13 +14,20 @@ from typing import Any
 
 import pytest
 
-from agentbox.core import notify, runs
+from agentbox.core import runs
+from agentbox.core.config.user_config import load_user_config
+from agentbox.core.engine import notify
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import EngineHolder
+from agentbox.core.engine.notify import (
+    CURSOR_FILE,
+    FAILED_EVENT,
+    Notifier,
+    notice_kind,
+    terminal_banner,
+)
 from agentbox.core.engine.run_store import RunStore
-from agentbox.core.notify import CURSOR_FILE, FAILED_EVENT, Notifier, notice_kind, terminal_banner
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.user_config import load_user_config
 from tests.engine.support import setup_crew
 from tests.notify.support import calls, live, recorder, wait_for, write_config
 

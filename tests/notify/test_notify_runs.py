@@ -20,8 +20,8 @@ import psutil
 import pytest
 
 from agentbox.core import runs
+from agentbox.core.engine.notify import CURSOR_FILE, FAILED_EVENT
 from agentbox.core.engine.run_store import RunStore
-from agentbox.core.notify import CURSOR_FILE, FAILED_EVENT
 from agentbox.core.paths import ProjectPaths
 from tests.conftest import run_cli
 from tests.engine.support import create, events, setup_crew, start_engine, stop, task

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from agentbox.core.config.user_config import UserConfig, Webhook, load_user_config
 from agentbox.core.errors import ConfigError
-from agentbox.core.user_config import UserConfig, Webhook, load_user_config
 from tests.conftest import run_cli
 from tests.notify.support import write_config
 

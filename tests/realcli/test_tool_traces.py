@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core.telemetry_model import trace_id_for
+from agentbox.core.telemetry.model import trace_id_for
 from tests.conftest import run_cli
 from tests.fakes.otlp_receiver import OtlpReceiver, dumps
 from tests.realcli.conftest import TURN_TIMEOUT_S, Box, FakeView, write_project

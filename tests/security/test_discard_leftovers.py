@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentbox.core.discard import TRASH_PREFIX, _remove_dir
+from agentbox.core.admin.discard import TRASH_PREFIX, _remove_dir
 
 
 def test_a_read_only_directory_in_a_runs_state_is_removed_with_it(tmp_path: Path) -> None:

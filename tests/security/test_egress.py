@@ -178,7 +178,7 @@ async def test_an_mcp_like_http_port_is_refused_and_the_refusal_recorded(net_pro
     assert "api.example.com:443,api.example.com:80 (sandbox.allow)" not in result.network["allowed"]
     assert "api.example.com:443,api.example.com:80" in result.network["allowed"]
     # the session history keeps it, and a person is told (`sessions show`)
-    from agentbox.core import services
+    from agentbox.core.agents import resolve as services
 
     agent = services.role_agent(proj, "probe")
     recorded = agent.sessions.turns(agent.sessions.find(result.session_id))[-1]
@@ -210,8 +210,8 @@ def test_no_proxy_or_socket_dir_outlives_its_turn(net_project) -> None:  # type:
     """The proxy thread and its socket dir end with the turn (a blocking turn, as the CLI runs it)."""
     import tempfile
 
-    from agentbox.core import services
-    from agentbox.core.invoke import invoke_sync
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import invoke_sync
 
     proj, home = net_project
     probe(home, {"network": True})
@@ -242,7 +242,7 @@ def test_an_attached_session_gets_the_same_network(net_project) -> None:  # type
 
 
 def test_profile_test_names_what_the_allowlist_refused(agent_box_home: Path) -> None:
-    from agentbox.core.profile_check import check_profile
+    from agentbox.core.admin.profile_check import check_profile
 
     knock = (f"{sys.executable} -c \"import os,socket;h,p=os.environ['HTTPS_PROXY'].rsplit(':',1);"
              "s=socket.create_connection((h.split('//')[1],int(p)));"

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import sandbox, seccomp
 from agentbox.core.errors import SandboxError, UsageError
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.sandbox import bwrap as sandbox
+from agentbox.core.sandbox import seccomp
 from tests.sandbox_support import ask, make_profile, write_crew
 
 pytestmark = pytest.mark.bwrap
@@ -193,12 +194,12 @@ async def test_run_and_session_state_is_invisible_and_unwritable(git_project: Pr
 @pytest.mark.parametrize("scope", [".agent-box/runs/**", ".agent-box/**", ".git/**", "../**", "/tmp/**", ""])
 async def test_scopes_into_metadata_or_out_of_the_project_are_refused(git_project: ProjectPaths,
                                                                        agent_box_home: Path, scope: str) -> None:
-    from agentbox.core import services
+    from agentbox.core.agents import resolve as services
 
     agent = services.role_agent(git_project, "all")
     hostile = type(agent)(**{**agent.__dict__, "writes": (scope,)})
     with pytest.raises((UsageError, SandboxError)):
-        await __import__("agentbox.core.invoke", fromlist=["invoke"]).invoke(hostile, "run true")
+        await __import__("agentbox.core.agents.invoke", fromlist=["invoke"]).invoke(hostile, "run true")
 
 
 # ----------------------------------------------------------------------------- 5. exact scopes
@@ -311,7 +312,7 @@ async def test_a_turn_never_reuses_a_scratch_dir_an_agent_could_have_prepared(gi
 
 async def test_a_profile_file_swapped_for_a_symlink_is_refused(project: Path, agent_box_home: Path,
                                                                tmp_path: Path) -> None:
-    from agentbox.core.profiles import resolve
+    from agentbox.core.config.profiles import resolve
 
     make_profile(agent_box_home, "probe")
     proj = write_crew(project, {"w": {"profile": "probe"}})
@@ -349,7 +350,7 @@ async def test_dev_is_read_only_and_host_secrets_are_masked(git_project: Project
 
 def test_home_binds_are_checked_not_followed(tmp_path: Path) -> None:
     """A config bind whose source an agent swapped for a link is refused before bwrap follows it."""
-    from agentbox.core.tool_homes import check_bind_source
+    from agentbox.core.sandbox.tool_homes import check_bind_source
 
     state = tmp_path / "profile"
     (state / "dot-tool").mkdir(parents=True)
@@ -383,7 +384,7 @@ async def test_no_turn_plants_what_later_turns_of_the_profile_load(git_project: 
 
 
 def test_doctor_reports_what_the_sandbox_enforces_here() -> None:
-    from agentbox.core.doctor import check_sandbox
+    from agentbox.core.admin.doctor import check_sandbox
 
     check = check_sandbox()
     assert check.status == "ok", check

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import run_changes, runs
+from agentbox.core import runs
 from agentbox.core import workspace as ws
+from agentbox.core.reports import changes as run_changes
 from tests.engine.support import create, drive, setup_crew, task, work_rule
 
 pytestmark = pytest.mark.bwrap

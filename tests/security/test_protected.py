@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.core import services
+from agentbox.core.agents import resolve as services
+from agentbox.core.agents.invoke import invoke
 from agentbox.core.errors import SandboxError
-from agentbox.core.invoke import invoke
 from agentbox.core.paths import ProjectPaths
 from tests.sandbox_support import make_profile
 
@@ -122,7 +122,7 @@ async def test_a_protected_path_through_a_symlink_is_refused(guarded: ProjectPat
 
 
 async def test_the_setup_command_cannot_write_a_protected_path(guarded: ProjectPaths, tmp_path: Path) -> None:
-    from agentbox.core.setup_command import run_setup
+    from agentbox.core.agents.setup_command import run_setup
 
     worktree = tmp_path / "wt"
     subprocess.run(["git", "-C", str(guarded.root), "worktree", "add", "-q", "--detach", str(worktree)], check=True)

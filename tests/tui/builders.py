@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from agentbox.core import project as project_mod
-from agentbox.core.demo import DEMO_GOAL
+from agentbox.core.admin.demo import DEMO_GOAL
+from agentbox.core.agents.invoke import InvokeResult
+from agentbox.core.agents.sessions import SessionRecord, SessionStore
+from agentbox.core.config import project as project_mod
 from agentbox.core.engine.engine import Engine
 from agentbox.core.engine.models import Contract, Job, Run
 from agentbox.core.engine.run_store import RunStore
-from agentbox.core.invoke import InvokeResult
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.runtimes.base import Usage
-from agentbox.core.sessions import SessionRecord, SessionStore
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1767268800.0
@@ -103,7 +103,7 @@ class RunBuilder:
         self.clock = Clock()
         ids = (uuid.UUID(f"{n:02x}{n:02x}{n:02x}{n:02x}-a6e1-4b0c-8000-{n:012x}") for n in range(1, 256))
         monkeypatch.setattr(uuid, "uuid4", lambda: next(ids))
-        monkeypatch.setattr("agentbox.core.sessions.now", self.clock)
+        monkeypatch.setattr("agentbox.core.agents.sessions.now", self.clock)
         self.sessions = SessionStore(project.sessions_dir)
         crew = project_mod.load_checked_crew(project)
         run = Run(id=RUN_ID, contract=Contract(

@@ -37,7 +37,7 @@ def test_the_task_detail_lists_its_checks_with_the_log_and_a_red_ones_output() -
 
 
 def test_a_blocking_gate_is_a_notification() -> None:
-    from agentbox.core.notify import notice_kind, terminal_banner
+    from agentbox.core.engine.notify import notice_kind, terminal_banner
 
     event = {"type": "gate.blocked", "run": "run-1", "what": "t1: submission check smoke is red; back to builder",
              "why": "`pytest` exited 1"}
@@ -62,7 +62,7 @@ async def test_l_opens_the_log_of_the_tasks_red_check() -> None:
 
 
 def test_the_header_names_the_runs_gates() -> None:
-    from agentbox.core.config import Gates
+    from agentbox.core.config.models import Gates
     from agentbox.tui.widgets.header import gates_line
 
     run = a_run()

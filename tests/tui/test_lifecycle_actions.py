@@ -109,7 +109,7 @@ async def test_discard_from_the_palette_asks_then_removes_the_run(tmp_path: Path
 
 async def test_a_run_discarded_elsewhere_does_not_break_the_engine_probe(
         project_at: Callable[[str], ProjectPaths]) -> None:
-    from agentbox.core import discard
+    from agentbox.core.admin import discard
     from tests.tui.builders import RUN_ID
 
     project = project_at("waiting")  # a run no engine drives

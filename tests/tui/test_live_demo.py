@@ -9,12 +9,12 @@ import pytest
 from textual.message import Message
 from textual.widgets import Input
 
-from agentbox.core import project as project_mod
 from agentbox.core import runs
-from agentbox.core.demo import DEMO_GOAL
+from agentbox.core.admin.demo import DEMO_GOAL
+from agentbox.core.agents.sessions import SessionStore
+from agentbox.core.config import project as project_mod
 from agentbox.core.engine.models import TERMINAL_RUN_STATES
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.sessions import SessionStore
 from agentbox.tui import messages as msg
 from agentbox.tui.factory import make_app
 from agentbox.tui.screens.dashboard import DashboardScreen

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from textual.widgets import RichLog, Static
 
-from agentbox.core.live import LiveWriter
+from agentbox.core.agents.live import LiveWriter
+from agentbox.core.agents.sessions import SessionRecord, SessionStore, now
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.runtimes.scripted import ScriptedAdapter
-from agentbox.core.sessions import SessionRecord, SessionStore, now
 from agentbox.tui import messages as msg
 from agentbox.tui.factory import make_app
 from agentbox.tui.screens.live import MAX_LINES, LiveScreen

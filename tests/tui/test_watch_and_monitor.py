@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from agentbox.core import store, watch
-from agentbox.core.engine.changes import Changes
+from agentbox.core.engine.changeset import Changes
 from agentbox.core.engine.run_store import RunStore
-from agentbox.core.monitor import ProcessMonitor, agent_pids
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.reports.monitor import ProcessMonitor, agent_pids
 from agentbox.tui import model
 from agentbox.tui.loaders import Coalescer
 from tests.tui.builders import RUN_ID

@@ -23,10 +23,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agentbox.core import project as project_mod
-from agentbox.core import telemetry
-from agentbox.core.config import Limits
-from agentbox.core.egress_turn import denied_line
+from agentbox.core.agents.egress_turn import denied_line
+from agentbox.core.agents.invoke import InvokeResult
+from agentbox.core.config import project as project_mod
+from agentbox.core.config.models import Limits
 from agentbox.core.engine import budgets, commands, recovery, scheduler
 from agentbox.core.engine.budgets import BUDGET_PAUSE_RATIO as BUDGET_PAUSE_RATIO
 from agentbox.core.engine.failures import backoff_delays, classify_invoke_error
@@ -35,6 +35,7 @@ from agentbox.core.engine.ladder_run import LadderRunner
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.mode_context import ModeContext
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, Run, no_engine_reason
+from agentbox.core.engine.notify import Notifier
 from agentbox.core.engine.recovery import _kill_orphan
 from agentbox.core.engine.routing import ENV_RETRIES as ENV_RETRIES
 from agentbox.core.engine.routing import FailureRouter
@@ -43,11 +44,10 @@ from agentbox.core.engine.runners.base import TurnRunner
 from agentbox.core.engine.turns import Turns
 from agentbox.core.engine.workspaces import TurnGit, Workspaces
 from agentbox.core.errors import IllegalTransitionError, NotFoundError, UsageError
-from agentbox.core.invoke import InvokeResult
-from agentbox.core.notify import Notifier
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.store import DiskFullError, disk_full_is_typed
 from agentbox.core.tasks import TaskEvent, TaskState
+from agentbox.core.telemetry import tracing as telemetry
 
 POLL_S = 0.2
 """How often the engine looks at its inbox while turns are running."""

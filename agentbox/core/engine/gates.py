@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentbox.core import workspace as git
-from agentbox.core.checks import CheckOutcome, applies, run_check
+from agentbox.core.agents.checks import CheckOutcome, applies, run_check
 from agentbox.core.engine.failures import FailureKind, fingerprint
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import CheckResult, EscalatedTurn, Job, PendingGate, Run, Task

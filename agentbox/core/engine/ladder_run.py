@@ -30,8 +30,9 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentbox.core import zones
-from agentbox.core.config import HierarchicalSettings
+from agentbox.core.agents.invoke import InvokeResult
+from agentbox.core.config import zones
+from agentbox.core.config.models import HierarchicalSettings
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.ladder import advisor_delivered, decide, matches_any
 from agentbox.core.engine.ladder_briefs import (
@@ -85,7 +86,6 @@ from agentbox.core.engine.models import (
 )
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import UsageError
-from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState
 from agentbox.core.workspace.gitcmd import git as git_run
 from agentbox.core.workspace.gitcmd import git_bounded
@@ -377,7 +377,7 @@ class LadderRunner:
         self.mode.requeue(task)
 
     def _entry_problems(self, task: Task, reply: RewriteReply) -> list[str]:
-        from agentbox.core.protected import overlaps
+        from agentbox.core.sandbox.protected import overlaps
 
         problems = []
         ids = [a.get("id", "") for a in reply.acceptance]
@@ -396,7 +396,7 @@ class LadderRunner:
         return problems
 
     def _crew_protected(self) -> list[str]:
-        from agentbox.core import project as project_mod
+        from agentbox.core.config import project as project_mod
         from agentbox.core.paths import ProjectPaths
 
         try:
@@ -598,7 +598,7 @@ class LadderRunner:
                                  author_email="agentbox@agentbox.invalid",
                                  message=f"{task.id}: the advisor's patch, applied by the human\n\nRun: {self.run.id}\n")
         heads = git.task_heads(self.root, self.run.id, task.id)
-        from agentbox.core.run_changes import changed_paths
+        from agentbox.core.reports.changes import changed_paths
 
         if heads.base and heads.head:
             self.ledger.record_git(task, branch=heads.branch, base=heads.base, head=heads.head,

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from agentbox.core.engine.changes import Changes
+from agentbox.core.engine.changeset import Changes
 from agentbox.core.engine.ladder_model import LadderState, Transition
 from agentbox.core.engine.mode_state import ModeState
 from agentbox.core.engine.models import (

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentbox.core.config import Crew
+from agentbox.core.config.models import Crew
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import EscalatedTurn, Job, Run, Task
 from agentbox.core.engine.run_store import RunStore

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from agentbox.core.engine.replies import Plan
-from agentbox.core.graph_model import EdgeKind
+from agentbox.core.graph.model import EdgeKind
 
 
 class State(BaseModel):

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from agentbox.core.config import (
+from agentbox.core.config.models import (
     Check,
     Gates,
     GateStage,
@@ -38,7 +38,7 @@ from agentbox.core.config import (
 from agentbox.core.engine.ladder_model import LadderState, checkpoint_answers
 from agentbox.core.engine.mode_state import HandoffHop, ModeState
 from agentbox.core.engine.replies import BlockingIssue, ChecklistItem, NodeResult, Submission
-from agentbox.core.graph_model import Graph
+from agentbox.core.graph.model import Graph
 from agentbox.core.ids import ID_PATTERN, ID_RULE, check_id, is_valid_id  # noqa: F401  (re-exported)
 from agentbox.core.tasks import TaskState, is_terminal
 

@@ -12,12 +12,12 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from agentbox.core.agents.sessions import SessionStore
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import Job, Run
 from agentbox.core.engine.prompts import interrupted_prompt
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.errors import NotFoundError
-from agentbox.core.sessions import SessionStore
 from agentbox.core.tasks import TaskEvent, TaskState
 
 

@@ -15,11 +15,11 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from agentbox.core.agents.invoke import InvokeResult
 from agentbox.core.engine.failures import FailureKind, counts_against_task, fingerprint
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import CheckpointData, EscalatedTurn, Failure, Job, JobData, Run
 from agentbox.core.engine.replies import ReplyError, corrective_prompt, parse_reply
-from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState
 
 M = TypeVar("M", bound=BaseModel)

@@ -47,7 +47,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentbox.core import store
-from agentbox.core.engine.changes import Changes
+from agentbox.core.engine.changeset import Changes
 from agentbox.core.engine.models import MAX_SEQ, TERMINAL_RUN_STATES, Run
 from agentbox.core.errors import NotFoundError, StateError, UsageError
 from agentbox.core.ids import by_prefix, check_id, is_valid_id

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from agentbox.core.engine.models import Job, Run, Task
-from agentbox.core.scopes import glob_static_prefix
+from agentbox.core.sandbox.scopes import glob_static_prefix
 from agentbox.core.tasks import TaskState, holds_slot
 
 

@@ -14,8 +14,10 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from agentbox.core import services, telemetry
-from agentbox.core.config import Crew
+from agentbox.core.agents import resolve as services
+from agentbox.core.agents.invoke import InvokeResult
+from agentbox.core.agents.setup_command import run_setup
+from agentbox.core.config.models import Crew
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import Job
 from agentbox.core.engine.recovery import _session_exists
@@ -23,9 +25,8 @@ from agentbox.core.engine.run_store import RunStore
 from agentbox.core.engine.runners.base import Turn, TurnRunner, TurnWorkspace
 from agentbox.core.engine.workspaces import Mount, TurnGit, Workspaces
 from agentbox.core.errors import AgentboxError
-from agentbox.core.invoke import InvokeResult
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.setup_command import run_setup
+from agentbox.core.telemetry import tracing as telemetry
 
 
 class Turns:

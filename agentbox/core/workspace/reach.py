@@ -1,7 +1,7 @@
 """Where a worktree's files may differ from its HEAD: so committing a turn scans what the turn could write.
 
 A turn can change a task's worktree only where its sandbox let it write: the paths of its
-write scopes (the kernel enforces them, see `agentbox.core.scopes`). Whoever hands a
+write scopes (the kernel enforces them, see `agentbox.core.sandbox.scopes`). Whoever hands a
 worktree out says where its writers may write (`ensure_task_worktree(reach=...)`); that
 *reach* is kept in a file in the worktree's git admin dir, and `commit_turn`, the check for
 uncommitted work and `flatten_nested` ask git about those paths only, never the whole tree.

@@ -18,8 +18,8 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Static, Tree
 
-from agentbox.core import run_changes
 from agentbox.core.engine.models import ChangedPath, Run
+from agentbox.core.reports import changes as run_changes
 from agentbox.core.termtext import for_line, for_terminal
 from agentbox.tui import action_table, loaders, model
 from agentbox.tui import messages as msg

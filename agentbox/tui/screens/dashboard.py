@@ -26,8 +26,8 @@ from textual.widgets import DataTable, Tree
 
 from agentbox.core import paths, runs, watch
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
-from agentbox.core.monitor import ProcessMonitor, agent_pids
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.reports.monitor import ProcessMonitor, agent_pids
 from agentbox.tui import action_table, alerts, gc_tuning, loaders
 from agentbox.tui import messages as msg
 from agentbox.tui.actions import RunActions

@@ -16,10 +16,10 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, RichLog, Static
 
-from agentbox.core.live import LiveCursor, LiveEvent
-from agentbox.core.live_sources import LiveSource, role_source
-from agentbox.core.live_text import render
+from agentbox.core.agents.live import LiveCursor, LiveEvent
+from agentbox.core.agents.live_text import render
 from agentbox.core.paths import ProjectPaths
+from agentbox.core.reports.live_sources import LiveSource, role_source
 from agentbox.tui import messages as msg
 
 POLL_S = 0.3

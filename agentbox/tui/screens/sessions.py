@@ -14,8 +14,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from agentbox.core.agents.sessions import SessionRecord
 from agentbox.core.runtimes.base import Usage
-from agentbox.core.sessions import SessionRecord
 from agentbox.core.termtext import safe_text
 from agentbox.tui import loaders, model
 from agentbox.tui import messages as msg

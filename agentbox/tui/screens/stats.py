@@ -17,10 +17,10 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Sparkline, Static
 
+from agentbox.core.agents.pricing import usd
 from agentbox.core.engine.models import Run
 from agentbox.core.paths import ProjectPaths
-from agentbox.core.pricing import usd
-from agentbox.core.stats import Figures, Health, Stats
+from agentbox.core.reports.stats import Figures, Health, Stats
 from agentbox.core.termtext import for_line
 
 COLUMNS = ("role", "profile", "tool", "model", "tasks", "first pass", "repair rounds", "escalations", "L3 share",
@@ -39,7 +39,7 @@ def read_stats(project: ProjectPaths) -> StatsLoaded:
     """Every run's figures (in a worker: it reads every run and its decision log)."""
     from agentbox.core import runs
     from agentbox.core.errors import AgentboxError
-    from agentbox.core.stats import compute
+    from agentbox.core.reports.stats import compute
 
     try:
         history, _damaged = runs.history(project)

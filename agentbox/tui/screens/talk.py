@@ -150,8 +150,8 @@ class TalkScreen(Screen[None]):
 
     async def _ask(self, prompt: str, session_id: str | None) -> None:
         """One turn through invoke (async: the UI stays live)."""
-        from agentbox.core import services
-        from agentbox.core.invoke import invoke
+        from agentbox.core.agents import resolve as services
+        from agentbox.core.agents.invoke import invoke
 
         try:
             agent = services.role_agent(self.project, self.role)

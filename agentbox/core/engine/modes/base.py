@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from agentbox.core.agents.invoke import InvokeResult
 from agentbox.core.engine import budgets, prompts, reviews
 from agentbox.core.engine.failures import FailureKind
 from agentbox.core.engine.mode_context import ModeContext
@@ -15,7 +16,6 @@ from agentbox.core.engine.replies import Verdict as VerdictReply
 from agentbox.core.engine.reply_rules import check_verdict
 from agentbox.core.engine.scheduler import deps_state
 from agentbox.core.engine.workspaces import StaleApproval, merge_conflict_note
-from agentbox.core.invoke import InvokeResult
 from agentbox.core.tasks import TaskEvent, TaskState, round_can_close
 
 StateT = TypeVar("StateT", bound=ModeState)

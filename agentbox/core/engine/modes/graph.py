@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from agentbox.core import graph as graph_mod
+from agentbox.core.agents.invoke import InvokeResult
 from agentbox.core.engine import mode_prompts
 from agentbox.core.engine.failures import FailureKind, fingerprint
 from agentbox.core.engine.mode_state import Delivery, GraphState
@@ -42,8 +42,8 @@ from agentbox.core.engine.models import Acceptance, Failure, Job, JobData, RunRe
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import NodeResult
 from agentbox.core.engine.workspaces import merge_conflict_note
-from agentbox.core.graph_model import Edge, Graph
-from agentbox.core.invoke import InvokeResult
+from agentbox.core.graph import load as graph_mod
+from agentbox.core.graph.model import Edge, Graph
 from agentbox.core.tasks import TaskEvent, TaskState, round_can_close
 
 

@@ -33,13 +33,13 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from agentbox.core import store
-from agentbox.core.config import GroupChatSettings
+from agentbox.core.agents.invoke import InvokeResult
+from agentbox.core.config.models import GroupChatSettings
 from agentbox.core.engine import mode_prompts
 from agentbox.core.engine.mode_state import ChatEnding, ChatMessage, GroupChatState
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Job, JobData, RunResult, Task
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import ChatTurn
-from agentbox.core.invoke import InvokeResult
 
 CHAT_FILE = "chat.jsonl"
 

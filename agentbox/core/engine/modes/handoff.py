@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from agentbox.core.config import HandoffSettings
+from agentbox.core.agents.invoke import InvokeResult
+from agentbox.core.config.models import HandoffSettings
 from agentbox.core.engine import mode_prompts
 from agentbox.core.engine.mode_state import HandoffAnswer, HandoffEnding, HandoffHop, HandoffState
 from agentbox.core.engine.models import (
@@ -39,7 +40,6 @@ from agentbox.core.engine.models import (
 )
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import Handoff
-from agentbox.core.invoke import InvokeResult
 
 STOP_WORDS = {"stop", "cancel", "no", "end"}
 CONTINUE_WORDS = {"continue", "yes", "y", "ok", "go", "retry"}

@@ -6,7 +6,8 @@ import re
 from datetime import date
 from pathlib import Path
 
-from agentbox.core.config import HierarchicalSettings
+from agentbox.core.agents.invoke import InvokeResult
+from agentbox.core.config.models import HierarchicalSettings
 from agentbox.core.engine import prompts
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.mode_state import HierarchicalState
@@ -14,9 +15,8 @@ from agentbox.core.engine.models import Acceptance, Checkpoint, Job, JobData, Ru
 from agentbox.core.engine.modes.base import ModeDriver
 from agentbox.core.engine.replies import Plan
 from agentbox.core.engine.reply_rules import check_plan
-from agentbox.core.invoke import InvokeResult
-from agentbox.core.protected import overlaps
-from agentbox.core.scopes import glob_static_prefix
+from agentbox.core.sandbox.protected import overlaps
+from agentbox.core.sandbox.scopes import glob_static_prefix
 
 APPROVE_WORDS = {"approve", "approved", "yes", "y", "ok", "go"}
 _GOAL_PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)+[\w.*-]*|[\w-]+\.[A-Za-z]\w{0,5})(?![\w/])")
@@ -25,7 +25,7 @@ _GOAL_PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)+[\w.*-]*|[\w-]+\.[A-Za-z]\w{
 def rot_near_goal(root: Path, run: Run, ledger: RunLedger) -> str:
     """What zones.yaml and debt.yaml say of the goal's files (its scope, else the paths its text names,
     else the whole project), for the lead's planning prompt ("" when nothing touches them)."""
-    from agentbox.core import zones
+    from agentbox.core.config import zones
     from agentbox.core.errors import AgentboxError
 
     box = root / ".agent-box"

@@ -10,7 +10,7 @@ A step is given the summaries and artifacts of the steps before it, never their 
 from __future__ import annotations
 
 from agentbox.core import store
-from agentbox.core.config import SequentialSettings
+from agentbox.core.config.models import SequentialSettings
 from agentbox.core.engine.mode_state import SequentialState
 from agentbox.core.engine.models import Acceptance, RunResult, Task, Verdict
 from agentbox.core.engine.modes.base import ModeDriver

@@ -13,9 +13,9 @@ from agentbox.core.engine.runners.base import TurnRunner
 
 def configured_runner() -> TurnRunner:
     """The runner the user's config.yaml names (the local one by default)."""
+    from agentbox.core.config.user_config import load_user_config
     from agentbox.core.engine.runners.admission import AdmissionLimits
     from agentbox.core.engine.runners.local import LocalRunner
-    from agentbox.core.user_config import load_user_config
 
     config = load_user_config().runner
     if config.kind == "ray":

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from agentbox.core.agents.invoke import Agent, InvokeResult
+    from agentbox.core.agents.sessions import SessionRecord
+    from agentbox.core.config.profiles import ProfileInfo
     from agentbox.core.engine.workspaces import TurnGit
-    from agentbox.core.invoke import Agent, InvokeResult
-    from agentbox.core.profiles import ProfileInfo
-    from agentbox.core.sessions import SessionRecord
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING
 
+from agentbox.core.agents.invoke import InvokeResult, invoke
 from agentbox.core.engine.replies import ReplyError, extract_json
 from agentbox.core.engine.runners.admission import (
     AdmissionLimits,
@@ -26,12 +27,11 @@ from agentbox.core.engine.runners.admission import (
 )
 from agentbox.core.engine.runners.base import Turn, TurnDone
 from agentbox.core.errors import AgentboxError
-from agentbox.core.invoke import InvokeResult, invoke
 from agentbox.core.process import kill_tree
 
 if TYPE_CHECKING:
-    from agentbox.core.profiles import ProfileInfo
-    from agentbox.core.sessions import SessionRecord
+    from agentbox.core.agents.sessions import SessionRecord
+    from agentbox.core.config.profiles import ProfileInfo
 
 WATCH_EVERY_S = 0.2
 """How often a running turn's memory is sampled."""

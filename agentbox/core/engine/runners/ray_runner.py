@@ -38,13 +38,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentbox.core.agents.invoke import Agent, InvokeResult
 from agentbox.core.engine.runners.base import Turn, TurnDone
 from agentbox.core.errors import AgentboxError
-from agentbox.core.invoke import Agent, InvokeResult
 from agentbox.core.paths import agent_box_home
 
 if TYPE_CHECKING:
-    from agentbox.core.profiles import ProfileInfo
+    from agentbox.core.config.profiles import ProfileInfo
 
 TOOL_RESOURCE = "agentbox-tool:{tool}"
 """The custom resource a node advertises for each tool it has (`ray start --resources`)."""
@@ -200,7 +200,7 @@ def run_on_node(secret_env: dict[str, str], turn: NodeTurn) -> NodeDone:
 
 def _secret_env(agent: Agent) -> dict[str, str]:
     """The head's values of the variables the agent's profile takes from the environment (resolved here)."""
-    from agentbox.core import secrets
+    from agentbox.core.config import secrets
 
     runtime = agent.profile.profile.runtime
     names = {ref.name for value in runtime.env.values() for ref in secrets.references(value)} | set(runtime.pass_env)

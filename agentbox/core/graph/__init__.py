@@ -1,0 +1,1 @@
+"""Work graphs: their models, lenient reading, the path rules, loading and walking."""
