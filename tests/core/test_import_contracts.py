@@ -157,7 +157,7 @@ def test_screens_opened_from_the_dashboard_never_import_it() -> None:
 
 # ---------------------------------------------------------------- the layers of core
 # From the ground up; a module may import its own layer and the layers below it, never one above.
-# A package is named with its trailing dot (all of its modules); a module by its whole name.
+# A trailing dot names a module or package and all under it; without one, that module alone.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", ("agentbox", "agentbox.core", "agentbox.core.errors", "agentbox.core.ids", "agentbox.core.paths",
                 "agentbox.core.store", "agentbox.core.safe_io", "agentbox.core.process", "agentbox.core.termtext",
@@ -168,7 +168,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("graphs", ("agentbox.core.graph.",)),
     ("agents", ("agentbox.core.agents.",)),
     ("engine", ("agentbox.core.engine.", "agentbox.core.telemetry.")),
-    ("door", ("agentbox.core.runs", "agentbox.core.watch", "agentbox.core.reports.", "agentbox.core.admin.")),
+    ("door", ("agentbox.core.runs.", "agentbox.core.watch.", "agentbox.core.reports.", "agentbox.core.admin.")),
     ("faces", ("agentbox.__main__", "agentbox.cli.", "agentbox.tui.", "agentbox.mcp.", "agentbox.web.")),
 )
 
