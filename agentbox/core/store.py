@@ -1,5 +1,10 @@
 """The only writer of state files: atomic replace under a lock, and append-only logs.
 
+State files are what agentbox keeps and reads back: a run's run.json, journal, decision log,
+inbox, manifest and disk reserve, sessions, crew.yaml edits, zones, the user's tokens. (A turn's
+captured output and live log are streams, written where the process runs; locks are held,
+not written.)
+
 Every write goes to a temporary file in the same directory, is flushed and fsynced, then
 renamed over the target, so a reader (or a crash) only ever sees the old or the new
 content. Writers that read-modify-write take an exclusive `fcntl` lock on a sidecar
@@ -24,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbox.core.errors import StateError
-from agentbox.core.safe_io import UnsafeFileError, read_bounded
+from agentbox.core.safe_io import UnsafeFileError, read_bounded, write_all
 
 LOCK_TIMEOUT_S = 10.0
 """Longest wait for a state file's lock before giving up with a StateError."""
@@ -144,6 +149,80 @@ def append_jsonl(path: Path, record: Mapping[str, Any], *, durable: bool = True,
                 os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def append_lines(path: Path, data: bytes, *, expect_size: int | None = None) -> bool:
+    """Append whole JSON lines with one write and one fsync, for the file's only writer (no lock file).
+
+    The caller guarantees nobody else appends (it holds the run's engine lock). A last line
+    cut short by a crash mid-append is ended first, so the new lines start on their own line
+    (readers skip the torn one). `expect_size`: append only to a file of exactly that many
+    bytes that ends a line (the journal this writer wrote, untouched since); False when it is not.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with disk_full_is_typed(path):
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            torn = bool(size) and os.pread(fd, 1, size - 1) != b"\n"
+            if expect_size is not None and (size != expect_size or torn):
+                return False
+            write_all(fd, b"\n" + data if torn else data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return True
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, *, wait: bool = False) -> Iterator[bool]:
+    """Try to hold an exclusive fcntl lock on `path` itself; yields False when another process holds it.
+
+    `wait`: block until it is free. For a lock held as long as a process works (a run's
+    engine lock), where `locked`'s bounded wait on a sidecar is for one short write.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def reserve_space(path: Path, size: int) -> None:
+    """Make `path` at least `size` bytes of really allocated space (a DiskFullError when there is none).
+
+    Zeros are written where fallocate is not supported; a reserve that cannot be made whole is removed.
+    """
+    with disk_full_is_typed(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            if os.fstat(fd).st_size < size:
+                _allocate(fd, size)
+        except OSError:
+            os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+
+
+def _allocate(fd: int, size: int) -> None:
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        block = bytes(1 << 16)
+        for _ in range(0, size, len(block)):
+            os.write(fd, block)
+        os.fsync(fd)
 
 
 def read_json(path: Path, default: Any = None, *, max_bytes: int = MAX_JSON_BYTES) -> Any:

@@ -187,3 +187,70 @@ def test_no_module_imports_another_modules_private_name() -> None:
                      if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agentbox")
                      for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__"))
     assert private == []
+
+
+# ---------------------------------------------------------------- the layers of core
+# From the ground up; a module may import its own layer and the layers below it, never one above.
+# A trailing dot names a module or package and all under it; without one, that module alone.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ground", ("agentbox", "agentbox.core", "agentbox.core.errors", "agentbox.core.ids", "agentbox.core.paths",
+                "agentbox.core.store", "agentbox.core.safe_io", "agentbox.core.process", "agentbox.core.termtext",
+                "agentbox.core.tools", "agentbox.core.tasks", "agentbox.core.validation", "agentbox.core.yaml_io")),
+    ("runtimes and git", ("agentbox.core.runtimes.", "agentbox.core.workspace.",
+                          "agentbox.core.records")),  # a session's records hold a turn's Usage
+    ("sandbox", ("agentbox.core.sandbox.",)),
+    ("config", ("agentbox.core.config.",)),
+    ("graphs", ("agentbox.core.graph.",)),
+    ("agents", ("agentbox.core.agents.",)),
+    ("engine", ("agentbox.core.engine.", "agentbox.core.telemetry.")),
+    ("door", ("agentbox.core.runs.", "agentbox.core.watch.", "agentbox.core.reports.", "agentbox.core.admin.")),
+    ("faces", ("agentbox.__main__", "agentbox.cli.", "agentbox.tui.", "agentbox.mcp.", "agentbox.web.")),
+)
+
+
+def _in(name: str, entry: str) -> bool:
+    return name.startswith(entry) or name == entry.rstrip(".") if entry.endswith(".") else name == entry
+
+
+def _layer(name: str) -> int | None:
+    """The layer of module `name` (the most specific entry that holds it), or None."""
+    found = [(len(entry), index) for index, (_, entries) in enumerate(LAYERS) for entry in entries if _in(name, entry)]
+    return max(found)[1] if found else None
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{name} ({LAYERS[_layer(name)][0]}) imports {target} ({LAYERS[_layer(target)][0]})"  # type: ignore[index]
+                  for name, targets in graph.items() if _layer(name) is not None
+                  for target in targets if _layer(target) is not None and _layer(target) > _layer(name))  # type: ignore[operator]
+
+
+def test_every_module_stands_on_a_layer() -> None:
+    """A new module is given its layer here (where it may import from, and who may import it)."""
+    assert sorted(name for name in MODULES if _layer(name) is None) == []
+
+
+def test_no_import_runs_back_up_a_layer() -> None:
+    assert _upward(GRAPH) == []
+
+
+def test_the_layer_check_sees_an_arrow_up() -> None:
+    """The check above could pass by reading nothing: a planted arrow from the sandbox to the engine is seen."""
+    planted = {name: set(targets) for name, targets in GRAPH.items()}
+    planted["agentbox.core.sandbox.scopes"].add("agentbox.core.engine.models")
+    assert _upward(planted) == ["agentbox.core.sandbox.scopes (sandbox) imports agentbox.core.engine.models (engine)"]
+
+
+def test_core_imports_no_face_and_no_face_library() -> None:
+    """Not the MCP SDK, not Textual, not the web server either: core runs headless, under any face."""
+    faces = ("agentbox.cli", "agentbox.tui", "agentbox.mcp", "agentbox.web")
+    libraries = ("mcp", "textual", "textual_serve", "starlette", "uvicorn")
+    found = []
+    for name, path in MODULES.items():
+        if not name.startswith("agentbox.core"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{name} imports {t}" for t in targets
+                      if t.startswith(faces) or t.split(".")[0] in libraries]
+    assert found == []

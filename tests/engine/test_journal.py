@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from agentbox.core import runs
-from agentbox.core.engine import run_store
 from agentbox.core.engine.engine import Engine
 from agentbox.core.engine.models import Task
 from agentbox.core.engine.run_store import RUN_FILE, DamagedRunError, RunStore, journal_name
+from agentbox.core.engine.rundir import snapshot
 from agentbox.core.errors import StateError
 from agentbox.core.paths import ProjectPaths
 from agentbox.core.tasks import TaskEvent
@@ -103,7 +103,7 @@ def test_a_damaged_journal_line_is_located(paths: ProjectPaths) -> None:
 
 
 def test_a_big_journal_is_folded_into_a_new_snapshot(paths: ProjectPaths, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run_store, "JOURNAL_MIN_BYTES", 0)
+    monkeypatch.setattr(snapshot, "JOURNAL_MIN_BYTES", 0)
     engine = engine_with_tasks(paths, 3)
     state = RunStore(paths).dir(engine.run.id) / RUN_FILE
     first = state.stat().st_ino
@@ -124,7 +124,7 @@ def test_a_reader_that_loses_the_race_with_a_snapshot_reads_the_new_one(paths: P
     engine.ledger.transition(engine.run.tasks["t0"], TaskEvent.DISPATCH, "go")
     engine.save()
     reader = RunStore(paths)
-    real_read = run_store.read_bounded
+    real_read = snapshot.read_bounded
     calls = {"n": 0}
 
     def snapshot_in_between(path: Path, **kw: object) -> bytes:
@@ -133,18 +133,18 @@ def test_a_reader_that_loses_the_race_with_a_snapshot_reads_the_new_one(paths: P
             engine.store.save(engine.run)
         return real_read(path, **kw)  # type: ignore[arg-type]
 
-    run_store.read_bounded = snapshot_in_between  # type: ignore[assignment]
+    snapshot.read_bounded = snapshot_in_between  # type: ignore[assignment]
     try:
         loaded = reader.load(engine.run.id)
     finally:
-        run_store.read_bounded = real_read  # type: ignore[assignment]
+        snapshot.read_bounded = real_read  # type: ignore[assignment]
     assert calls["n"] >= 4 and loaded.saves == engine.run.saves
     assert loaded.tasks["t0"].state == "executing"
 
 
 def test_a_change_made_behind_the_ledgers_back_is_caught(paths: ProjectPaths) -> None:
     """The test-suite reads every journalled save back (AGENTBOX_VERIFY_JOURNAL): a lost change fails loudly."""
-    assert os.environ.get("AGENTBOX_VERIFY_JOURNAL") == "1" and run_store.VERIFY_JOURNAL
+    assert os.environ.get("AGENTBOX_VERIFY_JOURNAL") == "1" and snapshot.VERIFY_JOURNAL
     engine = engine_with_tasks(paths, 3)
     engine.run.tasks["t2"].brief = "changed without the ledger"
     engine.ledger.event("note", "something else")

@@ -134,6 +134,12 @@ def _cp_seq(paths: ProjectPaths, run_id: str) -> int:
     return next(e["seq"] for e in events(paths, run_id) if e["type"] == "checkpoint")
 
 
+def _checkpoint_delivered(paths: ProjectPaths, run_id: str) -> bool:
+    """The checkpoint's event is in the log (it lands there just after the state that holds it) and notified."""
+    seqs = [e["seq"] for e in events(paths, run_id) if e["type"] == "checkpoint"]
+    return bool(seqs) and _cursor(paths, run_id)["seq"] >= seqs[0]
+
+
 def _cursor(paths: ProjectPaths, run_id: str) -> dict[str, Any]:
     path = RunStore(paths).dir(run_id) / CURSOR_FILE
     return json.loads(path.read_text()) if path.exists() else {"seq": 0}
@@ -146,7 +152,7 @@ def test_kill_9_and_resume_sends_each_notification_once(project: Path, tmp_path:
     proc = start_engine(paths, run_id)
     try:
         cp_id = _open_checkpoint(paths, run_id)
-        wait_for(lambda: _cursor(paths, run_id)["seq"] >= _cp_seq(paths, run_id), what="the checkpoint delivered")
+        wait_for(lambda: _checkpoint_delivered(paths, run_id), what="the checkpoint delivered")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     finally:

@@ -1,7 +1,8 @@
-"""The façade both faces call: resolve agents, invoke, list sessions, runs.
+"""Which agent a person means, and attaching to it: a role of the crew or `profile:NAME`
+resolved to an `Agent` (its instructions, sessions and sandbox), whose sessions those
+are, and an interactive session of the tool itself in the role's sandbox.
 
-The CLI and the TUI change state only through these functions; they never open state
-files themselves.
+The faces resolve agents only here; they never open session files themselves.
 """
 
 from __future__ import annotations

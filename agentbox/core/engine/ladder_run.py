@@ -599,7 +599,7 @@ class LadderRunner:
                                  author_email="agentbox@agentbox.invalid",
                                  message=f"{task.id}: the advisor's patch, applied by the human\n\nRun: {self.run.id}\n")
         heads = git.task_heads(self.root, self.run.id, task.id)
-        from agentbox.core.reports.changes import changed_paths
+        from agentbox.core.engine.changed_files import changed_paths
 
         if heads.base and heads.head:
             self.ledger.record_git(task, branch=heads.branch, base=heads.base, head=heads.head,

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentbox.core import workspace as git
+from agentbox.core.engine.changed_files import kept_changed_paths, merge_hint
 from agentbox.core.engine.ledger import RunLedger
 from agentbox.core.engine.models import ChangedPath, Job, Task
 from agentbox.core.errors import AgentboxError, UsageError
-from agentbox.core.reports.changes import kept_changed_paths, merge_hint
 from agentbox.core.sandbox import scopes
 from agentbox.core.workspace.layout import admin_dir, common_dir, task_worktree_path
 from agentbox.core.workspace.reach import widen_reach

@@ -10,15 +10,16 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from agentbox.core import workspace as git
+from agentbox.core.engine.changed_files import CHANGED_KEPT as CHANGED_KEPT
+from agentbox.core.engine.changed_files import changed_paths
+from agentbox.core.engine.changed_files import kept_changed_paths as kept_changed_paths
+from agentbox.core.engine.changed_files import merge_hint as merge_hint
 from agentbox.core.engine.models import ChangedPath, Run, Task
 from agentbox.core.errors import NotFoundError, UsageError
 from agentbox.core.paths import ProjectPaths
 
-CHANGED_KEPT = 1000
-"""Most changed files a task records in the run state (the rest are counted; git has them all)."""
 DIFF_BYTES = 1 << 20
 DIFF_PAGE_FILES = 200
 """Files on one page of a task's diff (`task_diff_page`)."""
@@ -49,16 +50,6 @@ def _worktree_run(run: Run, project: ProjectPaths | None = None) -> None:
             "`git diff` shows what your tree holds now, the run's changes and yours together" if in_git else
             f"it wrote into your files directly and nothing recorded them apart: `agentbox status {run.id}` "
             "and `agentbox sessions` show what each turn did")
-
-
-def merge_hint(run: Run) -> str:
-    """How the person brings a worktree run into a branch of theirs, said the same in every face."""
-    assert run.git is not None
-    if run.git.branch:
-        return f"`agentbox merge {run.id}` brings it into {run.git.branch}"
-    started = f"--base {run.git.named_base}" if run.git.named_base else "a detached HEAD"
-    return (f"`agentbox merge {run.id} --into BRANCH` brings it into a branch of yours (it started from "
-            f"{started}, so there is no branch to bring it into by default)")
 
 
 def task_changes(run: Run) -> list[TaskChanges]:
@@ -136,20 +127,3 @@ def run_files(project: ProjectPaths, run: Run) -> list[ChangedPath]:
     _worktree_run(run, project)
     assert run.git is not None
     return changed_paths(project.root, run.git.base, run.git.integration_branch)
-
-
-def changed_paths(root: Path, base: str, head: str) -> list[ChangedPath]:
-    """What git says changed between two commits, as the run state records it."""
-    return [_recorded(c) for c in git.changed_files(root, base, head)]
-
-
-def kept_changed_paths(root: Path, base: str, head: str, keep: int = CHANGED_KEPT) -> tuple[list[ChangedPath], int]:
-    """The first `keep` files git says changed between two commits, as the run state records
-    them, and how many more changed: a flood of changes costs the run state and every reader
-    of it `keep` files, never all of them."""
-    summary = git.changed_summary(root, base, head, keep)
-    return [_recorded(c) for c in summary.files], summary.more
-
-
-def _recorded(c: git.ChangedFile) -> ChangedPath:
-    return ChangedPath(path=c.path, change=c.change.value, added=c.added, removed=c.removed, old_path=c.old_path)
