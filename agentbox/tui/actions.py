@@ -37,6 +37,7 @@ from agentbox.tui.screens.modals import (
 )
 
 if TYPE_CHECKING:  # the command models load with the first command sent
+    from agentbox.core.agents.sessions import SessionRecord
     from agentbox.core.config.models import Mode
     from agentbox.core.engine.commands import Command
 
@@ -57,7 +58,7 @@ class RunActions:
     run_ids: tuple[str, ...]
     engine: str
     crew: CrewInfo | None
-    sessions: dict[str, Any]
+    sessions: dict[str, SessionRecord]
     manifest: tuple[ArtifactEntry, ...]
     _wanted_run: str | None
     app: App[Any]

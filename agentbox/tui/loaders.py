@@ -47,7 +47,7 @@ def list_runs(project: ProjectPaths) -> msg.RunsListed:
 
 def run_summaries(project: ProjectPaths) -> msg.RunSummariesLoaded:
     """id, status, mode, goal, tasks and creation time of every run, newest first."""
-    summaries = []
+    summaries: list[msg.RunSummary] = []
     for run_id in reversed(runs.run_ids(project)):
         try:
             run = runs.read(project, run_id)
@@ -55,8 +55,8 @@ def run_summaries(project: ProjectPaths) -> msg.RunSummariesLoaded:
             summaries.append({"id": run_id, "status": "unreadable", "goal": exc.message, "mode": "", "tasks": 0,
                               "created": 0.0})
             continue
-        summaries.append({"id": run.id, "status": run.status, "goal": run.contract.goal, "mode": run.contract.mode,
-                          "tasks": len(run.tasks), "created": run.created})
+        summaries.append(msg.RunSummary(id=run.id, status=run.status, goal=run.contract.goal, mode=run.contract.mode,
+                                        tasks=len(run.tasks), created=run.created))
     return msg.RunSummariesLoaded(summaries)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from textual.message import Message
 
@@ -20,6 +20,7 @@ from agentbox.core.watch import BoxChange
 from agentbox.tui.model import CrewInfo
 
 if TYPE_CHECKING:  # highlighting (pygments) is loaded only once a diff is shown
+    from agentbox.core.reports.monitor import ProcessSample
     from agentbox.tui.diffs import RenderedFile
 
 
@@ -50,11 +51,22 @@ class RunsListed(Message):
     run_ids: tuple[str, ...]
 
 
+class RunSummary(TypedDict):
+    """One run as the run switcher lists it."""
+
+    id: str
+    status: str
+    goal: str
+    mode: str
+    tasks: int
+    created: float
+
+
 @dataclass
 class RunSummariesLoaded(Message):
     """One-line summaries of every run, for the run switcher."""
 
-    summaries: list[dict[str, Any]]
+    summaries: list[RunSummary]
 
 
 @dataclass
@@ -98,7 +110,7 @@ class ManifestRead(Message):
 class MembersSampled(Message):
     """CPU and memory of the members' agent processes were sampled (a newer sample replaces an older one)."""
 
-    samples: dict[str, Any]
+    samples: dict[str, ProcessSample]
 
     def can_replace(self, message: Message) -> bool:
         """A pending older sample is dropped in favour of this one."""

@@ -7,12 +7,15 @@ screens do not form an import circle.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from textual.dom import DOMNode
 
 from agentbox.core.engine.models import Run
 from agentbox.core.paths import ProjectPaths
+
+if TYPE_CHECKING:
+    from agentbox.core.agents.sessions import SessionRecord
 
 
 class DashboardView(Protocol):
@@ -20,7 +23,7 @@ class DashboardView(Protocol):
 
     project: ProjectPaths
     run: Run | None
-    sessions: dict[str, Any]
+    sessions: dict[str, SessionRecord]
 
 
 def view_node(view: DashboardView) -> DOMNode:

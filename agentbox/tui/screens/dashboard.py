@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
@@ -28,6 +28,10 @@ from agentbox.core import paths, runs, watch
 from agentbox.core.engine.models import TERMINAL_RUN_STATES, Run
 from agentbox.core.engine.records import ArtifactEntry
 from agentbox.core.paths import ProjectPaths
+
+if TYPE_CHECKING:
+    from agentbox.core.agents.sessions import SessionRecord
+    from agentbox.core.reports.monitor import ProcessSample
 from agentbox.core.reports.monitor import ProcessMonitor, agent_pids
 from agentbox.tui import action_table, alerts, gc_tuning, loaders
 from agentbox.tui import messages as msg
@@ -61,8 +65,8 @@ class DashboardScreen(RunActions, Screen[None]):
     run: var[Run | None] = var(None, always_update=True)
     run_ids: var[tuple[str, ...]] = var(())
     crew: var[CrewInfo | None] = var(None, always_update=True)
-    sessions: var[dict[str, Any]] = var(dict, always_update=True)
-    samples: var[dict[str, Any]] = var(dict, always_update=True)
+    sessions: var[dict[str, SessionRecord]] = var(dict, always_update=True)
+    samples: var[dict[str, ProcessSample]] = var(dict, always_update=True)
     manifest: var[tuple[ArtifactEntry, ...]] = var((), always_update=True)
     now: var[float] = var(0.0)
     engine: var[str] = var("ended")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Group
 from rich.text import Text
@@ -101,7 +101,7 @@ class SessionHistoryScreen(Screen[None]):
             return None
         return self.records[min(table.cursor_row, len(self.records) - 1)]
 
-    def _sessions_changed(self, sessions: dict[str, Any]) -> None:
+    def _sessions_changed(self, sessions: dict[str, SessionRecord]) -> None:
         records = sorted((r for r in sessions.values() if r.role == self.role), key=lambda r: r.created, reverse=True)
         table = self.query_one("#session-list", DataTable)
         selected = self.selected.id if self.selected else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import events
@@ -13,6 +13,10 @@ from agentbox.core.engine.models import Run
 from agentbox.core.termtext import for_line
 from agentbox.tui import model
 from agentbox.tui.model import CrewInfo, MemberRow
+
+if TYPE_CHECKING:
+    from agentbox.core.agents.sessions import SessionRecord
+    from agentbox.core.reports.monitor import ProcessSample
 
 WIDE_COLUMNS = ("role", "profile", "tool", "state", "task", "session", "tokens", "cpu", "mem")
 NARROW_COLUMNS = ("role", "profile", "state", "task", "session", "tokens", "cpu", "mem")
@@ -25,8 +29,8 @@ class MembersTable(DataTable[Any]):
     # only when the rows it makes differ from the ones shown
     run: var[Run | None] = var(None, always_update=True)
     crew: var[CrewInfo | None] = var(None, always_update=True)
-    sessions: var[dict[str, Any]] = var(dict, always_update=True)
-    samples: var[dict[str, Any]] = var(dict, always_update=True)
+    sessions: var[dict[str, SessionRecord]] = var(dict, always_update=True)
+    samples: var[dict[str, ProcessSample]] = var(dict, always_update=True)
     narrow: var[bool] = var(False)
 
     def __init__(self, **kwargs: Any) -> None:
