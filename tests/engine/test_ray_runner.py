@@ -241,7 +241,7 @@ async def test_a_secret_reaches_the_node_in_memory_only(cluster: RayCluster, age
     assert done.result.ok and done.result.text.split() == ["length", str(len(secret))], done.result
     assert done.node_id in cluster.node_ids(cluster.workers)
     found = []
-    for root in (cluster.temp_dir, agent_box_home, project):
+    for root in (cluster.temp_dir, agent_box_home, project, Path("/dev/shm")):  # /dev/shm: the nodes' turn homes
         for path in root.rglob("*"):
             with contextlib.suppress(OSError):
                 if path.is_file() and not path.is_symlink() and secret.encode() in path.read_bytes():

@@ -112,7 +112,9 @@ def test_turns_run_on_a_tls_cluster_and_leave_no_secret_on_the_node(
 
     secret = "tls-secret-" + os.urandom(8).hex()
     write_profile("t-secret", [{"id": "show", "when": {"prompt_contains": "show"},
-                                "do": {"run": 'printf "%s" "$AB_TOKEN" | wc -c', "reply": "length {run_output}"}}])
+                                "do": {"run": f'printf "%s" "$AB_TOKEN" | wc -c; key={certs["server_key"]}; '
+                                              '[ -e "$key" ] && echo masked; cat "$key" 2>/dev/null',
+                                       "reply": "length {run_output}"}}])
     profile = agent_box_home / "profiles" / "t-secret" / "profile.yaml"
     profile.write_text(profile.read_text().replace('"runtime": {', '"runtime": {"env": {"AB_TOKEN": "${AB_TLS_SECRET}"}, '))
     tls = "".join(f"    {key}: {path}\n" for key, path in certs.items())
@@ -127,7 +129,7 @@ def test_turns_run_on_a_tls_cluster_and_leave_no_secret_on_the_node(
                             timeout=180)
     assert driven.returncode == 0, driven.stderr[-3000:]
     done = json.loads(driven.stdout.strip().splitlines()[-1])
-    assert done["ok"] and done["text"].split() == ["length", str(len(secret))], done
+    assert done["ok"] and done["text"].split() == ["length", str(len(secret)), "masked"], done  # the node's key
     assert done["node"] == cluster["node"]
 
     found = []

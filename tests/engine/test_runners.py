@@ -116,6 +116,28 @@ def test_user_config_names_the_ray_cluster_s_certificates(agent_box_home: Path, 
     assert "tls: is for kind: ray" in caught.value.message
 
 
+def test_a_cluster_key_named_in_the_environment_is_masked_in_every_sandbox(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentbox.core.sandbox import bwrap as sandbox
+
+    key = tmp_path / "node.key"  # a node's key, e.g. /etc/ray/node.key, under the sandbox's view of /
+    key.write_text("PRIVATE KEY\n")
+    monkeypatch.setenv("RAY_TLS_SERVER_KEY", str(key))
+    sandbox.host_layout.cache_clear()
+    try:
+        layout = sandbox.host_layout()
+        assert key in layout["masked"]
+        spec = sandbox.SandboxSpec(project_root=tmp_path / "p", writable=(), protected=(), hidden=(), extra_rw=(),
+                                   homes=(), ro_binds=(),
+                                   env={}, **layout)
+        argv = sandbox.bwrap_argv(spec, ["true"], "/usr/bin/bwrap")
+        at = argv.index(str(key))
+        assert argv[at - 2:at + 1] == ["--ro-bind", "/dev/null", str(key)] and argv.index("/") < at
+    finally:
+        monkeypatch.delenv("RAY_TLS_SERVER_KEY")
+        sandbox.host_layout.cache_clear()
+
+
 def test_a_profile_memory_limit_is_validated(agent_box_home: Path) -> None:
     from agentbox.core.config import profiles
 

@@ -408,6 +408,16 @@ def host_env() -> dict[str, str]:
     return dict(os.environ)
 
 
+CLUSTER_KEY_ENV = ("RAY_TLS_SERVER_KEY",)
+"""Variables naming a private key of the Ray cluster this process belongs to (a node's, or the head's)."""
+
+
+def cluster_keys() -> tuple[str, ...]:
+    """The cluster's private key files named in this process's environment: masked in every sandbox
+    (a turn on a node would otherwise read the node's TLS key through the root's read-only view)."""
+    return tuple(os.path.abspath(os.environ[name]) for name in CLUSTER_KEY_ENV if os.environ.get(name))
+
+
 class HostLayout(TypedDict):
     """The host facts of a `SandboxSpec` (its fields of the same names)."""
 
@@ -424,6 +434,7 @@ def host_layout() -> HostLayout:
 
     masked = tuple(Path(p) for pattern in HOST_SECRETS for p in sorted(glob.glob(pattern))
                    if os.path.lexists(p) and not os.path.islink(p))
+    masked += tuple(Path(p) for p in cluster_keys() if os.path.isfile(p) and not os.path.islink(p))
     resolv = Path("/etc/resolv.conf").resolve()
     return {
         "masked": masked,

@@ -330,6 +330,9 @@ def connect(address: str, tls_env: dict[str, str] | None) -> Any:
     """
     if tls_env:
         os.environ.update(tls_env)
+        from agentbox.core.sandbox import bwrap as sandbox
+
+        sandbox.host_layout.cache_clear()  # the key is masked in every sandbox this process makes from now on
     import ray
 
     if not ray.is_initialized():
