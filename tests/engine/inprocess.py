@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -43,8 +42,9 @@ class InProcessRunner:
     kind = "local"
 
     def __init__(self, state: Path | None = None) -> None:
-        self.state = state or Path(tempfile.mkdtemp(prefix="agentbox-inprocess-"))
-        """Where the scripted agents' state homes are (one per profile, as the profile's own home is)."""
+        self.state = state or Path(os.environ["AGENT_BOX_HOME"]) / "inprocess"
+        """Where the scripted agents' state homes are (one per profile, as the profile's own home is);
+        by default in the test's AGENT_BOX_HOME."""
         self.turns: list[Turn] = []
 
     def room(self, job_id: str, profile: ProfileInfo) -> str | None:
