@@ -11,7 +11,7 @@ test about the engine's policies (scheduling, retries, budgets) can run here in 
 of the time. What only a sandbox gives (write scopes, hidden paths, no network, a process
 to kill) is not here: those tests stay on the local runner under real bwrap.
 
-A scenario action that needs a process (`run`, `fail`, `stream`) is refused with a
+A scenario action that needs a process (`run`, `stream`, a `fail` other than `error_exit0`) is refused with a
 message saying so: such a test belongs on the local runner.
 """
 
@@ -32,8 +32,9 @@ from agentbox.core.errors import AgentboxError
 from agentbox.core.runtimes import scripted_agent as program
 from agentbox.core.runtimes.base import Usage
 
-NEEDS_A_PROCESS = ("run", "fail", "stream")
-"""Scenario actions the in-process runner cannot play (they need the agent's own process)."""
+NEEDS_A_PROCESS = ("run", "stream")
+"""Scenario actions the in-process runner cannot play (they need the agent's own process; so does every
+`fail` but `error_exit0`)."""
 
 
 class InProcessRunner:
@@ -97,8 +98,10 @@ class InProcessRunner:
         system = session.get("system") or ""
         rule_id, action, variables, counter = program.choose_rule(scenario, str(home), turn.prompt, system, number)
         refused = [key for key in NEEDS_A_PROCESS if key in action]
+        if action.get("fail") not in (None, "error_exit0"):
+            refused.append(f"fail: {action['fail']}")
         if refused:
-            raise AgentboxError(f"the in-process runner cannot play rule {rule_id!r}'s {', '.join(refused)}: "
+            raise AgentboxError(f"the in-process runner cannot play the {', '.join(refused)} of rule {rule_id!r}: "
                                 "run this test on the local runner (under bwrap)")
         values = scripted.template_values(turn.prompt, number, model, system, counter)
         values.update(variables, role=agent.role or "", env={})

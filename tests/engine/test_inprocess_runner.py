@@ -72,3 +72,28 @@ async def test_the_in_process_runner_drives_a_run_as_the_local_runner_does(tmp_p
     assert [line for line in subprocess.run(
         ["git", "-C", str(inproc_paths.root), "show", f"{inproc_run.tasks['t2'].head}:src/t2/out.txt"],
         check=True, capture_output=True, text=True).stdout.splitlines()] == ["made by tester for t2"]
+
+
+async def test_an_action_that_needs_a_process_is_refused_not_faked(agent_box_home: Path, tmp_path: Path) -> None:
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import new_session_id
+    from agentbox.core.engine.runners.base import Turn
+    from tests.engine.support import write_profile
+
+    write_profile("t-shell", [{"id": "shell", "when": {"prompt_contains": "go"}, "do": {"run": "true", "reply": "ran"}},
+                              {"id": "plain", "when": {"prompt_contains": "say"}, "do": {"reply": "said {role}"}}])
+    work = tmp_path / "work"
+    work.mkdir()
+    agent = services.profile_agent("t-shell", work, None)
+    runner = InProcessRunner()
+
+    def turn(prompt: str) -> Turn:
+        return Turn(job_id=prompt, run_id="r", task_id=None, agent=agent, prompt=prompt, session_id=new_session_id(),
+                    resume=False, timeout_s=60)
+
+    refused = await runner.run(turn("go"))
+    assert refused.result.error_kind == "spawn_failed" and "cannot play the run of rule 'shell'" in (refused.result.error or "")
+    said = await runner.run(turn("say"))
+    assert said.result.ok and said.result.text == "said " and said.git is None
+    assert said.result.usage.input_tokens == 100 and said.result.native_id == said.result.session_id
+    assert [t.prompt for t in runner.turns] == ["go", "say"]
