@@ -21,6 +21,7 @@ from typing import Any
 from agentbox.core import runs
 from agentbox.core.engine.engine import Engine
 from agentbox.core.engine.models import Run
+from agentbox.core.engine.runners.base import TurnRunner
 from agentbox.core.paths import ProjectPaths
 from tests.engine.support import Human, events, start_engine, until
 
@@ -62,11 +63,15 @@ def rule(marker: str, reply: dict[str, Any], *, times: int | None = None, delay:
     return {"when": when, "do": action}
 
 
-def drive(project: ProjectPaths, run_id: str, human: Human | None = None, timeout: float = 30) -> Run:
-    """Run the engine in this process until the run ends; `human` plays the person meanwhile."""
+def drive(project: ProjectPaths, run_id: str, human: Human | None = None, timeout: float = 30,
+          runner: TurnRunner | None = None) -> Run:
+    """Run the engine in this process until the run ends; `human` plays the person meanwhile.
+
+    `runner`: who runs the turns (default: the engine's, the local runner under bwrap).
+    """
 
     async def main() -> Run:
-        engine = Engine.open(project, run_id)
+        engine = Engine.open(project, run_id) if runner is None else Engine.open(project, run_id, runner=runner)
         helper = asyncio.ensure_future(human(engine)) if human is not None else None
         try:
             return await asyncio.wait_for(engine.execute(), timeout)

@@ -27,6 +27,7 @@ from agentbox.core import runs
 from agentbox.core.engine.engine import Engine
 from agentbox.core.engine.models import Job, Run
 from agentbox.core.engine.run_store import RunStore
+from agentbox.core.engine.runners.base import TurnRunner
 from agentbox.core.paths import ProjectPaths
 
 Human = Callable[[Engine], Awaitable[None]]
@@ -171,13 +172,16 @@ def create(project: ProjectPaths, goal: str = "build the thing", mode: str | Non
 
 
 async def drive(project: ProjectPaths, run_id: str, human: Human | None = None, timeout: float = 60,
-                backoff: Sequence[float] | None = None) -> Run:
+                backoff: Sequence[float] | None = None, runner: TurnRunner | None = None) -> Run:
     """Run the engine in this event loop until the run ends; `human` plays the person meanwhile.
 
     A failing `human` (an assertion about the run) stops the engine and is raised at once.
     `backoff`: the waits before the environment retries (default: the engine's own).
+    `runner`: who runs the turns (default: the engine's, the local runner under bwrap).
     """
     options: dict[str, Any] = {} if backoff is None else {"backoff": lambda _cap: list(backoff)}
+    if runner is not None:
+        options["runner"] = runner
     engine = Engine.open(project, run_id, **options)
     flight = asyncio.ensure_future(engine.execute())
     helper = asyncio.ensure_future(human(engine)) if human is not None else None

@@ -1,6 +1,10 @@
-"""Graph mode end to end: nodes as tasks run by scripted roles in bwrap; parallel branches
+"""Graph mode end to end: nodes as tasks run by scripted roles; parallel branches
 and joins, fail reasons and fallbacks, backward-edge rework under the retry ledger,
-blocked nodes, budgets, and a kill -9 in the middle of a graph."""
+blocked nodes, budgets, and a kill -9 in the middle of a graph.
+
+The graph's policies run their turns in-process (tests/engine/inprocess.py); the example
+project's run through the CLI and the kill -9 run scripted agents under bwrap.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from agentbox.core.engine.engine import Engine
 from agentbox.core.engine.run_store import RunStore
 from agentbox.core.paths import ProjectPaths
 from tests.conftest import run_cli
+from tests.engine.inprocess import InProcessRunner
 from tests.engine.modes_support import (
     answer_when_open,
     drive,
@@ -25,8 +30,6 @@ from tests.engine.modes_support import (
     write_profile,
 )
 from tests.engine.support import create, events, of_type, start_engine, until
-
-pytestmark = pytest.mark.bwrap
 
 OK = {"summary": "done", "evidence": ["checked"]}
 
@@ -65,6 +68,7 @@ def states(run: Any) -> dict[str, str]:
     return {t.id: t.state for t in run.tasks.values()}
 
 
+@pytest.mark.bwrap
 def test_example_graph_runs_parallel_branches_and_a_backward_rework(project: Path) -> None:
     result = run_cli("run", "Add a greeting", "--mode", "graph", "--graph", "build", cwd=project)
     assert result.code == 0, result.err + result.out
@@ -102,7 +106,7 @@ def test_join_waits_for_activated_predecessors_only(project: Path) -> None:
     edges = [edge("split", "left"), edge("split", "right"), edge("split", "fix", "fail"),
              edge("left", "join"), edge("right", "join"), edge("fix", "join")]
     paths = graph_project(project, nodes, edges, roles)
-    run = drive(paths, create(paths, "split and join", "graph"))
+    run = drive(paths, create(paths, "split and join", "graph"), runner=InProcessRunner())
     assert run.status == "done", run.status_reason
     assert list(run.tasks) == ["split", "left", "right", "join"]  # fix never activated; join ran once
     log = events(paths, run.id)
@@ -125,7 +129,7 @@ def test_a_delivery_to_a_running_node_is_held_until_its_run_ends(project: Path) 
     edges = [edge("a", "b"), edge("a", "c"), edge("c", "a", "fail", kind="backward"),
              edge("b", "d"), edge("c", "d")]
     paths = graph_project(project, nodes, edges, roles)
-    run = drive(paths, create(paths, "overlap", "graph"))
+    run = drive(paths, create(paths, "overlap", "graph"), runner=InProcessRunner())
     assert run.status == "done", run.status_reason
     assert sorted(run.tasks) == ["a", "a.2", "b", "b.2", "c", "c.2", "d"]
     assert run.tasks["d"].attempts == 1  # the join ran once, after the second pass
@@ -146,7 +150,7 @@ def test_fail_reason_takes_its_edge_else_the_fallback(project: Path) -> None:
              edge("review", "plan", "fail", fail_reason="input_underspecified", kind="backward"),
              edge("review", "build", "fail", kind="backward")]
     paths = graph_project(project, nodes, edges, roles, limits={"max_auto_retries": 3})
-    run = drive(paths, create(paths, "route failures", "graph"))
+    run = drive(paths, create(paths, "route failures", "graph"), runner=InProcessRunner())
     assert run.status == "done", run.status_reason
     assert list(run.tasks) == ["plan", "build", "review", "plan.2", "build.2", "review.2", "build.3", "review.3"]
     routes = [e["edge"] for e in of_type(events(paths, run.id), "node.failed")]
@@ -165,7 +169,7 @@ def test_backward_rework_is_bounded_by_the_retry_ledger(project: Path) -> None:
     edges = [edge("build", "review"), edge("review", "build", "fail", kind="backward")]
     paths = graph_project(project, nodes, edges, roles, limits={"max_auto_retries": 1})
     run_id = create(paths, "never good enough", "graph")
-    run = drive(paths, run_id, answer_when_open("retry_escalation", "cancel"))
+    run = drive(paths, run_id, answer_when_open("retry_escalation", "cancel"), runner=InProcessRunner())
     assert run.status == "failed" and "build.3 cancelled" in str(run.status_reason)
     assert list(run.tasks) == ["build", "review", "build.2", "review.2", "build.3"]
     assert run.tasks["build.3"].attempts == 0  # escalated before it ran
@@ -179,7 +183,7 @@ def test_a_forward_fail_edge_routes_to_a_later_node(project: Path) -> None:
     roles = {r: {"profile": "worker", "writes": []} for r in ("builder", "ops")}
     nodes = [node("build", "builder"), node("deploy", "ops"), node("rollback", "ops")]
     paths = graph_project(project, nodes, [edge("build", "deploy"), edge("deploy", "rollback", "fail")], roles)
-    run = drive(paths, create(paths, "ship", "graph"))
+    run = drive(paths, create(paths, "ship", "graph"), runner=InProcessRunner())
     assert run.status == "done", run.status_reason
     assert list(run.tasks) == ["build", "deploy", "rollback"]
     assert not of_type(events(paths, run.id), "retry")  # a forward route is no retry
@@ -194,7 +198,7 @@ def test_a_node_question_waits_for_the_human_answer(project: Path) -> None:
         rule(marker("docs"), {"summary": "need a decision", "question": "English or French?"}),
     ])
     paths = graph_project(project, [node("docs", "writer")], [], {"writer": {"profile": "worker", "writes": []}})
-    run = drive(paths, create(paths, "document", "graph"), answer_when_open("question", "French"))
+    run = drive(paths, create(paths, "document", "graph"), answer_when_open("question", "French"), runner=InProcessRunner())
     assert run.status == "done" and run.result is not None
     assert run.result.summary == "written in French" and run.tasks["docs"].attempts == 2
 
@@ -217,7 +221,7 @@ def test_a_failure_with_no_edge_blocks_the_node_until_the_human_decides(project:
         (cp,) = engine.run.open_checkpoints()
         engine.apply_command({"action": "answer", "checkpoint": cp.id, "text": "retry space freed"})
 
-    run = drive(paths, run_id, human)
+    run = drive(paths, run_id, human, runner=InProcessRunner())
     assert seen == {"task": "blocked", "status": "waiting_user"}
     assert run.status == "done", run.status_reason
     assert list(run.tasks) == ["build", "deploy"] and run.tasks["deploy"].attempts == 2
@@ -229,7 +233,7 @@ def test_a_blocked_node_cancelled_fails_the_run(project: Path) -> None:
     write_profile("worker", [rule(marker("deploy"), failed(None)), rule("[agentbox:node node=", OK)])
     roles = {r: {"profile": "worker", "writes": []} for r in ("builder", "ops")}
     paths = graph_project(project, [node("build", "builder"), node("deploy", "ops")], [edge("build", "deploy")], roles)
-    run = drive(paths, create(paths, "ship", "graph"), answer_when_open("retry_escalation", "cancel"))
+    run = drive(paths, create(paths, "ship", "graph"), answer_when_open("retry_escalation", "cancel"), runner=InProcessRunner())
     assert run.status == "failed" and states(run) == {"build": "approved", "deploy": "cancelled"}
 
 
@@ -246,11 +250,12 @@ def test_a_tiny_run_budget_breaks_the_circuit(project: Path) -> None:
         seen.append(states(engine.run))
         engine.apply_command({"action": "cancel_run", "note": "enough"})
 
-    run = drive(paths, run_id, human)
+    run = drive(paths, run_id, human, runner=InProcessRunner())
     assert seen == [{"one": "approved", "two": "queued"}]  # two was never dispatched
     assert run.status == "cancelled"
 
 
+@pytest.mark.bwrap
 def test_kill_9_mid_graph_then_resume_loses_and_repeats_no_node(project: Path) -> None:
     write_profile("slow", [
         rule(marker("review", 1), failed("impl_bug"), delay=0.3),

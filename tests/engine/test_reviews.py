@@ -1,4 +1,9 @@
-"""Reviews and protected paths in real runs: scripted agents under bwrap, the real engine."""
+"""Reviews and protected paths in real runs: the real engine, its turns played by the scripted agents.
+
+The review policies (two reviewers, disagreements, plans asking for reviews) run their turns
+in-process (tests/engine/inprocess.py); what needs a worktree's real diff or a sandbox's
+refusal runs scripted agents under bwrap.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import pytest
 from agentbox.core.engine.models import Task
 from agentbox.core.paths import ProjectPaths
 from tests.conftest import run_cli
+from tests.engine.inprocess import InProcessRunner
 from tests.engine.support import (
     REVIEW_RE,
     answering,
@@ -28,15 +34,13 @@ from tests.engine.support import (
     write_profile,
 )
 
-pytestmark = pytest.mark.bwrap
-
 
 async def test_a_plan_task_writing_a_protected_path_is_refused_at_plan_time(project: Path) -> None:
     bad = [task("t1", "builder", writes=["src/**"])]
     paths = setup_crew(project, lead=[plan_rule(bad, times=1)], tasks=[task("t1", "builder")],
                        protected=["src/contracts/**"])
     run_id = create(paths)
-    run = await drive(paths, run_id)
+    run = await drive(paths, run_id, runner=InProcessRunner())
     assert run.status == "done", run.status_reason
     log = assert_log_consistent(paths, run_id)
     (invalid,) = of_type(log, "reply.invalid")
@@ -85,7 +89,7 @@ def review_prompts(paths: ProjectPaths, task_: Task, role: str) -> list[str]:
 async def test_two_reviewers_who_both_approve_approve_in_separate_sessions(project: Path) -> None:
     paths = two_reviewers(project, [], [])
     run_id = create(paths)
-    run = await drive(paths, run_id)
+    run = await drive(paths, run_id, runner=InProcessRunner())
     assert run.status == "done", run.status_reason
     t1 = run.tasks["t1"]
     assert t1.state == "approved" and t1.panel is not None and t1.panel.outcome == "approve"
@@ -104,7 +108,7 @@ async def test_agreeing_rejections_send_back_the_union_and_neither_sees_the_othe
     paths = two_reviewers(project, [review(reply([("b1", "major"), ("b2", "major")]), times=1)],
                           [review(reply([("b1", "major")]), times=1)])
     run_id = create(paths)
-    run = await drive(paths, run_id)
+    run = await drive(paths, run_id, runner=InProcessRunner())
     assert run.status == "done", run.status_reason
     t1 = run.tasks["t1"]
     combined = next(v for v in t1.verdicts if v.by == "reviewer + critic")
@@ -123,7 +127,8 @@ async def test_disagreeing_reviews_ask_a_person_who_sends_back_both(project: Pat
     paths = two_reviewers(project, [review(reply([("b1", "major")]), times=1)],
                           [review(reply([("b3", "major")]), times=1)])
     run_id = create(paths)
-    run = await drive(paths, run_id, answering(("review_disagreement", "rework and mind the tests")))
+    run = await drive(paths, run_id, answering(("review_disagreement", "rework and mind the tests")),
+                    runner=InProcessRunner())
     assert run.status == "done", run.status_reason
     t1 = run.tasks["t1"]
     (cp,) = [c for c in run.checkpoints.values() if c.kind == "review_disagreement"]
@@ -136,7 +141,8 @@ async def test_disagreeing_reviews_ask_a_person_who_sends_back_both(project: Pat
 async def test_a_blocker_only_one_review_raised_asks_a_person(project: Path) -> None:
     paths = two_reviewers(project, [], [review(reply([("b9", "blocker")]), times=1)])
     run_id = create(paths)
-    run = await drive(paths, run_id, answering(("review_disagreement", "approve: I ran it myself")))
+    run = await drive(paths, run_id, answering(("review_disagreement", "approve: I ran it myself")),
+                    runner=InProcessRunner())
     assert run.status == "done", run.status_reason
     t1 = run.tasks["t1"]
     assert t1.panel is not None and t1.panel.outcome == "checkpoint" and "blocker b9[a1]" in str(t1.panel.reason)
@@ -146,7 +152,8 @@ async def test_a_blocker_only_one_review_raised_asks_a_person(project: Path) -> 
 async def test_an_empty_verdict_asks_a_person(project: Path) -> None:
     paths = two_reviewers(project, [], [review("Looks fine to me.", times=1)])
     run_id = create(paths)
-    run = await drive(paths, run_id, answering(("review_disagreement", "cancel")))
+    run = await drive(paths, run_id, answering(("review_disagreement", "cancel")),
+                    runner=InProcessRunner())
     assert run.status == "failed" and run.tasks["t1"].state == "cancelled"
     t1 = run.tasks["t1"]
     invalid = t1.panel.verdicts["critic"] if t1.panel else None
@@ -161,7 +168,7 @@ async def test_a_plan_asks_for_two_reviews_of_one_task(project: Path) -> None:
     paths = setup_crew(project, lead=[review(reply())], tasks=[double, task("t2", "builder", deps=["t1"])],
                        roles=roles, sequential={"steps": ["builder"]})
     run_id = create(paths)
-    run = await drive(paths, run_id)
+    run = await drive(paths, run_id, runner=InProcessRunner())
     assert run.status == "done", run.status_reason
     t1, t2 = run.tasks["t1"], run.tasks["t2"]
     assert t1.review == "double" and t1.panel is not None and t1.panel.reviewers == ["reviewer", "lead"]
@@ -175,7 +182,7 @@ async def test_a_double_review_with_one_reviewer_is_refused_at_plan_time(project
     paths = setup_crew(project, lead=[plan_rule([double], times=1), review(reply())], tasks=[task("t1", "builder")],
                        roles=roles, sequential={"steps": ["builder"]}, hierarchical={"reviewer": None})
     run_id = create(paths)
-    run = await drive(paths, run_id)
+    run = await drive(paths, run_id, runner=InProcessRunner())
     assert run.status == "done", run.status_reason
     (invalid,) = of_type(assert_log_consistent(paths, run_id), "reply.invalid")
     assert "task t1: review: double needs two reviewers" in invalid["why"]
@@ -189,6 +196,7 @@ def git(root: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
 
 
+@pytest.mark.bwrap
 async def test_both_reviewers_of_a_worktree_task_review_its_real_diff(project: Path) -> None:
     (project / "src").mkdir()
     (project / "src" / "app.py").write_text("print('app')\n")
@@ -211,6 +219,7 @@ async def test_both_reviewers_of_a_worktree_task_review_its_real_diff(project: P
         assert len(prompts) == 2 and all("## The task's changes" in p and "+VALUE = 1" in p for p in prompts), role
 
 
+@pytest.mark.bwrap
 async def test_a_worktree_step_writing_src_cannot_change_a_protected_contract(project: Path) -> None:
     (project / "src" / "contracts").mkdir(parents=True)
     (project / "src" / "contracts" / "api.yaml").write_text("version: 1\n")
