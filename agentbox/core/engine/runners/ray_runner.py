@@ -230,8 +230,10 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> NodeDone:
             (scratch / "in.bundle").write_bytes(turn.bundle)
             work = scratch / "work"
             git(scratch, "clone", "-q", "--no-hardlinks", str(scratch / "in.bundle"), str(work))
+            # the node's clone is whole: the head's sparse layers (a shared base under the task's own
+            # dirs) name paths of the head's disk, which the node does not have
             agent = dataclasses.replace(agent, worktree=work, views=((work / ".git", agent.cwd / ".git"),),
-                                        view_hidden=())
+                                        view_hidden=(), base=None, over=())
         runner = LocalRunner(reading=_no_limit)
         with _environment({"AGENT_BOX_HOME": str(home_root), **secrets.env}):  # one task at a time per worker
             done = asyncio.run(runner.run(Turn(
