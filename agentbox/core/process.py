@@ -256,6 +256,17 @@ def classify_exit(code: int | None, sandboxed: bool) -> ErrorKind | None:
     return "nonzero_exit"
 
 
+def pid_alive(pid: int) -> bool:
+    """True while a process with this pid exists (one of another user's counts: it may not be signalled)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def start_time(pid: int) -> float | None:
     """When process `pid` started, in seconds since the epoch, as psutil's `create_time()` gives it
     (boot time + start ticks), read from /proc without importing psutil; None when it is gone."""

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentbox.core.errors import AgentboxError
+from agentbox.core.process import pid_alive
 
 if TYPE_CHECKING:
     from agentbox.core.agents.invoke import Agent
@@ -286,15 +287,6 @@ def sweep_left_behind() -> None:
             for entry in entries:
                 prefix = next((p for p in (NODE_TURN_DIR, NODE_HOME_DIR) if entry.name.startswith(p)), None)
                 pid = entry.name[len(prefix):].partition(".")[0] if prefix else ""
-                if pid.isdigit() and not _alive(int(pid)) and entry.is_dir(follow_symlinks=False):
+                if pid.isdigit() and not pid_alive(int(pid)) and entry.is_dir(follow_symlinks=False):
                     shutil.rmtree(entry.path, ignore_errors=True)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
