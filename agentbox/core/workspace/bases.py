@@ -40,7 +40,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from agentbox.core.process import pid_alive
 from agentbox.core.workspace.gitcmd import git
 from agentbox.core.workspace.layout import admin_dir, read_small, write_small
 
@@ -124,9 +123,19 @@ def _drop_leftovers(top: Path) -> None:
     for leftover in top.glob(f"{_TMP}*"):
         with contextlib.suppress(OSError, ValueError, IndexError):
             pid = int(leftover.name[len(_TMP):].split("-")[0])
-            if pid != os.getpid() and not pid_alive(pid):
+            if pid != os.getpid() and not _alive(pid):
                 shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink()
 
+
+def _alive(pid: int) -> bool:
+    """True while the process exists (this package uses nothing of agentbox's but its errors and ids)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def anchor(base: Path, relative: str) -> str:
