@@ -22,6 +22,8 @@ def runs(args: argparse.Namespace) -> int:
     if args.json:
         print_json([{"id": r.id, "status": "damaged", "error": r.error.message} if isinstance(r, runs_mod.DamagedRun)
                     else summarise(r, now).as_dict() for r in listed])
+    elif not listed:
+        print("this project has no runs yet: start one with `agentbox run GOAL`")
     else:
         rows = []
         for entry in listed:

@@ -74,3 +74,11 @@ def test_summary_of_cost_partial_usage_and_age() -> None:
     assert age_text(summary.age_s) == "2h" and age_text(59) == "59s" and age_text(3 * 86400) == "3d"
     run.git = run.git.model_copy(update={"delivered_into": "release"})  # type: ignore[union-attr]
     assert summarise(run, now=1000.0).merged_into == "release"
+
+
+def test_a_project_without_runs_says_so_and_its_json_is_an_empty_list(project: Path) -> None:
+    listed = run_cli("runs", cwd=project)
+    assert (listed.code, listed.err) == (0, "")
+    assert listed.out.strip() == "this project has no runs yet: start one with `agentbox run GOAL`"
+    as_json = run_cli("runs", "--json", cwd=project)
+    assert (as_json.code, json.loads(as_json.out)) == (0, [])
