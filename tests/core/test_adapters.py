@@ -610,7 +610,7 @@ class TestHermesArgv:
         binds, env = self.a.homes(Path("/p/dot-hermes"), HOME)
         assert [(b.source, b.target) for b in binds] == [(Path("/p/dot-hermes"), HOME / ".hermes")]
         assert env == {"HERMES_HOME": str(HOME / ".hermes")}
-        assert HermesAdapter.env_defaults == {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        assert HermesAdapter.env_defaults == {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "HERMES_DISABLE_LAZY_INSTALLS": "1"}
 
     def test_interactive(self) -> None:
         assert self.a.interactive(req("hermes", native_id="s1", first_turn=False)).argv == [

@@ -188,6 +188,8 @@ def test_hermes_new_then_resume_by_session(make_profile, fake: FakeView, workdir
     # hermes' defaults (tirith scanner on, not installed): its stdout warning is not the answer
     for result in (r1, r2):
         assert "tirith" not in result["text"] and result["text"].startswith("echo: "), result["text"]
+        # no lazy pip install of an optional backend (edge-tts) from inside the read-only sandbox
+        assert not [d for d in result["network"]["denied"] if d["target"].startswith("pypi.org")], result["network"]
 
     _check_resumed_history(fake, "chat", first, second)
     _check_session(box, session, native)

@@ -81,7 +81,14 @@ class HermesAdapter(LineDisplay, Adapter):
 
     tool: ClassVar[str] = "hermes"
     executable_name: ClassVar[str] = "hermes"
-    env_defaults: ClassVar[dict[str, str]] = {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    env_defaults: ClassVar[dict[str, str]] = {
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        # hermes pip-installs optional backends into its own venv on first use (`edge-tts` for
+        # its TTS tool, at every start). The install is read-only in the sandbox, so each turn
+        # spent 5-8 s in pip and its retries (through the egress proxy: five refused CONNECTs to
+        # pypi.org with back-off) and never got the package. The sealed-venv switch turns it off.
+        "HERMES_DISABLE_LAZY_INSTALLS": "1",
+    }
     loaded_config: ClassVar[tuple[str, ...]] = (
         "config.yaml", ".env", "SOUL.md", "honcho.json", "mem0.json",
         "skills/", "optional-skills/", "skill-bundles/", "plugins/", "hooks/", "memories/", "hindsight/",
