@@ -3,8 +3,8 @@
 The CLI, the TUI and the MCP face read and change runs only through this module (the
 import-contract test holds them to it): the run store behind it stays private to core.
 What every face shows the same way is defined here once: how to answer a checkpoint
-(`checkpoint_view(...).answers`), what following a run reports (`follow`), whether a run
-has an engine (`engine_state`). Human commands come in as the typed models of
+(`checkpoint_view(...).answers`), how a run is followed (`RunFollower`, behind `follow` and
+`follow_sync`: every face follows through it), whether a run has an engine (`engine_state`). Human commands come in as the typed models of
 `engine.commands` and are checked once.
 """
 
