@@ -87,11 +87,13 @@ class Person:
     is never read. Answers go to the engine like any other terminal's (through its inbox).
     """
 
-    POLL_S = 0.25
-
     def __init__(self, project: ProjectPaths, run_id: str, *, interactive: bool, bell: bool = True) -> None:
         import threading
 
+        from agentbox.core.runs import FOLLOW_POLL_S
+
+        self.poll_s = FOLLOW_POLL_S
+        """How long one look waits (for the person's answer, or just for time to pass): the door's."""
         self.project = project
         self.run_id = run_id
         self.interactive = interactive
@@ -124,7 +126,7 @@ class Person:
         if ask is not None:
             ask()
         else:
-            self._stop.wait(self.POLL_S)
+            self._stop.wait(self.poll_s)
         return not self._stop.is_set()
 
     def _watch(self) -> None:
@@ -167,7 +169,7 @@ class Person:
         if self.prompted != cp.id:
             self.prompted = cp.id
             self._say(f"{cp.id} — {choices} (empty: later) > ")
-        ready, _, _ = select.select([sys.stdin], [], [], self.POLL_S)
+        ready, _, _ = select.select([sys.stdin], [], [], self.poll_s)
         if not ready:
             return
         line = sys.stdin.readline()

@@ -3,14 +3,16 @@
 The CLI, the TUI and the MCP face read and change runs only through this module (the
 import-contract test holds them to it): the run store behind it stays private to core.
 What every face shows the same way is defined here once: how to answer a checkpoint
-(`checkpoint_view(...).answers`), what following a run reports (`follow`), whether a run
-has an engine (`engine_state`). Human commands come in as the typed models of
+(`checkpoint_view(...).answers`), how a run is followed (`RunFollower`, behind `follow` and
+`follow_sync`: every face follows through it), whether a run has an engine (`engine_state`). Human commands come in as the typed models of
 `engine.commands` and are checked once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -19,6 +21,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentbox.core import store as store_mod
@@ -35,7 +38,7 @@ from agentbox.core.engine.records import ArtifactEntry, Event, as_artifact_entri
 from agentbox.core.engine.run_store import MANIFEST_FILE, RunStore, manifest_problem, new_run_id
 from agentbox.core.engine.run_store import DamagedRun as DamagedRun
 from agentbox.core.engine.run_store import DamagedRunError as DamagedRunError
-from agentbox.core.errors import NotFoundError, UsageError
+from agentbox.core.errors import AgentboxError, NotFoundError, UsageError
 from agentbox.core.ids import check_id
 from agentbox.core.paths import ProjectPaths
 
@@ -474,6 +477,11 @@ def tail_events(project: ProjectPaths, run_id: str, limit: int, chunk: int = 1 <
     return as_events(records), complete_end
 
 
+def recent_events(project: ProjectPaths, run_id: str, limit: int) -> list[EventRecord]:
+    """The last `limit` records of a run's decision log: a look at it, not a follow (`RunFollower` follows)."""
+    return tail_events(project, run_id, limit)[0]
+
+
 def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int = 0,
                 limit: int = 500) -> tuple[list[EventRecord], int]:
     """The last `limit` decision-log records about one task from byte `offset`, and the next offset.
@@ -509,9 +517,66 @@ def read_manifest(project: ProjectPaths, run_id: str, offset: int = 0) -> tuple[
 
 # ----------------------------------------------------------------------------- following a run
 FOLLOW_POLL_S = 0.25
-"""How often a followed run is looked at."""
+"""How often a followed run is looked at (by a face that looks rather than being told of changes)."""
 FOLLOW_ENGINE_GRACE_S = 5.0
 """How long a followed run may show no engine (one just detached is still starting) before following gives up."""
+FOLLOW_TAIL = 200
+"""Records of the decision log a follower opening at the log's end ("tail") reads first."""
+
+FollowPart = Literal["run", "events", "manifest"]
+"""What one look at a followed run reads: its state, its decision log, its artifact manifest."""
+EventsFrom = Literal["new", "all", "tail", "none"]
+"""Where a follower starts reading the decision log: where it ends now, its start, its last records, not at all."""
+_FIELDS: dict[str, tuple[str, ...]] = {"run": ("stamp", "digest"), "events": ("events",), "manifest": ("manifest",)}
+_serials = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class FollowPosition:
+    """Where a follower stands in one run: how far its log and manifest were read, which state it last saw."""
+
+    events: int | None = None
+    """Byte offset the decision log is read from next (None: not read yet)."""
+    manifest: int | None = None
+    """Byte offset the artifact manifest is read from next (None: not read yet)."""
+    stamp: tuple[int, ...] | None = None
+    """The state files' stat when the state was last read (unchanged: the state is not read again)."""
+    digest: bytes | None = None
+    """What the state last read hashed to, its save time left out (None: not read yet)."""
+
+
+@dataclass(frozen=True)
+class RunLook:
+    """What one look at a followed run read, from where (`since`) to where (`at`).
+
+    A look only reads: it changes nothing of its follower, so a face may take it in a thread
+    and hand it back to the thread that owns the follower (`RunFollower.take`).
+    """
+
+    run_id: str
+    parts: tuple[FollowPart, ...]
+    since: FollowPosition
+    at: FollowPosition
+    run: Run | None = None
+    """The run, when its state was read and differs by more than its save time."""
+    events: tuple[EventRecord, ...] = ()
+    """Decision-log records read (oldest first)."""
+    manifest: tuple[ManifestEntry, ...] = ()
+    """Well-formed artifact manifest entries read."""
+    failure: AgentboxError | None = None
+    """Why a part could not be read (the parts after it were not read either)."""
+    source: int = 0
+    """The follower the look was made by."""
+
+    @property
+    def opening_events(self) -> bool:
+        """The log was read for the first time (its records open the view rather than add to it)."""
+        return self.since.events is None
+
+    @property
+    def opening_manifest(self) -> bool:
+        """The manifest was read for the first time."""
+        return self.since.manifest is None
 
 
 @dataclass(frozen=True)
@@ -524,6 +589,8 @@ class RunUpdate:
     """Decision-log records appended since the last update, oldest first."""
     changed: bool = False
     """The run's state changed since the last update (the first update always counts as changed)."""
+    manifest: tuple[ManifestEntry, ...] = ()
+    """Artifact manifest entries added since the last update (a follower made with `manifest=True`)."""
 
     @property
     def open_checkpoints(self) -> list[Checkpoint]:
@@ -537,69 +604,135 @@ class RunUpdate:
 
 
 class RunFollower:
-    """Where a face is in following one run: how far its decision log was read, which state was seen.
+    """Where a face is in following one run: how far its log and manifest were read, which state was seen.
 
-    `events`: "new" reads the log from where it ends now, "all" from its start, "none" not at
-    all. `poll()` gives what is new, re-reading the run only when its files changed (a stat of
-    them; a save that changed only the save time is not parsed again). The dashboard, which
-    learns of changes from the file watcher rather than by looking, reads with the same
-    `read_run_if_changed` and `read_events`.
+    Every face follows a run through one of these, so log offsets, change detection and what
+    a first read shows are written once. A face that looks at the run now and then calls
+    `poll()` (the CLI's person, MCP's `follow`, through `follow`/`follow_sync`). The dashboard,
+    told of changes by the file watcher, asks a `reader` for the parts that changed on its UI
+    thread, runs it in a thread, and `take`s the look back on the UI thread: the follower's
+    state is only ever changed by the thread that owns it.
+
+    `events`: "new" reads the log from where it ends now, "all" from its start, "tail" its last
+    `tail` records first (a big log opens at its end), "none" not at all. `task`: only the
+    log's records about that task (the last `tail` of them first). `manifest`: `poll()` reads
+    the artifact manifest too. `at`: where to start (a position saved from an earlier look).
     """
 
-    def __init__(self, project: ProjectPaths, run_id: str, *, events: Literal["new", "all", "none"] = "new") -> None:
+    def __init__(self, project: ProjectPaths, run_id: str, *, events: EventsFrom = "new", tail: int = FOLLOW_TAIL,
+                 task: str | None = None, manifest: bool = False, at: FollowPosition | None = None) -> None:
         self.project = project
         self.run_id = run_id
         self._store = RunStore(project)
-        self._events = events
-        self.offset: int | None = None
-        """Byte offset the decision log is read from next (None: not read yet)."""
+        self._events: EventsFrom = events
+        self._tail = tail
+        self._task = task
+        self._serial = next(_serials)
+        self.parts: tuple[FollowPart, ...] = ("events", "manifest", "run") if manifest else ("events", "run")
+        """What `poll()` reads."""
+        self.position = at or FollowPosition()
+        """Where the follower stands (changed only by `take`)."""
         self.run: Run | None = None
         """The run as last read."""
-        self._stamp: tuple[int, ...] | None = None
-        self._digest: bytes | None = None
 
-    def read_events(self) -> list[EventRecord]:
-        """Decision-log records appended since the last read."""
-        if self._events == "none":
-            return []
-        if self.offset is None:
-            log = self._store.events_path(self.run_id)
-            self.offset = 0 if self._events == "all" or not log.exists() else log.stat().st_size
-        records, self.offset = self._store.events(self.run_id, self.offset)
-        return records
+    @property
+    def offset(self) -> int | None:
+        """Byte offset the decision log is read from next (None: not read yet)."""
+        return self.position.events
 
-    def read_run(self) -> Run | None:
-        """The run when its state changed since the last read (the first read always), else None.
+    @property
+    def manifest_offset(self) -> int | None:
+        """Byte offset the artifact manifest is read from next (None: not read yet)."""
+        return self.position.manifest
 
-        Its files are looked at first (a stat); when they changed, the state is read and parsed
-        only if it differs by more than its save time (as the dashboard reads a run).
-        """
-        stamp = self._store.state_stamp(self.run_id)
-        if self.run is not None and stamp == self._stamp:
-            return None
-        run, digest = read_run_if_changed(self.project, self.run_id, self._digest)
-        self._stamp, self._digest = stamp, digest
-        if run is not None:
-            self.run = run
-        return run
+    def reader(self, *parts: FollowPart) -> Callable[[], RunLook]:
+        """A look at `parts` from where the follower stands now, to be run on any thread."""
+        since = self.position
+        return partial(self._look, since, parts)
+
+    def take(self, look: RunLook) -> bool:
+        """Move to where `look` ended; False (nothing moves) when it is another follower's, or was
+        made from a position this follower has left (a look overtaken by another: its records are
+        shown already)."""
+        if look.source != self._serial:
+            return False
+        fields = [name for part in look.parts for name in _FIELDS[part]]
+        if any(getattr(look.since, name) != getattr(self.position, name) for name in fields):
+            return False
+        self.position = dataclasses.replace(self.position, **{name: getattr(look.at, name) for name in fields})
+        if look.run is not None:
+            self.run = look.run
+        return True
 
     def poll(self) -> RunUpdate:
-        """What is new: the log's new records, then the run (re-read only when it changed)."""
-        events = self.read_events()
-        changed = self.read_run()
+        """What is new: the log's new records (and manifest entries), then the run (re-read only when it changed)."""
+        look = self.reader(*self.parts)()
+        if look.failure is not None:
+            raise look.failure
+        self.take(look)
         assert self.run is not None
-        return RunUpdate(self.run, tuple(events), changed is not None)
+        return RunUpdate(self.run, look.events, look.run is not None, look.manifest)
+
+    # ------------------------------------------------------------------ one look (any thread)
+    def _look(self, since: FollowPosition, parts: tuple[FollowPart, ...]) -> RunLook:
+        at, run, failure = since, None, None
+        events: tuple[EventRecord, ...] = ()
+        entries: tuple[ManifestEntry, ...] = ()
+        try:
+            for part in parts:
+                if part == "events":
+                    found, offset = self._read_events(at.events)
+                    events = tuple(found)
+                    at = dataclasses.replace(at, events=offset)
+                elif part == "manifest":
+                    found_entries, offset = read_manifest(self.project, self.run_id, at.manifest or 0)
+                    entries = tuple(found_entries)
+                    at = dataclasses.replace(at, manifest=offset)
+                else:
+                    run, stamp, digest = self._read_run(at)
+                    at = dataclasses.replace(at, stamp=stamp, digest=digest)
+        except AgentboxError as exc:  # a damaged log or manifest opens empty, is read from where it was
+            failure = exc
+            at = dataclasses.replace(at, events=0 if at.events is None and "events" in parts and
+                                     self._events != "none" else at.events,
+                                     manifest=0 if at.manifest is None and "manifest" in parts else at.manifest)
+        return RunLook(self.run_id, parts, since, at, run, events, entries, failure, self._serial)
+
+    def _read_events(self, offset: int | None) -> tuple[list[EventRecord], int | None]:
+        if self._events == "none":
+            return [], offset
+        if offset is None and self._task is None and self._events == "tail":
+            return tail_events(self.project, self.run_id, self._tail)
+        if offset is None:
+            log = self._store.events_path(self.run_id)
+            offset = 0 if self._events != "new" or not log.exists() else log.stat().st_size
+        if self._task is not None:
+            return task_events(self.project, self.run_id, self._task, offset, self._tail)
+        return self._store.events(self.run_id, offset)
+
+    def _read_run(self, at: FollowPosition) -> tuple[Run | None, tuple[int, ...] | None, bytes | None]:
+        """The run when its state changed since `at` (the first read always), with its stamp and digest.
+
+        Its files are looked at first (a stat); when they changed, the state is read and parsed
+        only if it differs by more than its save time.
+        """
+        try:
+            stamp: tuple[int, ...] | None = self._store.state_stamp(self.run_id)
+        except OSError:  # the run's directory went: the read says so
+            stamp = None
+        if stamp is not None and at.digest is not None and stamp == at.stamp:
+            return None, stamp, at.digest
+        run, digest = read_run_if_changed(self.project, self.run_id, at.digest)
+        return run, stamp, digest
 
 
 def follow_sync(project: ProjectPaths, run_id: str, wait: Callable[[], bool], *,
-                events: Literal["new", "all", "none"] = "new") -> Iterator[RunUpdate]:
+                events: EventsFrom = "new") -> Iterator[RunUpdate]:
     """Follow a run from a thread: an update at every look, then `wait()` (False: stop following).
 
     A look that cannot read the run (caught mid-save, briefly unreadable) is skipped: the
     next one reads it again.
     """
-    from agentbox.core.errors import AgentboxError
-
     follower = RunFollower(project, run_id, events=events)
     while True:
         try:

@@ -35,10 +35,6 @@ from agentbox.mcp import views
 
 PROGRESS_EVERY_S = 1.0
 """How often a running turn reports that it is still working."""
-FOLLOW_POLL_S = 0.25
-"""How often a followed run's log is read."""
-ENGINE_GRACE_S = 5.0
-"""How long a followed run may show no engine (one just detached is still starting) before the wait ends."""
 MAX_WAIT_S = 3600.0
 MAX_TEXT = 256 * 1024
 """Longest prompt, goal, answer or note accepted (a prompt is read into a model's context anyway)."""
@@ -88,8 +84,7 @@ async def follow(project: ProjectPaths, run_id: str, wait_s: float, ctx: Context
     """Report a run's new decisions as progress until it ends, needs a person, or `wait_s`
     passes; the run as it then stands."""
     reported = 0
-    async for update in runs.follow(project, run_id, wait_s, from_start=from_start, poll_s=FOLLOW_POLL_S,
-                                    grace_s=ENGINE_GRACE_S, sleep=anyio.sleep):
+    async for update in runs.follow(project, run_id, wait_s, from_start=from_start, sleep=anyio.sleep):
         for record in update.events:
             reported += 1
             await ctx.report_progress(reported, None, f"{record.get('type')}: {record.get('what')}"[:300])

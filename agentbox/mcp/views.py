@@ -144,7 +144,7 @@ def checkpoint_run(project: ProjectPaths, checkpoint_id: str, run_id: str | None
 
 def events(project: ProjectPaths, run_id: str) -> str:
     """The latest records of a run's decision log, one JSON object a line."""
-    records, _ = runs.tail_events(project, runs.resolve_id(project, run_id), EVENTS_LIMIT)
+    records = runs.recent_events(project, runs.resolve_id(project, run_id), EVENTS_LIMIT)
     return "".join(json.dumps(record, ensure_ascii=False, default=str) + "\n" for record in records)
 
 

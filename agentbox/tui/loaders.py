@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from textual.message import Message
 
 from agentbox.core import runs, store
 from agentbox.core.agents.sessions import SessionRecord, SessionStore
@@ -23,6 +26,8 @@ from agentbox.tui.model import CrewInfo, RoleInfo
 
 EVENTS_SHOWN = 200
 """Records of the decision log shown when a run is opened (the log is then followed)."""
+TASK_EVENTS_SHOWN = 500
+"""Most decision-log records about one task read at a time (and kept on its screen)."""
 PREVIEW_BYTES = 256 * 1024
 """Most bytes of a file shown in a preview."""
 DIFF_SHOWN_BYTES = 256 * 1024
@@ -31,13 +36,28 @@ STAT_BYTES = 64 * 1024
 """Most bytes of a run's stat read (git writes the patch too: this bounds it)."""
 
 
-def load_run(project: ProjectPaths, run_id: str, last_digest: bytes | None = None) -> msg.RunLoaded:
-    """run.json of `run_id`, unless only its save time changed since `last_digest`."""
-    try:
-        run, digest = runs.read_run_if_changed(project, run_id, last_digest)
-    except AgentboxError as exc:
-        return msg.RunLoaded(run_id, None, exc.message)
-    return msg.RunLoaded(run_id, run, unchanged=run is None, digest=digest)
+def follow_read(reader: Callable[[], runs.RunLook], task_id: str | None = None) -> Message:
+    """One look of a screen's follower (`runs.RunFollower.reader`), as the message of the part it read.
+
+    The screen's handler gives the look back to its follower (`take`), which moves on, or
+    drops a look made from a position it has left.
+    """
+    return as_message(reader(), task_id)
+
+
+def as_message(look: runs.RunLook, task_id: str | None = None) -> Message:
+    """A look at one part of a run as that part's message (a damaged log or manifest reads as empty)."""
+    part = look.parts[0]
+    if task_id is not None:
+        return msg.TaskEventsLoaded(task_id, list(look.events), look.at.events or 0, look=look)
+    if part == "events":
+        return msg.EventsRead(look.run_id, list(look.events), look.at.events or 0, look.opening_events, look=look)
+    if part == "manifest":
+        return msg.ManifestRead(look.run_id, list(look.manifest), look.at.manifest or 0, look.opening_manifest,
+                                look=look)
+    if look.failure is not None:
+        return msg.RunLoaded(look.run_id, None, look.failure.message, look=look)
+    return msg.RunLoaded(look.run_id, look.run, unchanged=look.run is None, look=look)
 
 
 def list_runs(project: ProjectPaths) -> msg.RunsListed:
@@ -111,38 +131,36 @@ def session_turns_by_id(project: ProjectPaths, session_id: str) -> msg.TurnsLoad
 
 def tail_events(project: ProjectPaths, run_id: str, limit: int = EVENTS_SHOWN) -> msg.EventsRead:
     """The end of a run's decision log, and where to follow it from (nothing when the log is damaged)."""
-    try:
-        records, offset = runs.tail_events(project, run_id, limit)
-    except AgentboxError:  # not a regular file: the run's status line says it is damaged
-        records, offset = [], 0
-    return msg.EventsRead(run_id, records, offset, initial=True)
+    return msg_of(runs.RunFollower(project, run_id, events="tail", tail=limit).reader("events"), msg.EventsRead)
 
 
 def read_events(project: ProjectPaths, run_id: str, offset: int) -> msg.EventsRead:
     """Decision-log records appended since `offset`."""
-    try:
-        records, offset = runs.read_events(project, run_id, offset)
-    except AgentboxError:
-        records = []
-    return msg.EventsRead(run_id, records, offset)
+    at = runs.FollowPosition(events=offset)
+    return msg_of(runs.RunFollower(project, run_id, at=at).reader("events"), msg.EventsRead)
 
 
 def read_manifest(project: ProjectPaths, run_id: str, offset: int, initial: bool) -> msg.ManifestRead:
     """Well-formed artifact manifest entries since `offset` (malformed lines are skipped)."""
-    try:
-        entries, offset = runs.read_manifest(project, run_id, offset)
-    except AgentboxError:
-        entries = []
-    return msg.ManifestRead(run_id, entries, offset, initial)
+    at = runs.FollowPosition(manifest=None if initial else offset)
+    return msg_of(runs.RunFollower(project, run_id, at=at).reader("manifest"), msg.ManifestRead)
 
 
 def task_events(project: ProjectPaths, run_id: str, task_id: str, offset: int) -> msg.TaskEventsLoaded:
-    """The decision-log records about one task."""
-    try:
-        records, next_offset = runs.task_events(project, run_id, task_id, offset)
-    except AgentboxError:
-        records, next_offset = [], offset
-    return msg.TaskEventsLoaded(task_id, records, next_offset)
+    """The decision-log records about one task from `offset` (the last TASK_EVENTS_SHOWN of them)."""
+    follower = runs.RunFollower(project, run_id, events="all", task=task_id, tail=TASK_EVENTS_SHOWN,
+                                at=runs.FollowPosition(events=offset))
+    return msg_of(follower.reader("events"), msg.TaskEventsLoaded, task_id)
+
+
+M = TypeVar("M", bound=Message)
+
+
+def msg_of(reader: Callable[[], runs.RunLook], kind: type[M], task_id: str | None = None) -> M:
+    """A one-off look through a follower of its own, as the message `kind`."""
+    message = follow_read(reader, task_id)
+    assert isinstance(message, kind)
+    return message
 
 
 def read_text(path: str, root: Path | None = None) -> msg.TextLoaded:

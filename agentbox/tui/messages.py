@@ -21,6 +21,7 @@ from agentbox.tui.model import CrewInfo
 
 if TYPE_CHECKING:  # highlighting (pygments) is loaded only once a diff is shown
     from agentbox.core.reports.monitor import ProcessSample
+    from agentbox.core.runs import RunLook
     from agentbox.tui.diffs import RenderedFile
 
 
@@ -40,8 +41,8 @@ class RunLoaded(Message):
     error: str | None = None
     unchanged: bool = False
     """Nothing but the save time differs from the run already shown (`run` is then None)."""
-    digest: bytes | None = None
-    """What to compare the next read with."""
+    look: RunLook | None = None
+    """The follower's look it came from (the screen's follower takes it back, or drops it as stale)."""
 
 
 @dataclass
@@ -94,6 +95,8 @@ class EventsRead(Message):
     records: list[Event]
     offset: int
     initial: bool = False
+    look: RunLook | None = None
+    """The follower's look it came from."""
 
 
 @dataclass
@@ -104,6 +107,8 @@ class ManifestRead(Message):
     entries: list[ArtifactEntry]
     offset: int
     initial: bool = False
+    look: RunLook | None = None
+    """The follower's look it came from."""
 
 
 @dataclass
@@ -205,6 +210,8 @@ class TaskEventsLoaded(Message):
     """The records after the offset the read started at."""
     offset: int = 0
     """Where the next read starts."""
+    look: RunLook | None = None
+    """The follower's look it came from."""
 
 
 @dataclass

@@ -5,6 +5,12 @@ Data flow: one long-lived worker follows `.agent-box/` with the core watcher and
 thread worker (at most one in flight per kind, a request meanwhile means one more run)
 and posts what it read; the handlers store it in the reactive snapshots below, which the
 widgets are bound to.
+
+The shown run is followed through the door's follower (`runs.RunFollower`, as the CLI and
+MCP follow one): the watcher's facts say which parts to look at, a look is made on the UI
+thread from where the follower stands and read in a thread, and its handler gives it back
+to the follower (`take`), which moves on or drops a look that another has overtaken. The
+log opens at its end ("tail").
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ POLL_S = 1.0
 READ_ORDER = ("events", "manifest", "sessions", "crew", "runs", "summaries", "sample", "run")
 """Reads sharing a thread run in this order: the cheap ones first, the run's parse (the
 biggest: 5,000 tasks take ~0.1 s) last."""
+FOLLOWED: dict[str, runs.FollowPart] = {"events": "events", "manifest": "manifest", "run": "run"}
+"""The reads that look at the shown run, each a part of its follower's look."""
 
 
 class DashboardScreen(RunActions, Screen[None]):
@@ -87,8 +95,8 @@ class DashboardScreen(RunActions, Screen[None]):
         self.sample_interval_s = sample_interval_s
         self._wanted_run = run_id
         self._loads = loaders.Coalescer()
-        self._events_offset: int | None = None
-        self._manifest_offset: int | None = None
+        self._follower: runs.RunFollower | None = None
+        """Where the dashboard is in following the shown run (changed only on the UI thread)."""
         self._dirty_sessions: set[str] = set()
         self._sessions_complete = False
         self._alerted: set[tuple[str, str]] = set()
@@ -97,7 +105,16 @@ class DashboardScreen(RunActions, Screen[None]):
         self._monitor = ProcessMonitor()
         self._listed_once = False
         self._possible_actions: frozenset[str] | None = None
-        self._run_digest: bytes | None = None
+
+    @property
+    def _events_offset(self) -> int | None:
+        """Where the shown run's log is read from next (None: its first read has not landed)."""
+        return self._follower.offset if self._follower is not None else None
+
+    @property
+    def _manifest_offset(self) -> int | None:
+        """Where the shown run's manifest is read from next (None: its first read has not landed)."""
+        return self._follower.manifest_offset if self._follower is not None else None
 
     def compose(self) -> ComposeResult:
         cls = DashboardScreen
@@ -180,7 +197,7 @@ class DashboardScreen(RunActions, Screen[None]):
 
     def _job(self, key: str) -> Callable[[], Message] | None:
         """The read for `key` with the current offsets, or None when there is nothing to read."""
-        project, run_id = self.project, self.run_id
+        project = self.project
         if key == "crew":
             return partial(loaders.load_crew, project)
         if key == "runs":
@@ -196,18 +213,8 @@ class DashboardScreen(RunActions, Screen[None]):
         if key == "sample":
             pids = agent_pids(self.run, self.sessions.values())
             return partial(self._sample_now, pids) if pids or self.samples else None
-        if run_id is None:
-            return None
-        if key == "run":
-            return partial(loaders.load_run, project, run_id, self._run_digest)
-        if key == "events":
-            offset = self._events_offset
-            return partial(loaders.tail_events, project, run_id) if offset is None else \
-                partial(loaders.read_events, project, run_id, offset)
-        if key == "manifest":
-            offset = self._manifest_offset
-            return partial(loaders.read_manifest, project, run_id, offset or 0, offset is None)
-        raise KeyError(key)
+        part = FOLLOWED[key]
+        return None if self._follower is None else partial(loaders.follow_read, self._follower.reader(part))
 
     def _sample_now(self, pids: dict[str, list[int]]) -> msg.MembersSampled:
         return msg.MembersSampled(self._monitor.sample(pids))
@@ -290,9 +297,8 @@ class DashboardScreen(RunActions, Screen[None]):
         """Open another run: forget the old one's log and artifacts, read the new one."""
         if new == old:
             return
-        self._events_offset = None
-        self._manifest_offset = None
-        self._run_digest = None
+        self._follower = None if new is None else \
+            runs.RunFollower(self.project, new, events="tail", tail=loaders.EVENTS_SHOWN, manifest=True)
         self.query_one(EventLog).reset()
         self.manifest = ()
         self.run = None
@@ -300,14 +306,11 @@ class DashboardScreen(RunActions, Screen[None]):
 
     def on_run_loaded(self, message: msg.RunLoaded) -> None:
         """The new state of the shown run."""
-        if message.run_id != self.run_id:
-            return
-        if message.unchanged:
+        if not self._took(message.look) or message.unchanged:
             return
         if message.run is None:
             self.notify(message.error or "the run cannot be read", severity="error")
             return
-        self._run_digest = message.digest
         first = self.run is None
         self._alert_new_checkpoints(message.run)
         self._note_status(message.run)
@@ -350,18 +353,19 @@ class DashboardScreen(RunActions, Screen[None]):
 
     def on_events_read(self, message: msg.EventsRead) -> None:
         """Append what the log gained (the initial tail when the run was just opened)."""
-        if message.run_id != self.run_id or message.initial != (self._events_offset is None):
-            return
-        self.query_one(EventLog).add_records(message.records)
-        self._events_offset = message.offset
+        if self._took(message.look):
+            self.query_one(EventLog).add_records(message.records)
 
     def on_manifest_read(self, message: msg.ManifestRead) -> None:
         """Artifacts added to the manifest."""
-        if message.run_id != self.run_id or message.initial != (self._manifest_offset is None):
+        if not self._took(message.look):
             return
-        self._manifest_offset = message.offset
         if message.entries or message.initial:
             self.manifest = (() if message.initial else self.manifest) + tuple(message.entries)
+
+    def _took(self, look: runs.RunLook | None) -> bool:
+        """The shown run's follower moved on with `look` (False: another run's, or overtaken)."""
+        return look is not None and self._follower is not None and self._follower.take(look)
 
     def on_sessions_loaded(self, message: msg.SessionsLoaded) -> None:
         """Session records read: all of them, or the ones that changed."""

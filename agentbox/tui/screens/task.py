@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from agentbox.core import runs
 from agentbox.core.engine.models import Run, Task
 from agentbox.core.engine.records import Event
 from agentbox.core.tasks import TERMINAL_STATES
@@ -25,7 +27,7 @@ from agentbox.tui.view import view_node
 from agentbox.tui.widgets.diff_view import DiffView
 from agentbox.tui.widgets.events import event_line
 
-EVENTS_SHOWN = 500
+EVENTS_SHOWN = loaders.TASK_EVENTS_SHOWN
 """Most decision-log records of the task kept on screen."""
 
 
@@ -191,7 +193,9 @@ class TaskDetailScreen(Screen[None]):
         self.task_id = task_id
         self._events_for: float | None = None
         self.events_shown: list[Event] = []
-        self._events_offset = 0
+        self._follower: runs.RunFollower | None = None
+        """Where this screen is in the run's log: its records about the task (through the door's follower)."""
+        self._reads = loaders.Coalescer()
         self._diff_for: tuple[str | None, str | None] | None = None
         self._diff_page = 0
         """The page of the diff's files shown (a flood of changes is read a page at a time)."""
@@ -226,8 +230,12 @@ class TaskDetailScreen(Screen[None]):
             self._show_diff(run, task)
         if task.updated != self._events_for and run is not None:
             self._events_for = task.updated
-            self.run_worker(partial(self._read_events, run.id), thread=True, exclusive=True, group="task-events",
-                            exit_on_error=False)
+            if self._follower is None or self._follower.run_id != run.id:
+                self._follower = runs.RunFollower(self.dashboard.project, run.id, events="all", task=self.task_id,
+                                                  tail=EVENTS_SHOWN)
+                self.events_shown = []
+            if self._reads.request("events"):
+                self._read_task_events()
         self.refresh_bindings()
 
     def _show_diff(self, run: Run, task: Task) -> None:
@@ -275,14 +283,29 @@ class TaskDetailScreen(Screen[None]):
             self._file_index = -1
         self.refresh_bindings()
 
-    def _read_events(self, run_id: str) -> None:
-        self.post_message(loaders.task_events(self.dashboard.project, run_id, self.task_id, self._events_offset))
+    def _read_task_events(self) -> None:
+        """Read what the log gained about the task, in a thread (one read at a time: one asked for
+        meanwhile starts when it is over, from where it ended)."""
+        assert self._follower is not None
+        self.run_worker(partial(self._read_events, self._follower.reader("events")), thread=True,
+                        group="task-events", exit_on_error=False)
+
+    def _read_events(self, reader: Callable[[], runs.RunLook]) -> None:
+        try:
+            message = loaders.follow_read(reader, self.task_id)
+        except Exception:  # an unreadable log shows no events; the read is still over
+            message = msg.TaskEventsLoaded(self.task_id)
+        self.post_message(message)
 
     def on_task_events_loaded(self, message: msg.TaskEventsLoaded) -> None:
         """Show the task's part of the decision log (read once, then followed from where it stopped)."""
+        taken = message.look is not None and self._follower is not None and self._follower.take(message.look)
+        if self._reads.finished("events"):
+            self._read_task_events()
+        if not taken:
+            return  # another run's (the dashboard switched runs meanwhile): the next read is this run's
         self.events_shown = (self.events_shown + message.records)[-EVENTS_SHOWN:]
-        self._events_offset = message.offset
-        lines = [section(f"Events ({len(message.records)})")] + [event_line(r) for r in message.records]
+        lines = [section(f"Events ({len(self.events_shown)})")] + [event_line(r) for r in self.events_shown]
         self.query_one("#task-events", Static).update(Group(*lines))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
