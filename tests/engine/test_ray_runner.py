@@ -435,6 +435,42 @@ async def test_a_review_on_a_node_reads_the_reviewed_commit_from_its_bundle_not_
     assert git(tree, "status", "--porcelain").strip() == "M made.txt"  # the head's worktree is as it was
 
 
+async def test_a_work_turn_s_hand_off_folder_travels_with_it_and_nothing_of_the_head_s_project_is_bound(
+        cluster: RayCluster, agent_box_home: Path, tmp_path: Path) -> None:
+    import dataclasses
+
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import new_session_id
+    from agentbox.core.engine.runners.base import Turn, TurnWorkspace
+    from tests.engine.support import write_profile
+
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copytree(Path(__file__).resolve().parents[2] / ".agent-box.example", root / ".agent-box")
+    paths = crew(root)
+    handoff = root / ".agent-box" / "runs" / "r1" / "artifacts" / "t1"  # as `Turns.agent_for` gives a work turn
+    handoff.mkdir(parents=True)
+    (handoff / "brief.txt").write_text("from the lead\n")
+    tree = tmp_path / "t1"
+    git(root, "worktree", "add", "-q", "-b", "agentbox/t1", str(tree))
+    work = (f"cat {handoff}/brief.txt; echo noted > {handoff}/notes.txt; echo work > work.txt; "
+            "awk '{print $4}' /proc/self/mountinfo")
+    write_profile("t-hand", [{"id": "hand", "when": {"prompt_contains": "hand"}, "do": {"run": work, "reply": "{run_output}"}}])
+    agent = dataclasses.replace(services.profile_agent("t-hand", root, paths), worktree=tree, extra_rw=(handoff,))
+    done = await RayRunner(cluster.address).run(Turn(
+        job_id="hand", run_id="r1", task_id="t1", agent=agent, prompt="hand", session_id=new_session_id(),
+        resume=False, timeout_s=60,
+        workspace=TurnWorkspace("t1", tree, "agentbox/t1", None, lambda summary: None)))  # type: ignore[arg-type,return-value]
+    assert done.result.ok and done.node_id in cluster.node_ids(cluster.workers), done.result
+    lines = done.result.text.strip().splitlines()
+    assert lines[0] == "from the lead"  # what the folder held on the head reached the node
+    assert (handoff / "notes.txt").read_text() == "noted\n"  # and what the turn wrote there came back
+    assert (tree / "work.txt").read_text() == "work\n"  # its work, through the bundle
+    assert git(tree, "ls-files", ".agent-box/runs").strip() == ""  # the folder is not in the turn's commit
+    sources = [line for line in lines[1:] if line.startswith("/")]
+    assert [s for s in sources if s.startswith((str(root), str(tree)))] == []  # nothing bound from the head's project
+
+
 async def test_a_session_s_record_on_the_head_shows_its_turn_running_on_its_node(
         cluster: RayCluster, project: Path) -> None:
     from agentbox.core.agents.sessions import SessionStore

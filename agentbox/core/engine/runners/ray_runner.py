@@ -131,6 +131,7 @@ class RayRunner:
             bundle = await asyncio.to_thread(_bundle_of, tree) if tree is not None else None
             sent, logins = await asyncio.to_thread(travel.pack, agent, turn.session_id, turn.resume)
             prices = await asyncio.to_thread(head_prices)
+            folders = await asyncio.to_thread(travel.pack_folders, _handoff_folders(agent)) if tree is not None else {}
         except AgentboxError as exc:
             return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
                                          error=f"preparing the turn for a node failed: {exc.message}",
@@ -138,7 +139,7 @@ class RayRunner:
         refs = self._remote.options(**options).remote(NodeSecrets(_secret_env(agent), logins), NodeTurn(
             agent=agent, prompt=turn.prompt, session_id=turn.session_id, resume=turn.resume,
             timeout_s=turn.timeout_s, run_id=turn.run_id, task_id=turn.task_id, bundle=bundle, session=sent,
-            commits=turn.workspace is not None, prices=prices))
+            commits=turn.workspace is not None, prices=prices, folders=folders))
         shown: list[NodeStarted] = []
         try:
             back: NodeDone | None = None
@@ -169,6 +170,7 @@ class RayRunner:
                                          role=agent.role))
         try:
             await asyncio.to_thread(travel.store_back, agent, back.session)
+            await asyncio.to_thread(travel.store_folders_back, back.folders, tuple(Path(f) for f in folders))
         except (AgentboxError, OSError) as exc:
             if shown:
                 await asyncio.to_thread(_show_ended, agent, shown[0])
@@ -211,6 +213,8 @@ class NodeTurn:
     """False: the turn only reads the bundle's tree (a review, a plan); nothing of it comes back."""
     prices: dict[str, Any] | None = None
     """The head's config.yaml `prices:` (None: it has none), so the node prices the turn as the head would."""
+    folders: dict[str, dict[str, bytes]] = dataclasses.field(default_factory=dict)
+    """The turn's hand-off folders in the project (by their path on the head) and their files."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,6 +250,8 @@ class NodeDone:
     host: str
     peak_rss_mb: float | None
     session: travel.SessionBack
+    folders: dict[str, dict[str, bytes]] = dataclasses.field(default_factory=dict)
+    """What the turn made or changed in its hand-off folders (by their path on the head)."""
 
 
 def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | NodeDone]:
@@ -282,7 +288,7 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
             (scratch / "in.bundle").write_bytes(turn.bundle)
             work = scratch / "work"
             git(scratch, "clone", "-q", "--no-hardlinks", str(scratch / "in.bundle"), str(work))
-            agent = _in_clone(agent, work)
+            agent = _in_clone(agent, work, turn.folders)
         runner = LocalRunner(reading=_no_limit)
         with _environment({"AGENT_BOX_HOME": str(home_root), **secrets.env}), asyncio.Runner() as loop:
             started: asyncio.Future[tuple[dict[str, Any], int]] = loop.get_loop().create_future()
@@ -301,6 +307,13 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
                 yield NodeStarted(node_id, host, pid, record, str(home.store_root))
             done = loop.run(_awaited(running))
         session = travel.collect(home, turn.session_id)
+        folders = {}
+        for name, files in turn.folders.items():
+            if work is None:
+                break
+            local = _in_work(work, agent.cwd, Path(name))
+            folders[name] = travel.collect_folder(local, files)
+            shutil.rmtree(local, ignore_errors=True)  # it goes back as files, never in the turn's commit
         bundle = None
         if work is not None and turn.commits and done.result.error_kind != "spawn_failed":
             base = git(work, "rev-parse", "HEAD").text.strip()
@@ -310,7 +323,7 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
                 git(work, "update-ref", TURN_REF, commit)
                 git(work, "bundle", "create", "-q", str(scratch / "out.bundle"), TURN_REF, f"^{base}")
                 bundle = (scratch / "out.bundle").read_bytes()
-        yield NodeDone(done.result, bundle, node_id, host, done.peak_rss_mb, session)
+        yield NodeDone(done.result, bundle, node_id, host, done.peak_rss_mb, session, folders)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(home_root, ignore_errors=True)
@@ -320,7 +333,17 @@ async def _awaited(task: asyncio.Task[TurnDone]) -> TurnDone:
     return await task
 
 
-def _in_clone(agent: Agent, work: Path) -> Agent:
+def _handoff_folders(agent: Agent) -> tuple[Path, ...]:
+    """The agent's writable folders inside the project (a work turn's hand-off folder under `.agent-box/runs/`)."""
+    return tuple(p for p in agent.extra_rw if p.is_relative_to(agent.cwd))
+
+
+def _in_work(work: Path, cwd: Path, folder: Path) -> Path:
+    """Where the node's clone holds `folder`, a path of the head's project."""
+    return work / folder.relative_to(cwd)
+
+
+def _in_clone(agent: Agent, work: Path, folders: dict[str, dict[str, bytes]]) -> Agent:
     """`agent` seeing the node's clone `work` at the project's path, and nothing of the head's project.
 
     The clone is whole (the head's sparse layers name paths of the head's disk, which the node
@@ -328,13 +351,22 @@ def _in_clone(agent: Agent, work: Path) -> Agent:
     it stands for the project's own, which is bound from the head's path in a turn here). The
     clone has the dirs a sandbox hides under `.agent-box/` (empty; git keeps no empty dir), so
     their mount points are there whichever project the node's own disk holds at that path.
+    The hand-off folders (`folders`, with the files they hold on the head) are made in the
+    clone and bound writable at their path in the project, as a turn here has them.
     """
     box = work / ".agent-box"
     for name in ("runs", "sessions"):
         (box / name).mkdir(parents=True, exist_ok=True)
     protected = (*(p for p in agent.protected if not p.is_relative_to(agent.cwd)), box)
+    writable = []
+    for path in agent.extra_rw:
+        if str(path) in folders:
+            local = _in_work(work, agent.cwd, path)
+            travel.unpack_folder(local, folders[str(path)])
+            path = local
+        writable.append(path)
     return dataclasses.replace(agent, worktree=work, views=((work / ".git", agent.cwd / ".git"),),
-                               view_hidden=(), base=None, over=(), protected=protected)
+                               view_hidden=(), base=None, over=(), protected=protected, extra_rw=tuple(writable))
 
 
 def _next_of(ray: Any, refs: Any) -> NodeStarted | NodeDone | None:
