@@ -11,6 +11,7 @@ from agentbox.core.termtext import for_line, for_terminal
 
 if TYPE_CHECKING:
     from agentbox.core.agents.invoke import Agent
+    from agentbox.core.agents.sessions import SessionRecord
     from agentbox.core.paths import ProjectPaths
 
 
@@ -115,9 +116,19 @@ def sessions(args: argparse.Namespace) -> int:
         return 0
     rows = [[r.owner, r.id, r.tool, r.run_id or "-", r.task_id or "-", str(r.turns),
              f"{r.totals.tokens:,}" + (f" (+{r.totals.unknown_usage_turns} unknown)" if r.totals.unknown_usage_turns else ""),
-             r.last_status or "-", _when(r.updated)] for r in records]
+             _running_on(r) or r.last_status or "-", _when(r.updated)] for r in records]
     print_table(["role", "session", "tool", "run", "task", "turns", "tokens", "last", "updated"], rows)
     return 0
+
+
+def _running_on(record: SessionRecord) -> str | None:
+    """`running`, with the cluster node it runs on (`running on NODE@HOST`), for a session whose turn is in flight."""
+    if record.status != "running":
+        return None
+    running = record.running
+    if running is None or "node" not in running:
+        return "running"
+    return f"running on {running['node'][:12]}@{running.get('host', '?')}"
 
 
 def _show_session(args: argparse.Namespace, proj: ProjectPaths | None) -> int:

@@ -158,6 +158,12 @@ class RunningTurn(TypedDict):
     """The directory of the turn's live view (`agentbox tail`, the dashboard)."""
     create_time: NotRequired[float]
     """The process's start time: with the pid, it tells the process from a later one with the same pid."""
+    node: NotRequired[str]
+    """The Ray node id the turn runs on (its `pid` is then None: the process is not this machine's)."""
+    host: NotRequired[str]
+    """That node's host name."""
+    node_pid: NotRequired[int]
+    """The turn's process id on that node."""
 
 
 def running_turn(turn: int, *, started: float, log: str, live: str) -> RunningTurn:

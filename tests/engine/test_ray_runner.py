@@ -391,6 +391,152 @@ def test_doctor_checks_every_node_of_the_cluster(cluster: RayCluster, agent_box_
     assert doctor.healthy(list(checks.values()))
 
 
+READ = "cat made.txt; git rev-parse HEAD; ls -a .agent-box; awk '{print $4}' /proc/self/mountinfo"
+
+
+async def test_a_review_on_a_node_reads_the_reviewed_commit_from_its_bundle_not_the_head_s_path(
+        cluster: RayCluster, agent_box_home: Path, tmp_path: Path) -> None:
+    import dataclasses
+
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import new_session_id
+    from agentbox.core.engine.runners.base import Turn
+    from tests.engine.support import write_profile
+
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copytree(Path(__file__).resolve().parents[2] / ".agent-box.example", root / ".agent-box")
+    paths = crew(root)  # .agent-box/ is in the commit, its runs/ and sessions/ are not
+    (root / ".agent-box" / "runs").mkdir(exist_ok=True)
+    (root / ".agent-box" / "sessions").mkdir(exist_ok=True)
+    tree = tmp_path / "reviewed"  # the task's worktree on the head, as a review mounts it
+    git(root, "worktree", "add", "-q", "-b", "agentbox/t1", str(tree))
+    (tree / "made.txt").write_text("reviewed\n")
+    git(tree, "add", "made.txt")
+    git(tree, "-c", "user.name=P", "-c", "user.email=p@example.invalid", "commit", "-qm", "the work")
+    reviewed = git(tree, "rev-parse", "HEAD").strip()
+    (tree / "made.txt").write_text("changed on the head after the commit\n")  # not what is reviewed
+    write_profile("t-read", [{"id": "read", "when": {"prompt_contains": "review"},
+                              "do": {"run": READ, "reply": "{run_output}"}}])
+    agent = dataclasses.replace(services.profile_agent("t-read", root, paths), worktree=tree, writes=())
+    assert agent.protected == (paths.box,)  # a turn here sees the project's .agent-box from the head's path
+    done = await RayRunner(cluster.address).run(Turn(
+        job_id="review", run_id="r", task_id="t1", agent=agent, prompt="review t1", session_id=new_session_id(),
+        resume=False, timeout_s=60))
+    assert done.result.ok, done.result
+    assert done.node_id in cluster.node_ids(cluster.workers) and done.git is None
+    lines = done.result.text.strip().splitlines()
+    assert lines[:2] == ["reviewed", reviewed]  # the reviewed commit's tree, at its commit
+    assert "crew.yaml" in lines  # the commit's .agent-box/
+    sources = [line for line in lines[2:] if line.startswith("/")]  # each mount's source path
+    assert any("/agentbox-node-turn." in s for s in sources), sources  # the node's own checkout
+    bound = [s for s in sources if s.startswith((str(root), str(tree)))]
+    assert bound == []  # nothing of the head's project or its worktree is bound into the node's sandbox
+    assert git(tree, "status", "--porcelain").strip() == "M made.txt"  # the head's worktree is as it was
+
+
+async def test_a_work_turn_s_hand_off_folder_travels_with_it_and_nothing_of_the_head_s_project_is_bound(
+        cluster: RayCluster, agent_box_home: Path, tmp_path: Path) -> None:
+    import dataclasses
+
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import new_session_id
+    from agentbox.core.engine.runners.base import Turn, TurnWorkspace
+    from tests.engine.support import write_profile
+
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copytree(Path(__file__).resolve().parents[2] / ".agent-box.example", root / ".agent-box")
+    paths = crew(root)
+    handoff = root / ".agent-box" / "runs" / "r1" / "artifacts" / "t1"  # as `Turns.agent_for` gives a work turn
+    handoff.mkdir(parents=True)
+    (handoff / "brief.txt").write_text("from the lead\n")
+    tree = tmp_path / "t1"
+    git(root, "worktree", "add", "-q", "-b", "agentbox/t1", str(tree))
+    work = (f"cat {handoff}/brief.txt; echo noted > {handoff}/notes.txt; echo work > work.txt; "
+            "awk '{print $4}' /proc/self/mountinfo")
+    write_profile("t-hand", [{"id": "hand", "when": {"prompt_contains": "hand"}, "do": {"run": work, "reply": "{run_output}"}}])
+    agent = dataclasses.replace(services.profile_agent("t-hand", root, paths), worktree=tree, extra_rw=(handoff,))
+    done = await RayRunner(cluster.address).run(Turn(
+        job_id="hand", run_id="r1", task_id="t1", agent=agent, prompt="hand", session_id=new_session_id(),
+        resume=False, timeout_s=60,
+        workspace=TurnWorkspace("t1", tree, "agentbox/t1", None, lambda summary: None)))  # type: ignore[arg-type,return-value]
+    assert done.result.ok and done.node_id in cluster.node_ids(cluster.workers), done.result
+    lines = done.result.text.strip().splitlines()
+    assert lines[0] == "from the lead"  # what the folder held on the head reached the node
+    assert (handoff / "notes.txt").read_text() == "noted\n"  # and what the turn wrote there came back
+    assert (tree / "work.txt").read_text() == "work\n"  # its work, through the bundle
+    assert git(tree, "ls-files", ".agent-box/runs").strip() == ""  # the folder is not in the turn's commit
+    sources = [line for line in lines[1:] if line.startswith("/")]
+    assert [s for s in sources if s.startswith((str(root), str(tree)))] == []  # nothing bound from the head's project
+
+
+async def test_a_session_s_record_on_the_head_shows_its_turn_running_on_its_node(
+        cluster: RayCluster, project: Path) -> None:
+    from agentbox.core.agents.sessions import SessionStore
+    from agentbox.core.engine.run_store import RunStore
+
+    paths = crew(project, delay=8)
+    run_id = create(paths)
+    engine = Engine.open(paths, run_id, runner=RayRunner(cluster.address))
+    flight = asyncio.ensure_future(engine.execute())
+    store = SessionStore(paths.sessions_dir)
+    try:
+        deadline = asyncio.get_running_loop().time() + 120
+        seen, saved = None, None
+        while saved is None:  # a work turn runs on a node: its record and the run's state on disk say where
+            assert asyncio.get_running_loop().time() < deadline and not flight.done()
+            seen = next((r for r in store.list() if r.status == "running" and r.running and "node" in r.running
+                         and r.task_id), None)
+            state = RunStore(paths).load(run_id)
+            if seen is not None and state.tasks[seen.task_id or ""].ran_on:
+                saved = state
+            await asyncio.sleep(0.2)
+        assert seen is not None and seen.running is not None
+        node, host = seen.running["node"], seen.running["host"]
+        assert node in cluster.node_ids(cluster.workers) and host == socket.gethostname()
+        assert seen.running["pid"] is None and seen.running["node_pid"] > 0  # no pid of this machine's
+        listed = await asyncio.to_thread(run_cli, "sessions", cwd=project)
+        status = await asyncio.to_thread(run_cli, "status", run_id, cwd=project)
+        rows = member_rows(None, saved, {}, {})
+        assert store.find(seen.id).status == "running"  # still running when the faces were read
+        assert saved.tasks[seen.task_id or ""].ran_on == f"{node}@{host}"
+        assert f"running on {node[:12]}@{host}" in listed.out, listed.out
+        assert f"{node[:12]}@{host}" in status.out, status.out
+        assert {r.role: r.node for r in rows}[seen.role or ""] == f"{node[:12]}@{host}"
+        run = await asyncio.wait_for(flight, 240)
+    finally:
+        if not flight.done():
+            flight.cancel()
+    assert run.status == "done", run.status_reason
+    after = store.find(seen.id)
+    assert after.status == "idle" and after.running is None and after.turns >= 1
+
+
+async def test_a_node_prices_a_turn_with_the_head_s_config_yaml_prices(
+        cluster: RayCluster, agent_box_home: Path, project: Path) -> None:
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import new_session_id
+    from agentbox.core.engine.runners.base import Turn
+    from tests.engine.support import write_profile
+
+    write_profile("t-priced", [{"id": "p", "when": {"prompt_contains": "price"}, "do": {"reply": "priced"}}],
+                  usage={"input_tokens": 1000, "output_tokens": 500})
+    profile = agent_box_home / "profiles" / "t-priced" / "profile.yaml"
+    profile.write_text(profile.read_text().replace('"runtime": {', '"runtime": {"model": "ab-priced-model", '))
+    (agent_box_home / "config.yaml").write_text(
+        "prices:\n  scripted:\n    ab-priced-model: {input: 3.0, output: 7.0}\n")  # on the head only
+    agent = services.profile_agent("t-priced", project, None)
+    done = await RayRunner(cluster.address).run(Turn(
+        job_id="priced", run_id="r", task_id=None, agent=agent, prompt="price", session_id=new_session_id(),
+        resume=False, timeout_s=60))
+    assert done.result.ok and done.node_id in cluster.node_ids(cluster.workers), done.result
+    usage = done.result.usage
+    assert usage.cost_source == "price_table" and usage.cost_usd == pytest.approx((1000 * 3.0 + 500 * 7.0) / 1e6)
+    record = agent.sessions.find(done.result.session_id)
+    assert record.totals.cost_usd == pytest.approx(usage.cost_usd)  # the session's record priced it the same
+
+
 async def test_a_killed_head_s_turns_end_with_it_and_resume_runs_them_once(
         cluster: RayCluster, agent_box_home: Path, project: Path) -> None:
     import signal

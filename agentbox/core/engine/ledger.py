@@ -299,6 +299,14 @@ class RunLedger:
         task.branch, task.base, task.head, task.changed_files = branch, base, head, list(changed)
         task.changed_more = more
 
+    def placed(self, job: Job, node_id: str, host: str) -> None:
+        """A turn's process runs on a cluster node: a work turn's node is kept on its task while it runs
+        (`status`, the members table); the decision log's line comes when it ends (`record_placement`)."""
+        task = self.run.tasks.get(job.task or "")
+        if task is not None and job.works_on_task:
+            self._task(task).ran_on = f"{node_id}@{host}"
+            self.dirty = True
+
     def record_placement(self, job: Job, node_id: str, host: str) -> None:
         """A turn ran on a cluster node: logged, and a work turn's node kept on its task (the faces show it)."""
         task = self.run.tasks.get(job.task or "")

@@ -130,7 +130,8 @@ class Turns:
                 commit=functools.partial(self._commit, job, mount, agent.profile.profile.name))
         done = await self.runner.run(Turn(
             job_id=job.id, run_id=run.id, task_id=job.task, agent=agent, prompt=prompt, session_id=session,
-            resume=exists, timeout_s=run.contract.limits.task_timeout_s, workspace=workspace, on_spawn=spawned))
+            resume=exists, timeout_s=run.contract.limits.task_timeout_s, workspace=workspace, on_spawn=spawned,
+            on_placed=functools.partial(self.ledger.placed, job)))
         if done.node_id is not None:
             self.ledger.record_placement(job, done.node_id, done.host or "?")
         return job, done.result, done.git

@@ -226,8 +226,8 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
     for path in sorted(set(spec.ro_binds), key=_depth):
         if _under(path, inside):
             argv += ["--ro-bind", str(path), str(path)]
-    for path in sorted(set(spec.extra_rw) | set(spec.rw_binds), key=_depth):
-        argv += ["--bind", str(path), str(path)]
+    for path in sorted(set(spec.extra_rw) | set(spec.rw_binds), key=_depth):  # one inside the worktree, at its path there
+        argv += ["--bind", str(path), seen(path) if path in spec.extra_rw else str(path)]
     for bind in spec.homes:
         argv += ["--bind", str(bind.source), str(bind.target)]
     for source, target in spec.ro_homes:

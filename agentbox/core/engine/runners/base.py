@@ -54,6 +54,8 @@ class Turn:
     """None: the turn commits nothing (a review, a plan, a turn in a shared workspace)."""
     on_spawn: Callable[[SessionRecord, int], None] | None = None
     """Called with the session record and the pid once the turn's process runs (the engine records it)."""
+    on_placed: Callable[[str, str], None] | None = None
+    """Called with the node id and host once the turn's process runs on a cluster node (not for a turn here)."""
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,19 @@ turn (`max_retries=0`), so no turn runs twice without the engine knowing.
 A head killed mid-turn takes its turns with it (Ray stops the tasks of a driver that died,
 and bwrap dies with its worker), so `run --resume` resumes them as after a local crash.
 
+A turn without a workspace of its own that reads a worktree (a review reads its task's
+branch, a plan or a synthesis the run's approved work) gets that worktree's HEAD the same
+way, as a bundle the node clones into a read-only checkout; nothing comes back but the
+result. So no turn needs the project's path on the node, only the tool and agentbox.
+
 The session travels with the turn (`travel`): the head sends the profile and this
 session's files, the node runs the turn in a home of its own and sends back what the turn
 changed, which the head keeps where a local turn leaves it; so a session's next turn may
-run on any node. What a turn without a workspace reads (a review's view of the project)
-is still read at the project's path on the node.
+run on any node. While the turn runs, the node says so once its process has started
+(`NodeStarted`, the task's first yield): the session's record on the head shows it running
+on that node (`running.node`, `running.host`, `running.node_pid`) until the node's record
+comes back. The head's config.yaml `prices:` go with the turn, so the node prices it as
+the head would.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
 import shutil
 import socket
@@ -117,30 +126,54 @@ class RayRunner:
         if memory_mb is not None:
             options["memory"] = memory_mb * 2**20
         options.update(self.task_options(turn))
+        tree = turn.workspace.path if turn.workspace is not None else agent.worktree
         try:
-            bundle = await asyncio.to_thread(_bundle_of, turn.workspace.path) if turn.workspace is not None else None
+            bundle = await asyncio.to_thread(_bundle_of, tree) if tree is not None else None
             sent, logins = await asyncio.to_thread(travel.pack, agent, turn.session_id, turn.resume)
+            prices = await asyncio.to_thread(head_prices)
+            folders = await asyncio.to_thread(travel.pack_folders, _handoff_folders(agent)) if tree is not None else {}
         except AgentboxError as exc:
             return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
                                          error=f"preparing the turn for a node failed: {exc.message}",
                                          role=agent.role))
-        ref = self._remote.options(**options).remote(NodeSecrets(_secret_env(agent), logins), NodeTurn(
+        refs = self._remote.options(**options).remote(NodeSecrets(_secret_env(agent), logins), NodeTurn(
             agent=agent, prompt=turn.prompt, session_id=turn.session_id, resume=turn.resume,
-            timeout_s=turn.timeout_s, run_id=turn.run_id, task_id=turn.task_id, bundle=bundle, session=sent))
+            timeout_s=turn.timeout_s, run_id=turn.run_id, task_id=turn.task_id, bundle=bundle, session=sent,
+            commits=turn.workspace is not None, prices=prices, folders=folders))
+        shown: list[NodeStarted] = []
         try:
-            back: NodeDone = await asyncio.to_thread(ray.get, ref)
+            back: NodeDone | None = None
+            while back is None:
+                said = await asyncio.to_thread(_next_of, ray, refs)
+                if isinstance(said, NodeStarted):
+                    shown.append(said)
+                    await asyncio.to_thread(_show_running, agent, said)
+                    if turn.on_placed is not None:
+                        turn.on_placed(said.node_id, said.host)
+                elif isinstance(said, NodeDone):
+                    back = said
+                else:
+                    raise ray.exceptions.RayError("the node's task ended without the turn's result")
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
-                ray.cancel(ref, force=True)  # the worker dies; bwrap dies with its parent
+                ray.cancel(refs, force=True)  # the worker dies; bwrap dies with its parent
+            if shown:
+                with contextlib.suppress(Exception):
+                    _show_ended(agent, shown[0])
             raise
         except ray.exceptions.RayError as exc:  # the node or its worker was lost mid-turn
+            if shown:
+                await asyncio.to_thread(_show_ended, agent, shown[0])
             return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="killed",
                                          error=f"the node running the turn was lost: {type(exc).__name__}: "
                                                f"{str(exc).splitlines()[0][:300] if str(exc) else ''}",
                                          role=agent.role))
         try:
             await asyncio.to_thread(travel.store_back, agent, back.session)
+            await asyncio.to_thread(travel.store_folders_back, back.folders, tuple(Path(f) for f in folders))
         except (AgentboxError, OSError) as exc:
+            if shown:
+                await asyncio.to_thread(_show_ended, agent, shown[0])
             return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
                                          error=f"keeping the session's files from the node failed: {exc}",
                                          role=agent.role), node_id=back.node_id, host=back.host)
@@ -173,9 +206,28 @@ class NodeTurn:
     run_id: str
     task_id: str | None
     bundle: bytes | None
-    """The task branch's head as a git bundle (None: the turn commits nothing)."""
+    """The HEAD of the worktree the turn works in or reads, as a git bundle (None: it has none)."""
     session: travel.SessionPack
     """The profile and the session's files (login files travel in `NodeSecrets`)."""
+    commits: bool = True
+    """False: the turn only reads the bundle's tree (a review, a plan); nothing of it comes back."""
+    prices: dict[str, Any] | None = None
+    """The head's config.yaml `prices:` (None: it has none), so the node prices the turn as the head would."""
+    folders: dict[str, dict[str, bytes]] = dataclasses.field(default_factory=dict)
+    """The turn's hand-off folders in the project (by their path on the head) and their files."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeStarted:
+    """What a node says once the turn's process runs there (the task's first yield)."""
+
+    node_id: str
+    host: str
+    pid: int
+    """The turn's process on the node (not a process of the head's)."""
+    record: dict[str, Any]
+    """The session's record on the node as the turn started (its store's paths are the node's)."""
+    store_root: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,11 +250,14 @@ class NodeDone:
     host: str
     peak_rss_mb: float | None
     session: travel.SessionBack
+    folders: dict[str, dict[str, bytes]] = dataclasses.field(default_factory=dict)
+    """What the turn made or changed in its hand-off folders (by their path on the head)."""
 
 
-def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> NodeDone:
+def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | NodeDone]:
     """On a node: the turn in a home of its own, in its own worktree cloned from the bundle,
-    through the local runner.
+    through the local runner. A Ray generator task: it yields `NodeStarted` once the turn's
+    process runs, then the `NodeDone`.
 
     `secrets` holds the variables the profile takes from the head's environment and its
     login files: the variables are put in this worker's environment for the turn only
@@ -219,29 +274,48 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> NodeDone:
     from agentbox.core.workspace.gitcmd import git
 
     node_id = ray.get_runtime_context().get_node_id()
+    host = socket.gethostname()
     travel.sweep_left_behind()
     scratch = travel.node_dir(travel.NODE_TURN_DIR, None)
     home_root = travel.node_dir(travel.NODE_HOME_DIR, travel.node_home_parent())
     try:
         home = travel.unpack(home_root, turn.agent.profile, turn.session, secrets.logins)
+        if turn.prices:  # the head's price overrides, where the node's turn reads its config.yaml
+            (home_root / "config.yaml").write_text(json.dumps({"prices": turn.prices}))
         agent = dataclasses.replace(turn.agent, profile=home.profile, sessions=SessionStore(home.store_root))
         work = None
         if turn.bundle is not None:
             (scratch / "in.bundle").write_bytes(turn.bundle)
             work = scratch / "work"
             git(scratch, "clone", "-q", "--no-hardlinks", str(scratch / "in.bundle"), str(work))
-            # the node's clone is whole: the head's sparse layers (a shared base under the task's own
-            # dirs) name paths of the head's disk, which the node does not have
-            agent = dataclasses.replace(agent, worktree=work, views=((work / ".git", agent.cwd / ".git"),),
-                                        view_hidden=(), base=None, over=())
+            agent = _in_clone(agent, work, turn.folders)
         runner = LocalRunner(reading=_no_limit)
-        with _environment({"AGENT_BOX_HOME": str(home_root), **secrets.env}):  # one task at a time per worker
-            done = asyncio.run(runner.run(Turn(
+        with _environment({"AGENT_BOX_HOME": str(home_root), **secrets.env}), asyncio.Runner() as loop:
+            started: asyncio.Future[tuple[dict[str, Any], int]] = loop.get_loop().create_future()
+
+            def spawned(record: Any, pid: int) -> None:
+                if not started.done():
+                    started.set_result((record.as_dict(), pid))
+
+            running = loop.get_loop().create_task(runner.run(Turn(
                 job_id=turn.session_id, run_id=turn.run_id, task_id=turn.task_id, agent=agent, prompt=turn.prompt,
-                session_id=turn.session_id, resume=turn.resume, timeout_s=turn.timeout_s)))
+                session_id=turn.session_id, resume=turn.resume, timeout_s=turn.timeout_s, on_spawn=spawned)))
+            waits: list[asyncio.Future[Any]] = [running, started]
+            loop.run(asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED))
+            if started.done():
+                record, pid = started.result()
+                yield NodeStarted(node_id, host, pid, record, str(home.store_root))
+            done = loop.run(_awaited(running))
         session = travel.collect(home, turn.session_id)
+        folders = {}
+        for name, files in turn.folders.items():
+            if work is None:
+                break
+            local = _in_work(work, agent.cwd, Path(name))
+            folders[name] = travel.collect_folder(local, files)
+            shutil.rmtree(local, ignore_errors=True)  # it goes back as files, never in the turn's commit
         bundle = None
-        if work is not None and done.result.error_kind != "spawn_failed":
+        if work is not None and turn.commits and done.result.error_kind != "spawn_failed":
             base = git(work, "rev-parse", "HEAD").text.strip()
             commit = commit_turn(work, author_name="agentbox node", author_email="node@agentbox.invalid",
                                  message=f"turn on node {node_id[:12]}\n")
@@ -249,10 +323,100 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> NodeDone:
                 git(work, "update-ref", TURN_REF, commit)
                 git(work, "bundle", "create", "-q", str(scratch / "out.bundle"), TURN_REF, f"^{base}")
                 bundle = (scratch / "out.bundle").read_bytes()
-        return NodeDone(done.result, bundle, node_id, socket.gethostname(), done.peak_rss_mb, session)
+        yield NodeDone(done.result, bundle, node_id, host, done.peak_rss_mb, session, folders)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(home_root, ignore_errors=True)
+
+
+async def _awaited(task: asyncio.Task[TurnDone]) -> TurnDone:
+    return await task
+
+
+def _handoff_folders(agent: Agent) -> tuple[Path, ...]:
+    """The agent's writable folders inside the project (a work turn's hand-off folder under `.agent-box/runs/`)."""
+    return tuple(p for p in agent.extra_rw if p.is_relative_to(agent.cwd))
+
+
+def _in_work(work: Path, cwd: Path, folder: Path) -> Path:
+    """Where the node's clone holds `folder`, a path of the head's project."""
+    return work / folder.relative_to(cwd)
+
+
+def _in_clone(agent: Agent, work: Path, folders: dict[str, dict[str, bytes]]) -> Agent:
+    """`agent` seeing the node's clone `work` at the project's path, and nothing of the head's project.
+
+    The clone is whole (the head's sparse layers name paths of the head's disk, which the node
+    does not have); its `.git` is read-only, as is its `.agent-box/` (what the commit holds of
+    it stands for the project's own, which is bound from the head's path in a turn here). The
+    clone has the dirs a sandbox hides under `.agent-box/` (empty; git keeps no empty dir), so
+    their mount points are there whichever project the node's own disk holds at that path.
+    The hand-off folders (`folders`, with the files they hold on the head) are made in the
+    clone and bound writable at their path in the project, as a turn here has them.
+    """
+    box = work / ".agent-box"
+    for name in ("runs", "sessions"):
+        (box / name).mkdir(parents=True, exist_ok=True)
+    protected = (*(p for p in agent.protected if not p.is_relative_to(agent.cwd)), box)
+    writable = []
+    for path in agent.extra_rw:
+        if str(path) in folders:
+            local = _in_work(work, agent.cwd, path)
+            travel.unpack_folder(local, folders[str(path)])
+            path = local
+        writable.append(path)
+    return dataclasses.replace(agent, worktree=work, views=((work / ".git", agent.cwd / ".git"),),
+                               view_hidden=(), base=None, over=(), protected=protected, extra_rw=tuple(writable))
+
+
+def _next_of(ray: Any, refs: Any) -> NodeStarted | NodeDone | None:
+    """What the node's task says next (None: it ended without a word more)."""
+    try:
+        ref = next(refs)
+    except StopIteration:
+        return None
+    said: NodeStarted | NodeDone = ray.get(ref)
+    return said
+
+
+def head_prices() -> dict[str, Any] | None:
+    """The head's config.yaml `prices:` as JSON (None: no file, or no prices in it)."""
+    from agentbox.core import paths
+    from agentbox.core.config.user_config import load_user_config
+
+    path = paths.agent_box_home() / "config.yaml"
+    if not path.is_file():
+        return None
+    prices = load_user_config(path).prices
+    return {vendor: {name: price.model_dump(exclude_none=True) for name, price in models.items()}
+            for vendor, models in prices.items()} or None
+
+
+def _show_running(agent: Agent, started: NodeStarted) -> None:
+    """The session's record on the head says the turn runs on the node (its pid there, none here)."""
+    from agentbox.core.agents.sessions import SessionRecord
+
+    here = str(agent.sessions.root)
+    record = SessionRecord.from_dict(json.loads(json.dumps(started.record).replace(
+        json.dumps(started.store_root)[1:-1], json.dumps(here)[1:-1])))
+    if record.running is not None:
+        record.running["pid"] = None  # the dashboard samples a pid here: the node's is not one of this machine's
+        record.running.pop("create_time", None)
+        record.running["node"] = started.node_id
+        record.running["host"] = started.host
+        record.running["node_pid"] = started.pid
+    agent.sessions.save(record)
+
+
+def _show_ended(agent: Agent, started: NodeStarted) -> None:
+    """The node's turn ended without its record coming back (the node was lost): the head's says idle again."""
+    from agentbox.core.errors import NotFoundError
+
+    with contextlib.suppress(NotFoundError):
+        record = agent.sessions.find(started.record["id"])
+        if record.running is not None and record.running.get("node") == started.node_id:
+            record.status, record.running = "idle", None
+            agent.sessions.save(record)
 
 
 def _secret_env(agent: Agent) -> dict[str, str]:

@@ -290,3 +290,41 @@ def sweep_left_behind() -> None:
                 if pid.isdigit() and not pid_alive(int(pid)) and entry.is_dir(follow_symlinks=False):
                     shutil.rmtree(entry.path, ignore_errors=True)
 
+
+
+def pack_folders(folders: tuple[Path, ...]) -> dict[str, dict[str, bytes]]:
+    """The files of a turn's writable folders on the head (its task's hand-off folder), by the folder's path."""
+    total = [0]
+    return {str(folder): {relative: _read(path, total) for relative, path in _files(folder)} for folder in folders}
+
+
+def unpack_folder(local: Path, files: dict[str, bytes]) -> None:
+    """A hand-off folder's files written where the node's turn has it."""
+    local.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _write_tree(local, files)
+
+
+def collect_folder(local: Path, sent: dict[str, bytes]) -> dict[str, bytes]:
+    """What the turn made or changed in a hand-off folder on the node."""
+    total = [0]
+    return {relative: data for relative, path in _files(local)
+            if sent.get(relative) != (data := _read(path, total))}
+
+
+def store_folders_back(folders: dict[str, dict[str, bytes]], allowed: tuple[Path, ...]) -> None:
+    """Keep what a node's turn wrote in its hand-off folders in the head's (only folders it was given,
+    plain files, never through a link the agent planted)."""
+    from agentbox.core import store
+    from agentbox.core.sandbox.tool_homes import check_bind_source
+
+    for name, files in folders.items():
+        folder = Path(name)
+        if folder not in allowed:
+            continue
+        for relative, data in files.items():
+            if not _safe_relative(relative):
+                continue
+            target = folder / relative
+            check_bind_source(target, folder)
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            store.atomic_write_bytes(target, data, durable=False)
