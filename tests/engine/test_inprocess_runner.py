@@ -10,6 +10,7 @@ same committed trees.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,7 +22,7 @@ from agentbox.core.engine.runners.admission import Room
 from agentbox.core.engine.runners.local import LocalRunner
 from agentbox.core.paths import ProjectPaths
 from tests.conftest import REPO
-from tests.engine.inprocess import InProcessRunner
+from tests.engine.inprocess import InProcessRunner, NeedsAProcess
 from tests.engine.support import create, drive, events, setup_crew, task, work_rule
 from tests.engine.test_worktree_runs import make_repo
 
@@ -91,9 +92,126 @@ async def test_an_action_that_needs_a_process_is_refused_not_faked(agent_box_hom
         return Turn(job_id=prompt, run_id="r", task_id=None, agent=agent, prompt=prompt, session_id=new_session_id(),
                     resume=False, timeout_s=60)
 
-    refused = await runner.run(turn("go"))
-    assert refused.result.error_kind == "spawn_failed" and "cannot play the run of rule 'shell'" in (refused.result.error or "")
+    with pytest.raises(NeedsAProcess, match="cannot play the run of rule 'shell'"):
+        await runner.run(turn("go"))
+    assert [str(e) for e in runner.refused] == [
+        "the in-process runner cannot play the run of rule 'shell' of 't-shell': run this test on the local runner "
+        "(under bwrap)"]
     said = await runner.run(turn("say"))
     assert said.result.ok and said.result.text == "said " and said.git is None
     assert said.result.usage.input_tokens == 100 and said.result.native_id == said.result.session_id
     assert [t.prompt for t in runner.turns] == ["go", "say"]
+
+
+@pytest.mark.parametrize(("action", "named"), [
+    ({"fail": "crash", "reply": "x"}, "the fail: crash of rule 'it'"),
+    ({"fail": "kill_self", "reply": "x"}, "the fail: kill_self of rule 'it'"),
+    ({"stream": [{"text": "hi"}], "reply": "x"}, "the stream of rule 'it'"),
+    ({"read": "notes.txt", "reply": "{reads}"}, "the read of rule 'it'"),
+    ({"stderr": "warned", "reply": "x"}, "the stderr of rule 'it'"),
+    ({"reply": "key {env[HOME]}"}, "the {env[…]} template of rule 'it'"),
+])
+async def test_each_action_only_a_process_plays_is_refused_by_name(agent_box_home: Path, tmp_path: Path,
+                                                                  action: dict[str, Any], named: str) -> None:
+    from tests.engine.support import write_profile
+
+    write_profile("t-one", [{"id": "it", "when": {"prompt_contains": "go"}, "do": action}])
+    runner = InProcessRunner()
+    with pytest.raises(NeedsAProcess, match=f"cannot play {re.escape(named)} of 't-one'"):
+        await runner.run(_turn(tmp_path, "t-one", "go"))
+    assert len(runner.refused) == 1 and runner.turns[0].prompt == "go"
+
+
+async def test_a_rule_on_the_agents_environment_is_refused(agent_box_home: Path, tmp_path: Path) -> None:
+    from tests.engine.support import write_profile
+
+    write_profile("t-env", [{"id": "envy", "when": {"prompt_contains": "go", "env": {"AB_X": "1"}}, "do": {"reply": "a"}},
+                            {"id": "plain", "when": {"prompt_contains": "go"}, "do": {"reply": "b"}}])
+    with pytest.raises(NeedsAProcess, match=r"rule 'envy' of 't-env' on the agent's environment \(when.env\)"):
+        await InProcessRunner().run(_turn(tmp_path, "t-env", "go"))
+
+
+async def test_a_profile_that_is_not_scripted_is_refused(agent_box_home: Path, tmp_path: Path) -> None:
+    with pytest.raises(NeedsAProcess, match="plays scripted profiles only, not 'claude' "):
+        await InProcessRunner().run(_turn(tmp_path, "claude", "go"))
+
+
+@pytest.mark.parametrize(("writes", "target", "why"), [
+    (("src/**",), "docs/a.md", "outside the write scopes ['src/**']"),
+    ((), "src/a.py", "outside the write scopes []"),
+    (("docs/*.md",), "docs/a.txt", "outside the write scopes ['docs/*.md']"),
+    (("docs/*.md",), "docs/deep/a.md", "outside the write scopes ['docs/*.md']"),
+    (("README.md",), "README.txt", "outside the write scopes ['README.md']"),
+    (None, ".git/config", "a metadata path"),
+    (None, "/tmp/elsewhere.txt", "outside the project"),
+    (None, "../sibling.txt", "outside the project"),
+])
+async def test_a_write_only_the_sandbox_decides_is_refused(agent_box_home: Path, tmp_path: Path,
+                                                           writes: tuple[str, ...] | None, target: str, why: str) -> None:
+    from tests.engine.support import write_profile
+
+    write_profile("t-writer", [{"id": "w", "when": {"prompt_contains": "go"}, "do": {"write": {target: "x"}, "reply": "ok"}}])
+    with pytest.raises(NeedsAProcess, match=re.escape(f"the write of {target!r} in rule 'w' ({why})")):
+        await InProcessRunner().run(_turn(tmp_path, "t-writer", "go", writes=writes))
+    assert not (tmp_path / "work" / target).exists()
+
+
+@pytest.mark.parametrize(("writes", "target"), [
+    (("src/**",), "src/deep/a.py"), (("src/",), "src/a.py"), (("docs/*.md",), "docs/a.md"), (("*.md",), "a.md"),
+    (("README.md",), "README.md"), (None, "anything/at/all.txt"), (("**",), "x/y.txt"),
+])
+async def test_a_write_inside_the_scopes_lands_where_the_sandbox_puts_it(agent_box_home: Path, tmp_path: Path,
+                                                                        writes: tuple[str, ...] | None,
+                                                                        target: str) -> None:
+    from tests.engine.support import write_profile
+
+    write_profile("t-writer", [{"id": "w", "when": {"prompt_contains": "go"}, "do": {"write": {target: "{role}!"}, "reply": "ok"}}])
+    done = await InProcessRunner().run(_turn(tmp_path, "t-writer", "go", writes=writes))
+    assert done.result.ok, done.result.error
+    assert (tmp_path / "work" / target).read_text() == "!"
+
+
+async def test_an_engine_turn_it_refuses_stops_the_run_loudly(tmp_path: Path, agent_box_home: Path) -> None:
+    """Not a failed turn the engine would route (retry, escalate): the test fails, naming the scenario."""
+    paths = a_project(tmp_path / "repo")
+    setup_crew(paths.root, worker=[work_rule(run="echo hi", rule_id="shell-work")], tasks=[task("t1")])
+    run_id = create(paths)
+    runner = InProcessRunner()
+    with pytest.raises(NeedsAProcess, match="cannot play the run of rule 'shell-work' of 't-worker'"):
+        await drive(paths, run_id, runner=runner)
+    assert [type(e) for e in runner.refused] == [NeedsAProcess]
+
+
+async def test_an_engine_a_test_builds_runs_its_turns_in_process(tmp_path: Path, agent_box_home: Path) -> None:
+    paths = a_project(tmp_path / "repo")
+    run_id = create(paths)
+    seen: list[object] = []
+
+    async def look(engine: Any) -> None:
+        seen.append(engine.turns.runner)
+
+    run = await drive(paths, run_id, look)
+    assert run.status == "done", run.status_reason
+    assert [type(r) for r in seen] == [InProcessRunner]
+    assert {t.task_id for t in seen[0].turns if t.workspace is not None} == {"t1", "t2"}  # type: ignore[attr-defined]
+
+
+@pytest.mark.local_runner("proves the opt-out: a marked test keeps the local runner")
+async def test_a_test_marked_local_runner_keeps_the_local_runner(tmp_path: Path, agent_box_home: Path) -> None:
+    from agentbox.core.engine import runners
+
+    assert isinstance(runners.configured_runner(), LocalRunner)
+
+
+def _turn(tmp_path: Path, profile: str, prompt: str, writes: tuple[str, ...] | None = None) -> Any:
+    import dataclasses
+
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import new_session_id
+    from agentbox.core.engine.runners.base import Turn
+
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    agent = dataclasses.replace(services.profile_agent(profile, work, None), writes=writes)
+    return Turn(job_id=prompt, run_id="r", task_id=None, agent=agent, prompt=prompt, session_id=new_session_id(),
+                resume=False, timeout_s=60)
