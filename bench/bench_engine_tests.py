@@ -2,8 +2,9 @@
 
 `before` is a tree of the tests as they were (default: `git archive` of the merge base with
 main, into a temp dir): every engine a test built ran its turns on the local runner under
-bwrap. `after` is this checkout, where an engine a test builds plays its turns in-process
-unless the test is marked `local_runner` (tests/engine/conftest.py). Each test file of
+bwrap. `after` is this checkout's HEAD (also archived, so the checkout may change meanwhile),
+where an engine a test builds plays its turns in-process unless the test is marked
+`local_runner` (tests/engine/conftest.py). Each test file of
 tests/engine (the Ray tests left out: they start a cluster) runs once in each tree, the
 order alternating from file to file so both see the same load; the plugin
 `bench.runner_tally` notes which runner each test's engines used.
@@ -83,6 +84,7 @@ def main() -> int:
             before = _tree(base, work / "before")
         else:
             before = args.before
+        after = _tree("HEAD", work / "after")
         files = args.files or sorted(p.name for p in (HERE / "tests" / "engine").glob("test_*.py")
                                      if p.name not in LEFT_OUT)
         load_start = os.getloadavg()
@@ -90,7 +92,7 @@ def main() -> int:
         tallies: dict[str, list[Path]] = {"before": [], "after": []}
         failed: dict[str, list[str]] = {"before": [], "after": []}
         for index, name in enumerate(files):
-            order = [("before", before), ("after", HERE)]
+            order = [("before", before), ("after", after)]
             if index % 2:
                 order.reverse()
             times = {}
