@@ -23,20 +23,30 @@ from agentbox.core.engine.runners.local import LocalRunner
 from agentbox.core.paths import ProjectPaths
 from tests.conftest import REPO
 from tests.engine.inprocess import InProcessRunner, NeedsAProcess
-from tests.engine.support import create, drive, events, setup_crew, task, work_rule
+from tests.engine.modes_support import sessions_of
+from tests.engine.support import (
+    create,
+    drive,
+    events,
+    prompts_of,
+    review_rule,
+    setup_crew,
+    task,
+    work_rule,
+)
 from tests.engine.test_worktree_runs import make_repo
 
 STABLE = ("type", "task", "role", "kind", "state", "to", "from", "verdict")
 """The fields of an event that say what happened, not when or by which process."""
 
 
-def a_project(root: Path) -> ProjectPaths:
+def a_project(root: Path, reviewer: list[dict[str, Any]] | None = None) -> ProjectPaths:
     root.mkdir(parents=True)
     shutil.copytree(REPO / ".agent-box.example", root / ".agent-box")
     make_repo(root)
-    worker = [work_rule(write={"src/{task}/out.txt": "made by {role} for {task}\n",
+    worker = [work_rule(write={"src/{task}/out.txt": "made by {role} for {task} in turn {turn}\n",
                                "{handoff}result.txt": "result of {task}\n"})]
-    return setup_crew(root, worker=worker, tasks=[task("t1"), task("t2", "tester", deps=["t1"])],
+    return setup_crew(root, worker=worker, reviewer=reviewer, tasks=[task("t1"), task("t2", "tester", deps=["t1"])],
                       limits={"max_workers": 1})
 
 
@@ -72,7 +82,34 @@ async def test_the_in_process_runner_drives_a_run_as_the_local_runner_does(tmp_p
     assert (tmp_path / "inproc" / "repo").joinpath("src", "t1").exists() is False  # work stays on the branches
     assert [line for line in subprocess.run(
         ["git", "-C", str(inproc_paths.root), "show", f"{inproc_run.tasks['t2'].head}:src/t2/out.txt"],
-        check=True, capture_output=True, text=True).stdout.splitlines()] == ["made by tester for t2"]
+        check=True, capture_output=True, text=True).stdout.splitlines()] == ["made by tester for t2 in turn 1"]
+
+
+@pytest.mark.bwrap
+async def test_a_rework_resumes_the_same_session_and_counters_in_process_as_under_bwrap(
+        tmp_path: Path, agent_box_home: Path) -> None:
+    """A rejected review sends t1 back: the worker's session is resumed (its second turn), the reviewer's
+    `times: 1` rule is spent; both runners must agree on every event, tree and session."""
+    reviewer = [review_rule("reject", task_id="t1", times=1, rule_id="reject-once")]
+    local_paths = a_project(tmp_path / "local" / "repo", reviewer)
+    local_id = create(local_paths)
+    local_run = await drive(local_paths, local_id, runner=LocalRunner(
+        reading=lambda: Room(available_mb=16384, total_mb=16384, load=0.0, cpus=2)), timeout=120)
+    assert local_run.status == "done", local_run.status_reason
+    inproc_paths = a_project(tmp_path / "inproc" / "repo", reviewer)
+    inproc_id = create(inproc_paths)
+    inproc_run = await drive(inproc_paths, inproc_id, runner=InProcessRunner(tmp_path / "scripted-state"))
+    assert outcome(inproc_paths, inproc_id, inproc_run) == outcome(local_paths, local_id, local_run)
+    assert inproc_run.tasks["t1"].attempts == 2
+
+    def sessions(paths: ProjectPaths) -> dict[str, list[int]]:
+        return {role: sorted(len(prompts_of(paths, f.stem)) for f in sessions_of(paths, role))
+                for role in ("lead", "builder", "tester", "reviewer")}
+
+    assert sessions(inproc_paths) == sessions(local_paths)
+    assert max(sessions(inproc_paths)["builder"]) == 2  # the rework went on in the same session
+    assert subprocess.run(["git", "-C", str(inproc_paths.root), "show", f"{inproc_run.tasks['t1'].head}:src/t1/out.txt"],
+                          check=True, capture_output=True, text=True).stdout == "made by builder for t1 in turn 2\n"
 
 
 async def test_an_action_that_needs_a_process_is_refused_not_faked(agent_box_home: Path, tmp_path: Path) -> None:
