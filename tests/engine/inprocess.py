@@ -11,16 +11,25 @@ test about the engine's policies (scheduling, retries, budgets) can run here in 
 of the time. What only a sandbox gives (write scopes, hidden paths, no network, a process
 to kill) is not here: those tests stay on the local runner under real bwrap.
 
-A scenario action that needs a process (`run`, `stream`, a `fail` other than `error_exit0`) is refused with a
-message saying so: such a test belongs on the local runner.
+What it cannot play the same way it refuses loudly, with `NeedsAProcess` naming the
+rule and the action: a shell command (`run`), streamed events (`stream`), a read through
+the sandbox's view (`read`), stderr (`stderr`), a `fail` other than `error_exit0` (a crash,
+a hang, kill -9, an exit code, a flood), a rule on the agent's environment (`when.env`, a
+template's `{env[…]}`), a profile that is not scripted, and a write the sandbox would
+decide (outside the role's write scopes and hand-on dirs, or onto a protected or
+metadata path). The exception is not an `AgentboxError`: the engine does not turn it into
+a failed turn, it stops the run and the test fails naming the scenario; such a test is
+marked `local_runner("why")` (tests/engine/conftest.py) and runs on the local runner.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
+import json
 import os
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from agentbox.core.agents import pricing
@@ -31,10 +40,15 @@ from agentbox.core.engine.runners.local import reply_summary
 from agentbox.core.errors import AgentboxError
 from agentbox.core.runtimes import scripted_agent as program
 from agentbox.core.runtimes.base import Usage
+from agentbox.core.sandbox import protected, scopes
 
-NEEDS_A_PROCESS = ("run", "stream")
-"""Scenario actions the in-process runner cannot play (they need the agent's own process; so does every
-`fail` but `error_exit0`)."""
+NEEDS_A_PROCESS = ("run", "stream", "read", "stderr")
+"""Scenario actions the in-process runner cannot play (they need the agent's own process or the sandbox's
+view; so does every `fail` but `error_exit0`)."""
+
+
+class NeedsAProcess(Exception):  # noqa: N818  (a refusal, not an error of the code under test)
+    """A turn the in-process runner will not fake: the test must run on the local runner (`local_runner("why")`)."""
 
 
 class InProcessRunner:
@@ -43,10 +57,13 @@ class InProcessRunner:
     kind = "local"
 
     def __init__(self, state: Path | None = None) -> None:
-        self.state = state or Path(os.environ["AGENT_BOX_HOME"]) / "inprocess"
-        """Where the scripted agents' state homes are (one per profile, as the profile's own home is);
-        by default in the test's AGENT_BOX_HOME."""
+        self.state = state
+        """Where the scripted agents' state homes are (one per profile); None: each profile's own home (its
+        config dir, the SCRIPTED_HOME the real program keeps its sessions and `times` counters in), so a run
+        begun by a process and resumed here (or the other way) goes on in the same sessions and counters."""
         self.turns: list[Turn] = []
+        self.refused: list[NeedsAProcess] = []
+        """Every turn refused (each also raised into the engine, which stops the run with it)."""
 
     def room(self, job_id: str, profile: ProfileInfo) -> str | None:
         """Always room: nothing here takes a process's memory."""
@@ -58,6 +75,9 @@ class InProcessRunner:
         agent = turn.agent
         try:
             result = await self._play(turn)
+        except NeedsAProcess as exc:
+            self.refused.append(exc)
+            raise
         except AgentboxError as exc:
             result = InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
                                   error=exc.message, role=agent.role)
@@ -74,14 +94,15 @@ class InProcessRunner:
         agent = turn.agent
         profile = agent.profile
         if profile.tool != "scripted" or profile.scenario_path is None:
-            raise AgentboxError(f"the in-process runner plays scripted profiles only, not {profile.name}")
+            raise NeedsAProcess(f"the in-process runner plays scripted profiles only, not {profile.name!r} "
+                                f"({profile.tool}): run this test on the local runner")
         store = agent.sessions
         record = prepare_session(agent, turn.session_id if turn.resume else None,
                                  None if turn.resume else turn.session_id,
                                  {"run_id": turn.run_id, "task_id": turn.task_id})
         started = time.time()
         t0 = time.monotonic()
-        home = self.state / profile.name
+        home = profile.config_dir if self.state is None else self.state / profile.name
         (home / "sessions").mkdir(parents=True, exist_ok=True)
         model = agent.model or profile.profile.runtime.model
         try:
@@ -96,18 +117,25 @@ class InProcessRunner:
         scripted = program.Agent({} if model is None else {"model": model}, scenario, str(home), session)
         number = len(session.get("turns", [])) + 1
         system = session.get("system") or ""
+        on_env = [rule.id for rule in scenario.rules if rule.when.get("env")]
+        if on_env:
+            raise NeedsAProcess(f"the in-process runner cannot match rule {on_env[0]!r} of {profile.name!r} on the "
+                                "agent's environment (when.env): run this test on the local runner (under bwrap)")
         rule_id, action, variables, counter = program.choose_rule(scenario, str(home), turn.prompt, system, number)
         refused = [key for key in NEEDS_A_PROCESS if key in action]
         if action.get("fail") not in (None, "error_exit0"):
             refused.append(f"fail: {action['fail']}")
+        if "{env" in json.dumps(action):
+            refused.append("{env[…]} template")
         if refused:
-            raise AgentboxError(f"the in-process runner cannot play the {', '.join(refused)} of rule {rule_id!r}: "
-                                "run this test on the local runner (under bwrap)")
+            raise NeedsAProcess(f"the in-process runner cannot play the {', '.join(refused)} of rule {rule_id!r} "
+                                f"of {profile.name!r}: run this test on the local runner (under bwrap)")
         values = scripted.template_values(turn.prompt, number, model, system, counter)
         values.update(variables, role=agent.role or "", env={})
+        files = _placed(action.get("write") or {}, values, agent, rule_id)
         if action.get("delay_s"):
             await asyncio.sleep(action["delay_s"])
-        error = _write(action.get("write") or {}, values, agent.cwd, agent.worktree, agent.extra_rw)
+        error = _write(files, values)
         text = error if error is not None else program.reply_text(action, values)
         raw = program.usage_object(action.get("usage")) or {}
         tokens = Usage(input_tokens=raw.get("input_tokens"), cached_input_tokens=raw.get("cached_input_tokens"),
@@ -128,20 +156,68 @@ class InProcessRunner:
         return _finish(store, record, turn.prompt, result, started)
 
 
-def _write(files: dict[str, str], values: dict[str, Any], cwd: Path, worktree: Path | None,
-           own: tuple[Path, ...]) -> str | None:
-    """The action's files, where the sandboxed agent's writes would land: the worktree is seen at `cwd`,
-    and the directories bound in on their own (`own`, the hand-on dir) are seen where they are."""
+def _placed(files: dict[str, str], values: dict[str, Any], agent: Any, rule_id: str) -> dict[Path, str]:
+    """Where each of the action's files lands, as the sandboxed agent's write would: the worktree is seen at
+    `cwd`, the dirs bound in on their own (`extra_rw`, the hand-on dir) where they are. A write the sandbox
+    would decide (outside the write scopes, onto a protected or metadata path, outside the project) is refused."""
+    cwd: Path = agent.cwd
+    worktree: Path | None = agent.worktree
+    own: tuple[Path, ...] = agent.extra_rw
+    placed: dict[Path, str] = {}
     for raw_path, raw_text in files.items():
-        path = Path(os.path.expanduser(program.render(raw_path, values)))
+        path = Path(os.path.normpath(os.path.expanduser(program.render(raw_path, values))))
         if not path.is_absolute():
-            path = cwd / path
-        if worktree is not None and path.is_relative_to(cwd) and not any(path.is_relative_to(d) for d in own):
-            path = worktree / path.relative_to(cwd)
+            path = Path(os.path.normpath(cwd / path))
+        if any(path.is_relative_to(d) for d in own):
+            placed[path] = raw_text
+            continue
+        problem = _scope_problem(path, agent)
+        if problem is not None:
+            raise NeedsAProcess(f"the in-process runner cannot play the write of {raw_path!r} in rule {rule_id!r} "
+                                f"({problem}): only the sandbox says what happens; run this test on the local "
+                                "runner (under bwrap)")
+        placed[worktree / path.relative_to(cwd) if worktree is not None else path] = raw_text
+    return placed
+
+
+def _scope_problem(path: Path, agent: Any) -> str | None:
+    """None when the sandbox lets the role write `path` (seen from inside it) as it is; else why not, or
+    why only the sandbox can tell."""
+    cwd: Path = agent.cwd
+    if not path.is_relative_to(cwd) or path == cwd:
+        return "outside the project"
+    relative = path.relative_to(cwd).as_posix()
+    parts = PurePosixPath(relative).parts
+    if any(part in scopes.METADATA_NAMES for part in parts):
+        return "a metadata path"
+    if any(path.is_relative_to(p) for p in agent.protected) or any(
+            protected.matches(pattern, relative) for pattern in agent.protected_paths):
+        return "a protected path"
+    if agent.writes is None:
+        return None
+    for scope in agent.writes:
+        scope_parts = scopes.normalise(scope)
+        if scope_parts[:1] == ("**",):  # the whole tree
+            return None
+        static, literal = scopes.glob_static_prefix("/".join(scope_parts)) if scope_parts else ((), False)
+        if scopes.directory_reach([scope]) or (literal and (cwd / "/".join(static)).is_dir()):
+            if parts[:len(static)] == static and len(parts) > len(static):
+                return None
+        elif literal:
+            if parts == static:
+                return None
+        elif len(scope_parts) == len(static) + 1 and parts[:-1] == static and fnmatch.fnmatchcase(
+                parts[-1], scope_parts[-1]):
+            return None
+    return f"outside the write scopes {list(agent.writes)}"
+
+
+def _write(files: dict[Path, str], values: dict[str, Any]) -> str | None:
+    """Write the placed files (parents made); a write error as the scripted agent reports one."""
+    for path, raw_text in files.items():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(program.render(raw_text, values), encoding="utf-8")
         except OSError as exc:
             return f"write failed: {exc}"
     return None
-

@@ -1,9 +1,10 @@
 """Shared helpers of the group chat, handoff and graph mode tests.
 
-Every test drives real scripted agents under bubblewrap: a test writes the scripted
-profiles it needs into the isolated AGENT_BOX_HOME (a user profile shadows a bundled
-one), writes the crew, and runs the engine in-process (`drive`) or as the CLI's
-background process (`start_engine`), which a test may SIGKILL and resume.
+A test writes the scripted profiles it needs into the isolated AGENT_BOX_HOME (a user
+profile shadows a bundled one), writes the crew, and runs the engine in-process (`drive`;
+its turns played in-process too unless the test is marked `local_runner`, see
+tests/engine/conftest.py) or as the CLI's background process (`start_engine`, real
+scripted agents under bubblewrap), which a test may SIGKILL and resume.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def drive(project: ProjectPaths, run_id: str, human: Human | None = None, timeou
           runner: TurnRunner | None = None) -> Run:
     """Run the engine in this process until the run ends; `human` plays the person meanwhile.
 
-    `runner`: who runs the turns (default: the engine's, the local runner under bwrap).
+    `runner`: who runs the turns (default: the engine's; in these tests the in-process runner unless the test
+    is marked `local_runner`, see tests/engine/conftest.py).
     """
 
     async def main() -> Run:

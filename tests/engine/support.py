@@ -2,8 +2,10 @@
 
 A test describes its crew as scenario rules for three scripted user profiles written
 into the test's AGENT_BOX_HOME (`t-lead`, `t-worker`, `t-reviewer`; a user profile
-shadows a bundled one) and a crew.yaml. The agents are real processes under bwrap;
-nothing in the engine is mocked.
+shadows a bundled one) and a crew.yaml. Nothing in the engine is mocked; an engine built
+in a test plays its agents in-process (tests/engine/inprocess.py) unless the test is marked
+`local_runner`, when they are real processes under bwrap (tests/engine/conftest.py), as
+they always are for an engine started as its own process.
 """
 
 from __future__ import annotations
@@ -177,7 +179,8 @@ async def drive(project: ProjectPaths, run_id: str, human: Human | None = None, 
 
     A failing `human` (an assertion about the run) stops the engine and is raised at once.
     `backoff`: the waits before the environment retries (default: the engine's own).
-    `runner`: who runs the turns (default: the engine's, the local runner under bwrap).
+    `runner`: who runs the turns (default: the engine's; in these tests the in-process runner unless the test
+    is marked `local_runner`, see tests/engine/conftest.py).
     """
     options: dict[str, Any] = {} if backoff is None else {"backoff": lambda _cap: list(backoff)}
     if runner is not None:

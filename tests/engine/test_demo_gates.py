@@ -10,7 +10,7 @@ import pytest
 from agentbox.core.admin.demo import make_demo_project, run_demo
 from tests.engine.support import events, of_type, prompts_of
 
-pytestmark = pytest.mark.bwrap
+pytestmark = [pytest.mark.bwrap, pytest.mark.local_runner('the demo end to end under bwrap')]
 
 
 async def test_the_demo_reworks_from_a_red_check_before_any_review(tmp_path: Path) -> None:

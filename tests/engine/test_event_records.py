@@ -129,6 +129,7 @@ def _conforms(record: dict[str, object], shape: object) -> str | None:
     return f"{wrong} not of their type" if wrong else None
 
 
+@pytest.mark.local_runner('the demo crew end to end under bwrap')
 @pytest.mark.bwrap
 async def test_the_events_of_a_real_run_are_what_their_kinds_say(tmp_path: Path) -> None:
     """The demo crew (real bwrap and git, checks, a rework, a merge checkpoint): every line it logs has

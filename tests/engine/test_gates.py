@@ -158,6 +158,7 @@ async def test_a_flaky_check_passes_only_when_the_crew_allows_it(project: Path, 
         assert "it is flaky" in prompts_of(paths, final.tasks["t1"].session_id or "")[1]
 
 
+@pytest.mark.local_runner('kill -9 of the engine and a resume: end to end under bwrap')
 async def test_kill_9_during_a_check_runs_it_again_and_never_records_it_twice(project: Path) -> None:
     slow = "sleep 3; " + GOOD
     paths = crew(project, checks={"smoke": {"run": slow, "timeout_s": 60}}, submission=["smoke"],
@@ -197,6 +198,7 @@ def test_the_fingerprint_of_a_red_check_comes_from_its_output() -> None:
     assert failure_signature("make: *** [all] Error 2\nbuild broke at step 3")[0].endswith("build broke at step 3")
 
 
+@pytest.mark.local_runner("waits for the review turn's process (its pid) to move the branch under it")
 async def test_an_approval_is_bound_to_the_commit_it_judged(project: Path) -> None:
     from agentbox.core.workspace.layout import common_dir, task_worktree_path
 
@@ -235,6 +237,7 @@ CLASH = ("if [ -e src/t1/a.txt ] && [ -e src/t2/clash.txt ]; then "
          "echo 'FAILED tests/test_combo.py::test_both - RuntimeError: t1 and t2 clash'; exit 1; fi")
 
 
+@pytest.mark.local_runner('a worker runs a shell command in its worktree')
 async def test_a_red_integration_check_between_two_approved_tasks_undoes_the_merge_and_asks(project: Path) -> None:
     make_repo(project)
     worker = [
@@ -308,6 +311,7 @@ async def test_a_red_run_end_check_is_never_merged_without_saying_so(project: Pa
     assert final.checks[0].commit == git(project, "rev-parse", final.git.integration_branch).strip()
 
 
+@pytest.mark.local_runner("waits for the review turn's process (its pid) to move the branch under it")
 async def test_a_reviewers_approval_of_a_moved_branch_is_stale(project: Path) -> None:
     from agentbox.core.workspace.layout import common_dir, task_worktree_path
 
@@ -333,6 +337,7 @@ async def test_a_reviewers_approval_of_a_moved_branch_is_stale(project: Path) ->
     assert len(t1.checks) == 2 and t1.attempts == 2
 
 
+@pytest.mark.local_runner('kill -9 of the engine and a resume: end to end under bwrap')
 async def test_kill_9_during_an_integration_check_merges_once_and_checks_again(project: Path) -> None:
     make_repo(project)
     paths = setup_crew(project, worker=[work_rule(task_id="t1", write={"src/t1/good.txt": "good\n"})],

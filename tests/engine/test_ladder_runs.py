@@ -147,6 +147,7 @@ def kill_when(project: Any, run_id: str, ready: Any, proc: Any) -> None:
     proc.wait(timeout=10)
 
 
+@pytest.mark.local_runner('kill -9 of the engine and a resume: end to end under bwrap')
 async def test_kill_9_between_two_transitions_and_resume(project: Path) -> None:
     worker = [
         work_rule(task_id="t1", rule_id="fixed", write={"src/t1/good.txt": "good\n"}),
@@ -205,6 +206,7 @@ def marked(rule: dict[str, Any], marker: str) -> dict[str, Any]:
     return rule
 
 
+@pytest.mark.local_runner("a worker's process crashes")
 async def test_drift_compromise_debt_and_no_compromise_advisor_apply(project: Path) -> None:
     patch = patch_creating("auth/fixed.txt", "fixed by the advisor's patch")
     worker = [
@@ -475,6 +477,7 @@ async def test_on_the_ladder_a_check_that_cannot_be_found_is_asked_at_once(proje
     assert final.status == "cancelled" and of_type(events(paths, run_id), "retry") == []
 
 
+@pytest.mark.local_runner("a worker's process crashes")
 async def test_the_environment_budget_is_per_task_across_its_turns(project: Path) -> None:
     """On the ladder the waits of a task's environment back-offs add up across its turns: the work
     turn's one crash and the rework's first use 0.8 s of a 1 s budget, so the rework's second crash
@@ -505,6 +508,7 @@ async def test_the_environment_budget_is_per_task_across_its_turns(project: Path
     assert [(c.task, c.answer) for c in asked] == [("t1", "retry")], "the budget, not the turn's allowance, asked"
 
 
+@pytest.mark.local_runner("a worker's process crashes")
 async def test_a_check_that_keeps_timing_out_spends_the_same_budget(project: Path) -> None:
     """The work turn's crash waited 0.4 s and the check's first time-out 0.4 s more: its second
     time-out would pass the task's 1 s, so the person is asked then (not after three reruns)."""

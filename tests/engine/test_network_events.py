@@ -20,6 +20,7 @@ KNOCK = (f"{sys.executable} -c \"import os,socket;h,p=os.environ['HTTPS_PROXY'].
 """What a worker runs: a CONNECT to a host loopback port no profile allows."""
 
 
+@pytest.mark.local_runner("the agent's shell command is refused the network by the sandbox")
 async def test_a_refused_connection_becomes_an_event_of_the_run(project: Path) -> None:
     paths = setup_crew(project, mode="sequential", sequential={"steps": ["builder"]},
                        worker=[work_rule(run=KNOCK)])

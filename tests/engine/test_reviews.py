@@ -219,6 +219,7 @@ async def test_both_reviewers_of_a_worktree_task_review_its_real_diff(project: P
         assert len(prompts) == 2 and all("## The task's changes" in p and "+VALUE = 1" in p for p in prompts), role
 
 
+@pytest.mark.local_runner("a worker's shell command meets the sandbox's protected paths")
 @pytest.mark.bwrap
 async def test_a_worktree_step_writing_src_cannot_change_a_protected_contract(project: Path) -> None:
     (project / "src" / "contracts").mkdir(parents=True)

@@ -144,6 +144,7 @@ async def test_retry_then_escalation_after_max_auto_retries(project: Path) -> No
     assert of_type(log, "ladder", "t1") == [] and t1.ladder.counted_failures == 0  # the ladder is off
 
 
+@pytest.mark.local_runner("a worker's process crashes")
 async def test_environment_failure_is_retried_with_backoff(project: Path, short_backoff: list[float]) -> None:
     paths = setup_crew(project, worker=[work_rule(task_id="t1", times=1, fail="crash", rule_id="crash-once")])
     run_id = create(paths)
@@ -163,6 +164,7 @@ async def test_environment_failure_is_retried_with_backoff(project: Path, short_
     assert len({e["session"] for e in dispatches}) == 1
 
 
+@pytest.mark.local_runner("a worker's process crashes")
 async def test_environment_failure_escalates_when_retries_run_out(project: Path, short_backoff: list[float]) -> None:
     paths = setup_crew(project, worker=[work_rule(task_id="t1", fail="crash", rule_id="always-crash")])
     run_id = create(paths)
@@ -176,6 +178,7 @@ async def test_environment_failure_escalates_when_retries_run_out(project: Path,
     assert run.tasks["t1"].state == "cancelled"
 
 
+@pytest.mark.local_runner('a hung agent process is killed at the timeout')
 async def test_hung_agent_is_killed_at_the_task_timeout(project: Path, short_backoff: list[float]) -> None:
     paths = setup_crew(project, worker=[work_rule(task_id="t1", times=1, fail="hang", rule_id="hang-once")],
                        limits={"task_timeout_s": 1.5})
@@ -319,6 +322,7 @@ async def test_run_budget_cancel_ends_the_run(project: Path) -> None:
     assert run.tasks == {} or all(t.state == "cancelled" for t in run.tasks.values())
 
 
+@pytest.mark.local_runner("the cancelled turn's process is stopped")
 async def test_cancel_a_running_task_blocks_its_dependents_then_cancel_the_run(project: Path) -> None:
     tasks = [task("t1", "builder"), task("t2", "tester", deps=["t1"], writes=["tests/**"])]
     paths = setup_crew(project, tasks=tasks, worker=[work_rule(delay=30, task_id="t1", rule_id="slow-t1")])
@@ -410,6 +414,7 @@ def test_the_run_state_is_valid_json_for_readers(project: Path) -> None:
     assert ProjectPaths(project).run_dir(run_id).is_dir()
 
 
+@pytest.mark.local_runner('the sandbox (bwrap) cannot be built')
 async def test_a_sandbox_that_cannot_be_built_is_an_environment_failure_not_a_crash(
         project: Path, short_backoff: list[float], monkeypatch: pytest.MonkeyPatch) -> None:
     from agentbox.core.errors import SandboxError

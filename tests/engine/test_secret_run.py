@@ -24,6 +24,7 @@ def _holding(root: Path, needle: bytes) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.is_file() and not p.is_symlink() and needle in p.read_bytes()]
 
 
+@pytest.mark.local_runner("the key is in the agent process's environment")
 async def test_a_key_the_agent_prints_is_masked_everywhere(project: Path, agent_box_home: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     secret = f"sk-test-{uuid.uuid4().hex}"

@@ -49,6 +49,7 @@ def _by_name(spans: list[ReceivedSpan]) -> dict[str, list[ReceivedSpan]]:
     return found
 
 
+@pytest.mark.local_runner("a worker's process crashes")
 async def test_a_run_is_one_trace_of_its_plan_tasks_turns_checks_and_waits(project: Path,
                                                                            collector: OtlpReceiver) -> None:
     worker = [
@@ -141,6 +142,7 @@ async def test_a_run_is_one_trace_of_its_plan_tasks_turns_checks_and_waits(proje
         "agentbox.event.seq"]
 
 
+@pytest.mark.local_runner('kill -9 of the engine mid-turn and a resume')
 async def test_an_engine_killed_mid_turn_and_resumed_goes_on_in_the_same_trace(project: Path,
                                                                               collector: OtlpReceiver) -> None:
     worker = [work_rule(task_id="t1", rule_id="slow", times=1, delay=30, write={"src/t1/good.txt": "good\n"}),

@@ -20,7 +20,7 @@ from agentbox.tui import loaders
 from tests.engine.support import create, drive, setup_crew, task, work_rule
 from tests.engine.test_worktree_runs import git, make_repo
 
-pytestmark = pytest.mark.bwrap
+pytestmark = [pytest.mark.bwrap, pytest.mark.local_runner("a flood of files written by the agent's shell in its worktree, under bwrap")]
 
 FLOOD = 2_500
 """Files the flooding turn writes: more than the run state keeps, a dozen pages of the diff."""

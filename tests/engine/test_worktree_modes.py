@@ -30,7 +30,7 @@ from tests.engine.support import (
 )
 from tests.engine.test_worktree_runs import git, make_repo, person_state
 
-pytestmark = pytest.mark.bwrap
+pytestmark = [pytest.mark.bwrap, pytest.mark.local_runner("the worktree's bind layout: what an agent sees and may write, under bwrap")]
 
 
 def run_changes(root: Path, run: Run) -> dict[str, str | None]:

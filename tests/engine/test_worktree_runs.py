@@ -32,7 +32,7 @@ from tests.engine.support import (
     work_rule,
 )
 
-pytestmark = pytest.mark.bwrap
+pytestmark = [pytest.mark.bwrap, pytest.mark.local_runner("the worktree's bind layout: what an agent sees and may write, under bwrap")]
 
 
 def git(root: Path, *args: str) -> str:
