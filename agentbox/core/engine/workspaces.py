@@ -140,10 +140,11 @@ class Workspaces:
     def view(self, copy_patterns: list[str]) -> Mount:
         """The run's read-only view at its integration head, for a turn that writes nothing:
         a plan, a synthesis or a chat turn reads the work the run has approved so far, not
-        the person's live tree, which they may be editing (in a worker thread)."""
-        tree = git.ensure_view_worktree(self.root, self.ledger.run.id)
+        the person's live tree, which they may be editing (in a worker thread). Seen over the
+        shared base, as a new task's worktree is, unless setup files (not in git) are copied into it."""
+        tree = git.ensure_view_worktree(self.root, self.ledger.run.id, sparse=not copy_patterns)
         view = self._prepare(tree, f"run {self.ledger.run.id}'s branch", copy_patterns)
-        return Mount(VIEW_KEY, tree.path, tuple(view.binds), tuple(view.hide))
+        return Mount(VIEW_KEY, tree.path, tuple(view.binds), tuple(view.hide), base=view.base, over=view.over)
 
     def _prepare(self, tree: git.Worktree, whose: str, copy_patterns: list[str]) -> git.SandboxGitView:
         """Make `tree` ready for a sandbox: a place for .agent-box, the setup files copied

@@ -240,7 +240,7 @@ def _switch(path: Path, target: str, *, spare: bool, held: str | None = None) ->
         patterns.unlink(missing_ok=True)  # type: ignore[union-attr]
 
 
-def ensure_view_worktree(root: Path, run_id: str) -> Worktree:
+def ensure_view_worktree(root: Path, run_id: str, *, sparse: bool = False) -> Worktree:
     """The run's read-only view: a detached worktree holding the integration head, what the
     run has approved so far, for turns that read and write nothing (a plan, a synthesis, a
     chat turn), so they see the run's work and never the person's live tree.
@@ -248,6 +248,12 @@ def ensure_view_worktree(root: Path, run_id: str) -> Worktree:
     Made once (from a spare when one is parked), then moved to the new head before each turn
     that needs it, which rewrites only the files that differ. The head its files hold is
     written to its admin dir last, so a call killed half-way is finished by the next.
+
+    `sparse`: a new view (no spare to take) is checked out over the shared base of its
+    commit, as a task's worktree is (`agentbox.core.workspace.bases`): only the directories
+    where the integration head differs from the base are its own, so a run on a big
+    repository pays no full checkout for it; when the head moves, those grow. Without it
+    (a caller that needs every file in the directory: a person's shell) a sparse view is made whole.
     """
     head = rev(root, heads(integration_branch(run_id)))
     if head is None:
@@ -264,16 +270,59 @@ def ensure_view_worktree(root: Path, run_id: str) -> Worktree:
         admin = admin_dir(path)
         assert admin is not None
     held = read_small(admin / VIEW_HEAD)
-    if held != f"{head}\n":
+    seen = bases.read_base(path) if origin != WorktreeOrigin.NEW else None
+    if held == f"{head}\n" and seen is not None and not sparse:
+        bases.make_whole(path)  # clean and at its head: every file of it checked out
+    elif held != f"{head}\n":
         _drop_stale_index_lock(path)
-        if held is not None and origin == WorktreeOrigin.EXISTING:
+        if held is not None:
             (admin / VIEW_HEAD).unlink()  # a call killed past here must not trust the files any more
-            _switch(path, head, spare=False, held=held.strip())
+        if sparse and origin != WorktreeOrigin.SPARE and (origin == WorktreeOrigin.NEW or seen is not None):
+            done = _view_over_base(root, common, path, head, seen)
         else:
-            _switch(path, head, spare=origin == WorktreeOrigin.SPARE)
+            done = False
+        if not done:
+            if origin == WorktreeOrigin.NEW:
+                bases.forget_sparse(path)
+            held_files = held.strip() if held is not None and origin == WorktreeOrigin.EXISTING else None
+            _switch(path, head, spare=origin == WorktreeOrigin.SPARE, held=held_files or
+                    (_held_head(path) if origin == WorktreeOrigin.EXISTING else None))
+            bases.forget_sparse(path)  # whole now (the marker goes only once every file is there)
         git(path, "update-ref", "--no-deref", "-m", "agentbox: view", "HEAD", head)
         write_small(admin / VIEW_HEAD, f"{head}\n")
     return Worktree(path, integration_branch(run_id), head, origin, common)
+
+
+def _held_head(path: Path) -> str | None:
+    """The commit a parked view's HEAD names (file reads only; None when unknown: the caller resets)."""
+    admin = admin_dir(path)
+    text = (read_small(admin / "HEAD") or "").strip() if admin is not None else ""
+    return text if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", text) else None
+
+
+def _view_over_base(root: Path, common: Path, path: Path, head: str, seen: bases.BaseView | None) -> bool:
+    """Check out `head` in the view over a base: the view's own base when it has one (its over
+    dirs grown to where `head` differs from it), else the base `choose_base` gives a new
+    worktree. False when the view must be whole (nothing of the marker written). Under the
+    admin lock, so no run prunes the base chosen before the marker names it."""
+    with admin_lock(common):
+        if seen is None:
+            commit, base_path = bases.choose_base(root, common, path, head)
+            current: tuple[str, ...] = ()
+        else:
+            commit, base_path, current = seen.commit, seen.base, seen.over
+            if not base_path.is_dir():  # removed by hand: made again
+                bases.ensure_base(root, common, commit)
+        over = bases.fit(base_path, current, (), bases.differing(root, commit, head))
+        if over is None and seen is None and commit != head:  # the newest base is too far away
+            commit, base_path = head, bases.ensure_base(root, common, head)
+            over = bases.fit(base_path, (), (), ())
+        if over is None:
+            return False
+        view = bases.BaseView(commit, base_path, head, tuple(over))
+        if seen is None:
+            return bases.check_out_sparse(path, view, head, reset=True)
+        return bases.check_out_sparse(path, view, head, reset=False, or_reset=True)
 
 
 def _place_view(root: Path, common: Path, run_id: str, path: Path, head: str) -> WorktreeOrigin:
