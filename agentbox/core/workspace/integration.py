@@ -167,12 +167,15 @@ def ensure_integration_branch(root: Path, run_id: str, base: Base) -> str:
     return branch
 
 
-def merge_task(root: Path, run_id: str, task_id: str, *, message: str | None = None) -> MergeResult:
+def merge_task(root: Path, run_id: str, task_id: str, *, message: str | None = None,
+               known: tuple[str, str | None] | None = None) -> MergeResult:
     """Merge a task's branch into the run's integration branch without touching any
     working tree; exactly once (a task already merged gives `already`), and a conflict
-    changes nothing and names the paths."""
+    changes nothing and names the paths. `known`: the task's head and the integration head
+    as the caller has just read them (the integration branch moving meanwhile is caught by
+    the compare-and-swap of its update, and merged again onto)."""
     target = heads(integration_branch(run_id))
-    source, integration = ref_commits(root, [heads(task_branch(run_id, task_id)), target])
+    source, integration = known or ref_commits(root, [heads(task_branch(run_id, task_id)), target])
     if source is None:
         raise UsageError(f"task {task_id} of run {run_id} has no branch {task_branch(run_id, task_id)}")
     for _ in range(3):

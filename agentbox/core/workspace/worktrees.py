@@ -41,6 +41,7 @@ from agentbox.core.workspace.gitcmd import (
     ident_env,
     is_ancestor,
     merge_tree,
+    objects,
     ref_commits,
     rev,
     update_refs,
@@ -645,6 +646,21 @@ def commit_turn(worktree: Path, *, author_name: str, author_email: str, message:
     changed nothing. With `turn_id`, a repeated call for a turn already committed returns
     that commit (the id is a trailer of the message). Repositories the turn made inside
     the worktree are committed as plain files (`flatten_nested`), as the message says."""
+    return commit_work(worktree, author_name=author_name, author_email=author_email, message=message,
+                       turn_id=turn_id).commit
+
+
+@dataclass(frozen=True)
+class TurnCommit:
+    """What `commit_work` left: the branch's head and the turn's commit (None: nothing changed)."""
+
+    head: str
+    commit: str | None
+
+
+def commit_work(worktree: Path, *, author_name: str, author_email: str, message: str,
+                turn_id: str | None = None) -> TurnCommit:
+    """`commit_turn`, also giving the branch's head afterwards (so the caller asks git no more)."""
     _drop_stale_index_lock(worktree)
     reach = read_reach(worktree)
     found = git(worktree, "rev-parse", "HEAD^{commit}", "HEAD^{tree}", ok=(0, 128))
@@ -652,14 +668,14 @@ def commit_turn(worktree: Path, *, author_name: str, author_email: str, message:
         raise StateError(f"{worktree} has no HEAD commit", "ensure the task's worktree first")
     head, head_tree = found.text.split("\n")[:2]
     if reach == []:  # handed to no writer since it held its HEAD
-        return head if turn_id is not None and _turn_of(worktree, head) == turn_id else None
+        return TurnCommit(head, head if turn_id is not None and _turn_of(worktree, head) == turn_id else None)
     flattened = flatten_nested(worktree, reach)
     refused = _add_all(worktree, reach)
     tree = git(worktree, "write-tree").text
     if tree == head_tree:
         if not refused:
             settle_reach(worktree)
-        return head if turn_id is not None and _turn_of(worktree, head) == turn_id else None
+        return TurnCommit(head, head if turn_id is not None and _turn_of(worktree, head) == turn_id else None)
     text = message.rstrip("\n") + "\n"
     if flattened:
         text += ("\nNested git repositories made in the worktree, committed as plain files (their .git "
@@ -671,9 +687,21 @@ def commit_turn(worktree: Path, *, author_name: str, author_email: str, message:
         text += f"\n{TURN_TRAILER}: {turn_id}\n"
     commit = commit_tree(worktree, tree, [head], text, ident_env(author_name, author_email))
     git(worktree, "update-ref", "-m", "agentbox: turn", "HEAD", commit, head)
+    _follow_own_commit(worktree, reach, head, commit)
     if not refused:  # a refused path stays uncommitted in the tree
         settle_reach(worktree)
-    return commit
+    return TurnCommit(commit, commit)
+
+
+def _follow_own_commit(worktree: Path, reach: list[str] | None, head: str, commit: str) -> None:
+    """A sparse worktree's marker moved to its own new commit: the commit changed paths in
+    reach only, which lie inside its over dirs, so the next ensure has no difference to
+    look for (`_refit`). Left alone unless the marker was fitted to the commit's parent."""
+    view = bases.read_base(worktree)
+    if view is None or reach is None or view.head != head:
+        return
+    if all(any(path == d or path.startswith(d + "/") for d in view.over) for path in reach):
+        bases.write_marker(worktree, bases.BaseView(view.commit, view.base, commit, view.over))
 
 
 def _turn_of(worktree: Path, commit: str) -> str | None:
@@ -718,10 +746,33 @@ def sync_task(root: Path, run_id: str, task_id: str) -> SyncResult:
 def unresolved_conflicts(root: Path, run_id: str, task_id: str) -> list[str]:
     """The paths `sync_task` committed with conflict markers on the task's branch, while
     nothing was committed on it since (the worker has not resolved them); else []."""
-    head = rev(root, heads(task_branch(run_id, task_id)))
-    if head is None:
-        return []
-    _, _, message = git(root, "cat-file", "commit", head).stdout.decode("utf-8", "surrogateescape").partition("\n\n")
+    return approval_state(root, run_id, task_id).unresolved
+
+
+@dataclass(frozen=True)
+class ApprovalState:
+    """What approving a task needs to know of git, asked in one call (`approval_state`)."""
+
+    head: str | None
+    """The task branch's head (None: no branch)."""
+    integration: str | None
+    """The run's integration head (None: no integration branch)."""
+    unresolved: list[str]
+    """`unresolved_conflicts`: what a sync left with conflict markers, not resolved since."""
+
+
+def approval_state(root: Path, run_id: str, task_id: str) -> ApprovalState:
+    """The task's head, the integration head and the task's unresolved conflicts, in one git call."""
+    task, integration = objects(root, [heads(task_branch(run_id, task_id)), heads(integration_branch(run_id))],
+                                contents=[heads(task_branch(run_id, task_id))])
+    if task is None:
+        return ApprovalState(None, integration[0] if integration else None, [])
+    return ApprovalState(task[0], integration[0] if integration else None, _conflicts_left(task[1]))
+
+
+def _conflicts_left(commit: bytes) -> list[str]:
+    """The paths a sync commit (its raw text) names as committed with conflict markers ([] for any other commit)."""
+    _, _, message = commit.decode("utf-8", "surrogateescape").partition("\n\n")
     if not message.startswith(SYNC_SUBJECT):
         return []
     _, found, listed = message.partition(f"\n{CONFLICTS_LEFT}\n")
