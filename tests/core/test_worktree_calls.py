@@ -138,7 +138,8 @@ def test_approval_state_gives_the_heads_and_the_conflicts_left(repo: Path, calls
     assert state.integration == merged == git(repo, "rev-parse", "agentbox/r1").strip()
     assert state.unresolved == unresolved_conflicts(repo, "r1", "t2") == ["src/f0.txt"]
     assert approval_state(repo, "r1", "t1").unresolved == []
-    assert approval_state(repo, "r9", "t1") == approval_state(repo, "r9", "t1").__class__(None, None, [])
+    assert state.integration_tree == git(repo, "rev-parse", "agentbox/r1^{tree}").strip()
+    assert approval_state(repo, "r9", "t1") == approval_state(repo, "r9", "t1").__class__(None, None, [], None)
 
 
 def test_objects_tells_missing_names_and_gives_contents_byte_for_byte(repo: Path) -> None:
@@ -159,11 +160,12 @@ def test_a_merge_given_the_heads_it_knows_merges_as_one_that_reads_them(repo: Pa
     (other.path / "lib" / "f0.txt").write_text("lib\n")
     commit_turn(other.path, author_name="w", author_email="w@x.invalid", message="lib")
     moved = merge_task(repo, "r1", "t2").merged_commit
-    result = merge_task(repo, "r1", "t1", known=(head, stale))  # the integration head moved since it was read
+    result = merge_task(repo, "r1", "t1", known=(head, stale, None))  # the integration head moved since it was read
     assert result.merged_commit is not None and not result.conflicts
     parents = git(repo, "rev-list", "--parents", "-1", result.merged_commit).split()
     assert parents[1:] == [moved, head]  # merged onto where the branch really is
-    assert merge_task(repo, "r1", "t1", known=(head, result.merged_commit)).already
+    assert merge_task(repo, "r1", "t1", known=(head, result.merged_commit, None)).already
+    assert merge_task(repo, "r1", "t1").already
 
 
 # ---------------------------------------------------------------- a sparse worktree follows its own commit
@@ -241,3 +243,65 @@ def test_a_worktree_with_config_of_its_own_or_a_conditional_include_asks_git_its
     assert Path(git(fourth.path, "rev-parse", "--absolute-git-dir").strip()).name == "t4"
     assert [c[0] for c in calls].count("config") == 1  # its own query, not the third's answer
     assert ("filter.cond.clean", "") in pairs
+
+
+def test_a_merge_asks_whether_the_work_is_there_already_only_when_it_would_change_nothing(
+        repo: Path, calls: list[tuple[str, ...]]) -> None:
+    tree = ensure_task_worktree(repo, "r1", "t1", reach=["src"])
+    (tree.path / "src" / "f0.txt").write_text("one\n")
+    commit_turn(tree.path, author_name="w", author_email="w@x.invalid", message="one")
+    calls.clear()
+    merged = merge_task(repo, "r1", "t1")
+    assert merged.merged_commit is not None and not merged.already
+    assert "merge-base" not in [c[0] for c in calls]
+    # the same change made again on another task: it changes nothing, yet it was never merged
+    twin = ensure_task_worktree(repo, "r1", "t2", reach=["src"])
+    git(repo, "update-ref", "refs/heads/agentbox/r1@t2", git(repo, "rev-parse", "agentbox/r1@t1^").strip())
+    git(repo, "update-ref", "refs/agentbox/r1/tasks/t2/base", git(repo, "rev-parse", "agentbox/r1@t1^").strip())
+    git(twin.path, "reset", "-q", "--hard", "agentbox/r1@t2")
+    (twin.path / "src" / "f0.txt").write_text("one\n")
+    twin_head = commit_turn(twin.path, author_name="w", author_email="w@x.invalid", message="one again")
+    calls.clear()
+    again = merge_task(repo, "r1", "t2")
+    assert "merge-base" in [c[0] for c in calls] and not again.already
+    assert again.merged_commit is not None and twin_head in git(repo, "rev-list", "--parents", "-1",
+                                                                again.merged_commit)
+    # a task with no commit of its own: already in the run
+    ensure_task_worktree(repo, "r1", "t3", reach=["src"])
+    assert merge_task(repo, "r1", "t3").already
+
+
+# ---------------------------------------------------------------- a worktree known clean since its commit
+def test_a_worktree_committed_whole_needs_no_status_until_a_writer_has_it_again(
+        repo: Path, calls: list[tuple[str, ...]]) -> None:
+    from agentbox.core.workspace.reach import widen_reach
+    from agentbox.core.workspace.worktrees import uncommitted
+
+    tree = ensure_task_worktree(repo, "r1", "t1", reach=["src"], sparse=True)
+    (tree.path / "src" / "f0.txt").write_text("changed\n")
+    calls.clear()
+    assert uncommitted(tree.path) == ["src/f0.txt"]  # asked of git: not committed yet
+    assert [c[0] for c in calls] == ["status"]
+    commit_turn(tree.path, author_name="w", author_email="w@x.invalid", message="work")
+    calls.clear()
+    assert uncommitted(tree.path) == []
+    ensure_task_worktree(repo, "r1", "t1", reach=[], sparse=True)  # a reviewer, who writes nothing
+    assert uncommitted(tree.path) == [] and not any(c[0] == "status" for c in calls)
+    ensure_task_worktree(repo, "r1", "t1", reach=["src"], sparse=True)  # a writer again
+    (tree.path / "src" / "f1.txt").write_text("more\n")
+    assert uncommitted(tree.path) == ["src/f1.txt"]
+    commit_turn(tree.path, author_name="w", author_email="w@x.invalid", message="more")
+    widen_reach(tree.path, None)  # a person's shell
+    (tree.path / "src" / "f2.txt").write_text("by hand\n")
+    assert uncommitted(tree.path) == ["src/f2.txt"]
+
+
+def test_a_commit_leaving_a_refused_name_behind_is_not_known_clean(repo: Path) -> None:
+    from agentbox.core.workspace.worktrees import uncommitted
+
+    tree = ensure_task_worktree(repo, "r1", "t1", reach=["src"])
+    (tree.path / "src" / ".GIT").mkdir()
+    (tree.path / "src" / ".GIT" / "config").write_text("x\n")
+    (tree.path / "src" / "f0.txt").write_text("changed\n")
+    commit_turn(tree.path, author_name="w", author_email="w@x.invalid", message="work")
+    assert uncommitted(tree.path) != []  # the refused path is still there, and said so

@@ -251,9 +251,10 @@ class Workspaces:
             return unresolved
         if at is not None and not head.startswith(at):
             raise StaleApproval(task.id, at, head)
-        return self._merge(task.id, task, known=(head, state.integration))
+        return self._merge(task.id, task, known=(head, state.integration, state.integration_tree))
 
-    def _merge(self, key: str, task: Task | None, known: tuple[str, str | None] | None = None) -> list[str]:
+    def _merge(self, key: str, task: Task | None,
+               known: tuple[str, str | None, str | None] | None = None) -> list[str]:
         run_id = self.ledger.run.id
         result = git.merge_task(self.root, run_id, key, known=known)
         if result.conflicts:

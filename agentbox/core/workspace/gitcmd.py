@@ -449,6 +449,12 @@ def objects(cwd: Path, names: list[str], *, contents: Collection[str] = ()) -> l
     return found
 
 
+def commit_tree_id(commit: bytes) -> str | None:
+    """The tree a raw commit object (as `objects` gives it) names."""
+    first = commit.split(b"\n", 1)[0]
+    return first[len(b"tree "):].decode("ascii", "replace") if first.startswith(b"tree ") else None
+
+
 def is_ancestor(cwd: Path, older: str, newer: str) -> bool:
     """True when commit `older` is `newer` or one of its ancestors."""
     return git(cwd, "merge-base", "--is-ancestor", older, newer, ok=(0, 1)).returncode == 0

@@ -37,6 +37,7 @@ from agentbox.core.workspace.gitcmd import (
     AGENTBOX_IDENT,
     GitError,
     commit_tree,
+    commit_tree_id,
     git,
     ident_env,
     is_ancestor,
@@ -62,6 +63,8 @@ from agentbox.core.workspace.layout import (
     write_small,
 )
 from agentbox.core.workspace.reach import (
+    known_clean,
+    mark_clean,
     pathspecs,
     read_reach,
     set_reach,
@@ -535,7 +538,7 @@ def uncommitted(path: Path) -> list[str]:
     """Paths in a worktree that differ from its HEAD (ignored files excepted); only its reach is
     looked at (`agentbox.core.workspace.reach`)."""
     reach = read_reach(path)
-    if reach == []:
+    if reach == [] or known_clean(path):
         return []
     out = git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all", "--",
               *pathspecs(reach))
@@ -675,6 +678,7 @@ def commit_work(worktree: Path, *, author_name: str, author_email: str, message:
     if tree == head_tree:
         if not refused:
             settle_reach(worktree)
+            mark_clean(worktree)
         return TurnCommit(head, head if turn_id is not None and _turn_of(worktree, head) == turn_id else None)
     text = message.rstrip("\n") + "\n"
     if flattened:
@@ -690,6 +694,7 @@ def commit_work(worktree: Path, *, author_name: str, author_email: str, message:
     _follow_own_commit(worktree, reach, head, commit)
     if not refused:  # a refused path stays uncommitted in the tree
         settle_reach(worktree)
+        mark_clean(worktree)
     return TurnCommit(commit, commit)
 
 
@@ -759,15 +764,18 @@ class ApprovalState:
     """The run's integration head (None: no integration branch)."""
     unresolved: list[str]
     """`unresolved_conflicts`: what a sync left with conflict markers, not resolved since."""
+    integration_tree: str | None = None
+    """The integration head's tree."""
 
 
 def approval_state(root: Path, run_id: str, task_id: str) -> ApprovalState:
-    """The task's head, the integration head and the task's unresolved conflicts, in one git call."""
-    task, integration = objects(root, [heads(task_branch(run_id, task_id)), heads(integration_branch(run_id))],
-                                contents=[heads(task_branch(run_id, task_id))])
+    """The task's head, the integration head and its tree, and the task's unresolved conflicts, in one git call."""
+    names = [heads(task_branch(run_id, task_id)), heads(integration_branch(run_id))]
+    task, integration = objects(root, names, contents=names)
+    at, tree = (integration[0], commit_tree_id(integration[1])) if integration else (None, None)
     if task is None:
-        return ApprovalState(None, integration[0] if integration else None, [])
-    return ApprovalState(task[0], integration[0] if integration else None, _conflicts_left(task[1]))
+        return ApprovalState(None, at, [], tree)
+    return ApprovalState(task[0], at, _conflicts_left(task[1]), tree)
 
 
 def _conflicts_left(commit: bytes) -> list[str]:
