@@ -35,9 +35,11 @@ from agentbox.core.workspace import (  # noqa: E402
     commit_turn,
     ensure_integration_branch,
     ensure_task_worktree,
+    ensure_view_worktree,
     merge_task,
     remove_spares,
     remove_task_worktree,
+    remove_view_worktree,
     snapshot_base,
 )
 from agentbox.core.workspace.bases import ensure_base, read_base  # noqa: E402
@@ -179,6 +181,7 @@ def measure(repo: Path, files: int, runs: int, real: Path | None = None, full_up
     whole: dict[str, list[float]] = {step: [] for step in (*STEPS, "git calls")}
     new: dict[str, list[float]] = {step: [] for step in (*STEPS, "git calls")}
     sparse: dict[str, list[float]] = {step: [] for step in (*STEPS, "git calls")}
+    views: dict[str, list[float]] = {"whole": [], "sparse": []}
     for run in range(runs):
         started = time.perf_counter()
         turn_files(repo, 20_000 + run, generated // 200)
@@ -196,6 +199,8 @@ def measure(repo: Path, files: int, runs: int, real: Path | None = None, full_up
         for step, value in one_task(repo, "sparse", f"t{run}", 3 * run + 2, keep_spare=False,
                                     want=WorktreeOrigin.NEW, sparse=True).items():
             sparse[step].append(value)
+        for kind in ("whole", "sparse") if run == 0 or not big else ("sparse",):
+            views[kind].append(one_view(repo, base, f"view-{kind}-{run}", sparse=kind == "sparse"))
     remove_spares(repo, "reused")
     remove_spares(repo, "whole")
     base_ms = median_ms(shared)
@@ -215,11 +220,27 @@ def measure(repo: Path, files: int, runs: int, real: Path | None = None, full_up
               + f" ms; {sorted(samples['git calls'])[len(totals) // 2]:.0f} git processes"
               + (f" (1 run: above {full_upto:,} files)" if len(totals) < runs else ""))
     print(f"  the shared base (a full checkout, once per commit, for every task and run): {base_s * 1000:.0f} ms")
+    whole_view, sparse_view = median_ms(views["whole"]), median_ms(views["sparse"])
+    print(f"  a run's read-only view made: whole (before) {whole_view:.0f} ms, over the base {sparse_view:.0f} ms, "
+          f"ratio {sparse_view / whole_view:.3f}" + (" (whole: 1 run)" if len(views["whole"]) < runs else ""))
     kind = "real" if real is not None else "generated"
     print(f"RESULT worktree_new kind={kind} files={files} sparse_added_ms={median_ms(_totals(sparse)) - base_ms:.0f} "
           f"full_added_ms={median_ms(_totals(new)) - base_ms:.0f} "
           f"reused_added_ms={median_ms(_totals(spare)) - base_ms:.0f} base_ms={base_s * 1000:.0f} "
-          f"sparse_over_full={median_ms(_totals(sparse)) / median_ms(_totals(new)):.4g}", flush=True)
+          f"sparse_over_full={median_ms(_totals(sparse)) / median_ms(_totals(new)):.4g} "
+          f"view_whole_ms={whole_view:.0f} view_sparse_ms={sparse_view:.0f}", flush=True)
+
+
+def one_view(repo: Path, base: Any, run_id: str, *, sparse: bool) -> float:
+    """Seconds to make a new run's read-only view (`sparse`: over the shared base), then take it away (untimed)."""
+    ensure_integration_branch(repo, run_id, base)
+    started = time.perf_counter()
+    view = ensure_view_worktree(repo, run_id, sparse=sparse)
+    took = time.perf_counter() - started
+    if sparse != (read_base(view.path) is not None):
+        raise SystemExit(f"bench_worktree: the view of {run_id} is {'whole' if sparse else 'sparse'}")
+    remove_view_worktree(repo, run_id)
+    return took
 
 
 def _totals(samples: dict[str, list[float]]) -> list[float]:

@@ -6,9 +6,11 @@ by default (`--files`). The same hierarchical run twice per size, interleaved: `
 branch and worktree, the turn committed, approved work merged). One worker, so tasks run
 one after the other; each work turn waits `--delay` s and writes 3 files (2 new, 1
 changed). The figure is the wall time a task adds in worktree mode over shared mode,
-÷ the agent's own work turn; the goal is ≤ +0.3 s per task.
+÷ the agent's own work turn; the goal is ≤ +0.3 s per task. `--count-git` first runs the
+pair once more with every git process counted (a wrapper first on PATH, so that pair is not
+timed): the git processes a task adds, a figure the machine's load does not move.
 
-    .venv/bin/python bench/bench_worktree_run.py [--files 170 930] [--tasks 6] [--runs 2]
+    .venv/bin/python bench/bench_worktree_run.py [--files 170 930] [--tasks 6] [--runs 2] [--count-git]
 """
 
 from __future__ import annotations
@@ -94,12 +96,67 @@ def work_turns(root: Path, run_id: str) -> list[float]:
     return [float(e["duration_s"]) for e in log if e["type"] == "turn" and e["what"].startswith("work")]
 
 
+GIT_WRAPPER = """#!/bin/sh
+[ -n "$AGENTBOX_BENCH_GIT_LOG" ] && echo "$*" >> "$AGENTBOX_BENCH_GIT_LOG"
+exec {git} "$@"
+"""
+
+
+def counted_git(scratch: Path) -> Path:
+    """A directory holding a `git` that notes each call in $AGENTBOX_BENCH_GIT_LOG, then runs the real one."""
+    real = shutil.which("git")
+    assert real is not None, "git is not on PATH"
+    top = scratch / "counting-bin"
+    top.mkdir(exist_ok=True)
+    (top / "git").write_text(GIT_WRAPPER.format(git=real))
+    (top / "git").chmod(0o755)
+    return top
+
+
+def subcommand(words: list[str]) -> str:
+    """The git subcommand of a call's arguments (after `-C DIR`, `-c KEY=VALUE` and the like)."""
+    at = 0
+    while at < len(words) and words[at].startswith("-"):
+        at += 2 if words[at] in ("-C", "-c", "--work-tree", "--git-dir") else 1
+    return words[at] if at < len(words) else "?"
+
+
+def git_per_task(scratch: Path, files: int, tasks: int) -> tuple[float, dict[str, int]]:
+    """The git processes a worktree run starts per task over a shared run, and by subcommand per task."""
+    wrapper = counted_git(scratch)
+    counts: dict[str, list[str]] = {}
+    old_path = os.environ["PATH"]
+    os.environ["PATH"] = f"{wrapper}{os.pathsep}{old_path}"
+    try:
+        for workspace in ("shared", "worktree"):
+            root = scratch / f"repo-{files}-{workspace}-counted"
+            make_repo(root, files)
+            shutil.copytree(scratch / f"crew-{workspace}", root / ".agent-box", dirs_exist_ok=True)
+            info = root / ".git" / "info" / "exclude"
+            info.write_text(info.read_text() + ".agent-box/runs/\n.agent-box/sessions/\n")
+            log = scratch / f"git-{files}-{workspace}.log"
+            os.environ["AGENTBOX_BENCH_GIT_LOG"] = str(log)
+            asyncio.run(run_once(root))
+            os.environ.pop("AGENTBOX_BENCH_GIT_LOG")
+            counts[workspace] = log.read_text().splitlines() if log.exists() else []
+    finally:
+        os.environ["PATH"] = old_path
+        os.environ.pop("AGENTBOX_BENCH_GIT_LOG", None)
+    by: dict[str, int] = {}
+    for workspace, sign in (("worktree", 1), ("shared", -1)):
+        for line in counts[workspace]:
+            name = subcommand(line.split())
+            by[name] = by.get(name, 0) + sign
+    return (len(counts["worktree"]) - len(counts["shared"])) / tasks, dict(sorted(by.items(), key=lambda kv: -kv[1]))
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, nargs="+", default=[170, 930])
     parser.add_argument("--tasks", type=int, default=6)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--delay", type=float, default=0.5)
+    parser.add_argument("--count-git", action="store_true", help="count the git processes a task adds (untimed)")
     args = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="agentbox-bench-wtrun-"))
     try:
@@ -129,6 +186,11 @@ def main(argv: list[str]) -> int:
                         return 1
                     walls[workspace].append(wall)
                     turns += work_turns(root, final.id)
+            per_task = None
+            if args.count_git:
+                per_task, by = git_per_task(scratch, files, args.tasks)
+                print(f"{files} files: a worktree run starts {per_task:.1f} git processes per task more than a shared "
+                      "one: " + ", ".join(f"{name} {count / args.tasks:.1f}" for name, count in by.items() if count))
             shared, worktree = statistics.median(walls["shared"]), statistics.median(walls["worktree"])
             turn = statistics.median(turns)
             added = (worktree - shared) / args.tasks
@@ -137,7 +199,8 @@ def main(argv: list[str]) -> int:
             print(f"  shared run {shared:6.2f} s, worktree run {worktree:6.2f} s, work turn {turn:.3f} s")
             print(f"  worktree adds {added:+.3f} s per task (goal ≤ +{GOAL_S:.1f}) {verdict}, "
                   f"÷ the work turn {added / turn:.2f}")
-            result("worktree_run", files=files, added_s=added, turn_s=turn, ratio=worktree / shared)
+            extra = {"git_per_task": round(per_task, 1)} if per_task is not None else {}
+            result("worktree_run", files=files, added_s=added, turn_s=turn, ratio=worktree / shared, **extra)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

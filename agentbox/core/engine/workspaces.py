@@ -73,6 +73,8 @@ class Mount:
     base: Path | None = None
     """A sparse worktree's shared base, seen under `over` (`agentbox.core.workspace.bases`)."""
     over: tuple[Path, ...] = ()
+    task_base: str | None = None
+    """The commit the branch's work is measured from, as the mount found it (None: the view)."""
 
 
 @dataclass(frozen=True)
@@ -135,15 +137,17 @@ class Workspaces:
             widen_reach(tree.path, None, once=True)  # a setup command may write anywhere
             git.make_whole(tree.path)
         view = self._prepare(tree, f"task {key}'s branch", copy_patterns)
-        return Mount(key, tree.path, tuple(view.binds), tuple(view.hide), marker, view.base, view.over)
+        return Mount(key, tree.path, tuple(view.binds), tuple(view.hide), marker, view.base, view.over,
+                     tree.base_commit)
 
     def view(self, copy_patterns: list[str]) -> Mount:
         """The run's read-only view at its integration head, for a turn that writes nothing:
         a plan, a synthesis or a chat turn reads the work the run has approved so far, not
-        the person's live tree, which they may be editing (in a worker thread)."""
-        tree = git.ensure_view_worktree(self.root, self.ledger.run.id)
+        the person's live tree, which they may be editing (in a worker thread). Seen over the
+        shared base, as a new task's worktree is, unless setup files (not in git) are copied into it."""
+        tree = git.ensure_view_worktree(self.root, self.ledger.run.id, sparse=not copy_patterns)
         view = self._prepare(tree, f"run {self.ledger.run.id}'s branch", copy_patterns)
-        return Mount(VIEW_KEY, tree.path, tuple(view.binds), tuple(view.hide))
+        return Mount(VIEW_KEY, tree.path, tuple(view.binds), tuple(view.hide), base=view.base, over=view.over)
 
     def _prepare(self, tree: git.Worktree, whose: str, copy_patterns: list[str]) -> git.SandboxGitView:
         """Make `tree` ready for a sandbox: a place for .agent-box, the setup files copied
@@ -162,14 +166,17 @@ class Workspaces:
         run_id = self.ledger.run.id
         subject = f"{mount.key}: {summary.strip().splitlines()[0][:72] if summary.strip() else job.kind + ' turn'}"
         message = (f"{subject}\n\nRole: {job.role}\nProfile: {profile}\nRun: {run_id}\nJob: {job.id}\n")
-        commit = git.commit_turn(mount.path, author_name=f"{job.role} ({profile})",
-                                 author_email=f"{job.role}@agentbox.invalid", message=message,
-                                 turn_id=f"{run_id}/{job.id}/{job.attempt}")
-        return self.heads(mount.key, commit)
+        made = git.commit_work(mount.path, author_name=f"{job.role} ({profile})",
+                               author_email=f"{job.role}@agentbox.invalid", message=message,
+                               turn_id=f"{run_id}/{job.id}/{job.attempt}")
+        known = git.TaskHeads(git.task_branch(run_id, mount.key), mount.task_base, made.head) \
+            if mount.task_base is not None else None
+        return self.heads(mount.key, made.commit, known=known)
 
-    def heads(self, key: str, commit: str | None = None) -> TurnGit:
-        """Where `key`'s branch stands: its base, head and changed files, from git."""
-        heads = git.task_heads(self.root, self.ledger.run.id, key)
+    def heads(self, key: str, commit: str | None = None, *, known: git.TaskHeads | None = None) -> TurnGit:
+        """Where `key`'s branch stands: its base, head and changed files, from git (`known`: its
+        refs as the caller has just read or moved them)."""
+        heads = known or git.task_heads(self.root, self.ledger.run.id, key)
         if heads.base is None or heads.head is None:
             raise AgentboxError(f"task {key} has no branch in git any more ({heads.branch})",
                                 "was it deleted by hand? the task's work cannot be found")
@@ -228,24 +235,28 @@ class Workspaces:
         if not self.active:
             return []
         run_id = self.ledger.run.id
-        head = git.task_heads(self.root, run_id, task.id).head
-        if head is None:
+        state = git.approval_state(self.root, run_id, task.id)  # one git call for the head, its message, the run's
+        if state.head is None:
             return []  # never dispatched in a worktree (approved before it ran): nothing to merge
+        head, unresolved = state.head, state.unresolved
         path = self._worktree_path(task.id)
         if path is not None and at is None:
-            git.commit_turn(path, author_name=f"{task.assignee}", author_email=f"{task.assignee}@agentbox.invalid",
-                            message=f"{task.id}: work left when the task was approved\n")
-        unresolved = git.unresolved_conflicts(self.root, run_id, task.id)
+            left = git.commit_turn(path, author_name=f"{task.assignee}",
+                                   author_email=f"{task.assignee}@agentbox.invalid",
+                                   message=f"{task.id}: work left when the task was approved\n")
+            if left is not None:  # a commit on top: no conflict left unresolved
+                head, unresolved = left, []
         if unresolved:
             self._sent_back(task.id, task, unresolved, "its branch still holds the conflict markers brought into it")
             return unresolved
         if at is not None and not head.startswith(at):
             raise StaleApproval(task.id, at, head)
-        return self._merge(task.id, task)
+        return self._merge(task.id, task, known=(head, state.integration, state.integration_tree))
 
-    def _merge(self, key: str, task: Task | None) -> list[str]:
+    def _merge(self, key: str, task: Task | None,
+               known: tuple[str, str | None, str | None] | None = None) -> list[str]:
         run_id = self.ledger.run.id
-        result = git.merge_task(self.root, run_id, key)
+        result = git.merge_task(self.root, run_id, key, known=known)
         if result.conflicts:
             synced = git.sync_task(self.root, run_id, key)
             self._sent_back(key, task, result.conflicts,

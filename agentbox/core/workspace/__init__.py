@@ -54,11 +54,15 @@ from agentbox.core.workspace.provision import (
 )
 from agentbox.core.workspace.recovery import recover_run
 from agentbox.core.workspace.worktrees import (
+    ApprovalState,
     SyncResult,
     TaskHeads,
+    TurnCommit,
     Worktree,
     WorktreeOrigin,
+    approval_state,
     commit_turn,
+    commit_work,
     ensure_task_worktree,
     ensure_view_worktree,
     remove_spares,
@@ -70,7 +74,7 @@ from agentbox.core.workspace.worktrees import (
 )
 
 __all__ = [
-    "SANDBOX_GIT_DIR", "Base", "Change", "ChangedFile", "CleanPlan", "DeliverResult", "Diff", "GitError",
+    "ApprovalState", "TurnCommit", "approval_state", "commit_work", "SANDBOX_GIT_DIR", "Base", "Change", "ChangedFile", "CleanPlan", "DeliverResult", "Diff", "GitError",
     "MergeConflictError", "MergeResult", "Orphan", "OrphanKind", "Refusal", "RepoInfo", "SandboxGitView",
     "SetupCopy", "SyncResult", "TaskHeads", "Worktree", "WorktreeOrigin", "changed_files", "changed_names",
     "changed_summary", "ChangedSummary", "clean",

@@ -222,19 +222,21 @@ def place_over(worktree: Path, over: Sequence[str]) -> bool:
     return True
 
 
-def check_out_sparse(worktree: Path, view: BaseView, target: str, *, reset: bool) -> bool:
+def check_out_sparse(worktree: Path, view: BaseView, target: str, *, reset: bool, or_reset: bool = False) -> bool:
     """Fill the worktree with `target`'s files in `view.over` only (the rest skip-worktree),
     then write the marker. `reset`: the worktree holds no checkout yet (else a clean one of
-    HEAD, whose over dirs only grow). False (no marker written) when the over dirs cannot be
-    bound as they are (`place_over`): the caller makes the worktree whole."""
+    HEAD, whose over dirs only grow). `or_reset`: when git refuses to move from HEAD (what a
+    killed call left half done, in a worktree nobody writes: the run's view), reset instead.
+    False (no marker written) when the over dirs cannot be bound as they are (`place_over`):
+    the caller makes the worktree whole."""
     admin = admin_dir(worktree)
     assert admin is not None
     (admin / "info").mkdir(exist_ok=True)
     write_small(admin / "info" / "sparse-checkout", _patterns(view.over))
-    if reset:
+    moved = None if reset else git(worktree, *SPARSE, "read-tree", "-m", "-u", "HEAD", target,
+                                   timeout=CHECKOUT_TIMEOUT_S, ok=(0, 128) if or_reset else (0,))
+    if moved is None or moved.returncode != 0:
         git(worktree, *SPARSE, "read-tree", "--reset", "-u", target, timeout=CHECKOUT_TIMEOUT_S)
-    else:
-        git(worktree, *SPARSE, "read-tree", "-m", "-u", "HEAD", target, timeout=CHECKOUT_TIMEOUT_S)
     if not place_over(worktree, view.over):
         return False
     write_marker(worktree, view)

@@ -174,12 +174,32 @@ def diff_text(root: Path, base: str, head: str, *, max_bytes: int = DIFF_MAX_BYT
     end), with a command showing the whole diff (`full_command`, else the git one).
     With `stat_only` the patch is not computed (it is empty); with `paths`, only those files' diff."""
     specs = [f":(literal){path}" for path in paths] if paths is not None else []
-    stat, stat_cut = git_bounded(root, "diff", "--stat=120", *_SAFE_DIFF, base, head, "--", *specs,
-                                 max_bytes=max_bytes)
-    patch, patch_cut = (b"", False) if stat_only else git_bounded(
-        root, "diff", "--patch", *_SAFE_DIFF, base, head, "--", *specs, max_bytes=max_bytes)
+    both = None if stat_only else _stat_and_patch(root, base, head, specs, max_bytes)
+    if both is not None:
+        (stat, stat_cut), (patch, patch_cut) = both
+    else:
+        stat, stat_cut = git_bounded(root, "diff", "--stat=120", *_SAFE_DIFF, base, head, "--", *specs,
+                                     max_bytes=max_bytes)
+        patch, patch_cut = (b"", False) if stat_only else git_bounded(
+            root, "diff", "--patch", *_SAFE_DIFF, base, head, "--", *specs, max_bytes=max_bytes)
     command = full_command or shlex.join(["git", "-C", str(root), "diff", base, head])
     return Diff(_text(stat, stat_cut), _text(patch, patch_cut), stat_cut or patch_cut, command)
+
+
+def _stat_and_patch(root: Path, base: str, head: str, specs: list[str],
+                    max_bytes: int) -> tuple[tuple[bytes, bool], tuple[bytes, bool]] | None:
+    """The stat and the patch from one `git diff --stat --patch` (the stat, a blank line, then
+    the patch), each as `git_bounded` gives it; None when the stat alone is longer than
+    `max_bytes` (the caller asks for each apart)."""
+    out, more = git_bounded(root, "diff", "--stat=120", "--patch", *_SAFE_DIFF, base, head, "--", *specs,
+                            max_bytes=2 * max_bytes + 2)
+    if not out:
+        return (b"", False), (b"", False)
+    at = out.find(b"\n\ndiff --git ")
+    if at < 0 or at + 1 > max_bytes:
+        return None
+    patch = out[at + 2:]
+    return (out[:at + 1], False), (patch[:max_bytes], more or len(patch) > max_bytes)
 
 
 def _text(data: bytes, cut: bool) -> str:

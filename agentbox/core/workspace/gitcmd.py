@@ -248,10 +248,14 @@ def driver_pairs(cwd: Path) -> tuple[tuple[str, str], ...]:
     repository's own config (and what it includes) defines for git run in `cwd`.
 
     Asked of git once per directory, then again only when one of the config files it
-    read changed (agents cannot write any of them: they are the person's)."""
+    read changed (agents cannot write any of them: they are the person's). A linked worktree
+    with no config of its own reads exactly its repository's config, so one answer serves
+    every such worktree of it, unless that config includes files on a condition (`includeIf`,
+    which may hold for one worktree and not another)."""
     key = str(cwd)
+    linked = _linked_key(cwd)
     with _drivers_lock:
-        known = _drivers.get(key)
+        known = _drivers.get(key) or (_drivers.get(linked) if linked else None)
     if known is not None and _signature(known.files) == known.signature:
         return known.overrides
     query = ("config", "-z", "--show-origin", "--get-regexp", f"{_ORIGIN_KEYS}|{DRIVER_KEYS}")
@@ -264,8 +268,10 @@ def driver_pairs(cwd: Path) -> tuple[tuple[str, str], ...]:
     fields = proc.stdout.split(b"\0")
     overrides: list[tuple[str, str]] = []
     files: list[Path] = []
+    conditional = False
     for origin, entry in zip(fields[0::2], fields[1::2], strict=False):
         name, _, value = os.fsdecode(entry).partition("\n")
+        conditional = conditional or name.startswith("includeif.")
         if origin.startswith(b"file:"):
             source = cwd / os.fsdecode(origin[len(b"file:"):])
             files.append(source)
@@ -280,7 +286,26 @@ def driver_pairs(cwd: Path) -> tuple[tuple[str, str], ...]:
         found = _Drivers(found.overrides, found.files, _signature(found.files))
         with _drivers_lock:
             _drivers[key] = found
+            if linked and not conditional:
+                _drivers[linked] = found
     return found.overrides
+
+
+def _linked_key(cwd: Path) -> str | None:
+    """For the top of a linked worktree (its `.git` a file naming an admin dir in its common
+    dir's `worktrees/`, holding no `config.worktree`): a key every such worktree of the
+    repository shares; else None. File reads only."""
+    try:
+        text = (cwd / ".git").read_text("utf-8") if (cwd / ".git").is_file() else ""
+        if not text.startswith("gitdir: "):
+            return None
+        admin = (cwd / text[len("gitdir: "):].strip()).resolve()
+        common = (admin / (admin / "commondir").read_text("utf-8").strip()).resolve()
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if admin.parent != common / "worktrees" or os.path.lexists(admin / "config.worktree"):
+        return None
+    return f"linked:{common}"
 
 
 def _signature(files: tuple[Path, ...]) -> tuple[tuple[int, int, int] | None, ...]:
@@ -399,6 +424,35 @@ def ref_commits(cwd: Path, refs: list[str]) -> list[str | None]:
     out = git(cwd, "for-each-ref", "--format=%(refname)%00%(objectname)", *refs)
     found = dict(line.split("\0", 1) for line in out.text.splitlines() if "\0" in line)
     return [found.get(ref) for ref in refs]
+
+
+def objects(cwd: Path, names: list[str], *, contents: Collection[str] = ()) -> list[tuple[str, bytes] | None]:
+    """Each of `names` (refs or commits) looked up in one `cat-file --batch-command`: its object
+    id and, for the names in `contents`, its raw content (else b""); None where there is none."""
+    script = "".join(f"{'contents' if name in contents else 'info'} {name}\n" for name in names)
+    out = git(cwd, "cat-file", "--batch-command", stdin=script.encode("utf-8")).stdout
+    found: list[tuple[str, bytes] | None] = []
+    at = 0
+    for name in names:
+        end = out.index(b"\n", at)
+        header = out[at:end].decode("utf-8", "surrogateescape").split(" ")
+        at = end + 1
+        if len(header) != 3 or header[1] in ("missing", "ambiguous"):
+            found.append(None)
+            continue
+        if name in contents:
+            size = int(header[2])
+            found.append((header[0], out[at:at + size]))
+            at += size + 1
+        else:
+            found.append((header[0], b""))
+    return found
+
+
+def commit_tree_id(commit: bytes) -> str | None:
+    """The tree a raw commit object (as `objects` gives it) names."""
+    first = commit.split(b"\n", 1)[0]
+    return first[len(b"tree "):].decode("ascii", "replace") if first.startswith(b"tree ") else None
 
 
 def is_ancestor(cwd: Path, older: str, newer: str) -> bool:

@@ -19,12 +19,13 @@ from agentbox.core.workspace.gitcmd import (
     AGENTBOX_IDENT,
     GitError,
     commit_tree,
+    commit_tree_id,
     git,
     ident_env,
     is_ancestor,
     merge_tree,
+    objects,
     person_ident,
-    ref_commits,
     rev,
     tree_of,
     update_refs,
@@ -167,22 +168,33 @@ def ensure_integration_branch(root: Path, run_id: str, base: Base) -> str:
     return branch
 
 
-def merge_task(root: Path, run_id: str, task_id: str, *, message: str | None = None) -> MergeResult:
+def merge_task(root: Path, run_id: str, task_id: str, *, message: str | None = None,
+               known: tuple[str, str | None, str | None] | None = None) -> MergeResult:
     """Merge a task's branch into the run's integration branch without touching any
     working tree; exactly once (a task already merged gives `already`), and a conflict
-    changes nothing and names the paths."""
+    changes nothing and names the paths. `known`: the task's head, the integration head and
+    its tree as the caller has just read them (the integration branch moving meanwhile is
+    caught by the compare-and-swap of its update, and merged again onto)."""
     target = heads(integration_branch(run_id))
-    source, integration = ref_commits(root, [heads(task_branch(run_id, task_id)), target])
+    source: str | None
+    if known is None:
+        task, found = objects(root, [heads(task_branch(run_id, task_id)), target], contents=[target])
+        source = task[0] if task else None
+        integration, integration_tree = (found[0], commit_tree_id(found[1])) if found else (None, None)
+    else:
+        source, integration, integration_tree = known
     if source is None:
         raise UsageError(f"task {task_id} of run {run_id} has no branch {task_branch(run_id, task_id)}")
     for _ in range(3):
         if integration is None:
             raise UsageError(f"run {run_id} has no integration branch {integration_branch(run_id)}")
-        if is_ancestor(root, source, integration):
-            return MergeResult(integration, [], True)
         tree, conflicts = merge_tree(root, integration, source)
         if conflicts:
             return MergeResult(None, conflicts, False)
+        # work already merged merges clean into exactly the integration head's tree, so only a merge
+        # that changes nothing can be one; only then is git asked whether the task's head is in it
+        if tree == (integration_tree or tree_of(root, integration)) and is_ancestor(root, source, integration):
+            return MergeResult(integration, [], True)
         text = message or f"agentbox: merge task {task_id} into run {run_id}\n"
         commit = commit_tree(root, tree, [integration, source], text, ident_env(*AGENTBOX_IDENT))
         try:
@@ -190,7 +202,7 @@ def merge_task(root: Path, run_id: str, task_id: str, *, message: str | None = N
         except GitError:
             moved = rev(root, target)
             if moved != integration:
-                integration = moved
+                integration, integration_tree = moved, None
                 continue  # another merge moved the branch meanwhile: merge again onto it
             raise
         return MergeResult(commit, [], False)

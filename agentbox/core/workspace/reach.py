@@ -26,6 +26,9 @@ REACH_FILE = "agentbox-reach"
 starting with `+` holds until the next commit that took everything in reach."""
 WHOLE = "."
 ONCE = "+"
+CLEAN_FILE = "agentbox-clean"
+"""File in a worktree's admin dir while its HEAD holds everything in its reach: written by a
+commit that took all of it, removed before the worktree is handed to any writer again."""
 
 
 def read_reach(worktree: Path) -> list[str] | None:
@@ -41,6 +44,7 @@ def set_reach(worktree: Path, paths: Sequence[str] | None) -> None:
     """The worktree holds exactly its HEAD and is handed to writers of `paths` (None: anywhere)."""
     admin = admin_dir(worktree)
     if admin is not None and admin.is_dir():
+        (admin / CLEAN_FILE).unlink(missing_ok=True)
         _write(admin, [WHOLE] if paths is None or any(_whole(p) for p in paths) else _outermost(paths))
 
 
@@ -48,6 +52,8 @@ def widen_reach(worktree: Path, paths: Sequence[str] | None, *, once: bool = Fal
     """Add `paths` (None: the whole tree) to the worktree's reach before anything may write there;
     `once`: only until the next commit that takes everything in reach (`settle_reach`)."""
     admin = admin_dir(worktree)
+    if admin is not None and (paths is None or paths):
+        (admin / CLEAN_FILE).unlink(missing_ok=True)  # a writer may come: nothing is known clean any more
     lines = _lines(worktree)
     if admin is None or not admin.is_dir() or lines is None:
         return  # no reach file: the whole tree already
@@ -61,6 +67,20 @@ def settle_reach(worktree: Path) -> None:
     lines = _lines(worktree)
     if admin is not None and lines is not None and any(line.startswith(ONCE) for line in lines):
         _write(admin, [line for line in lines if not line.startswith(ONCE)])
+
+
+def mark_clean(worktree: Path) -> None:
+    """Everything in reach is committed, and no writer has had the worktree since (`known_clean`)."""
+    admin = admin_dir(worktree)
+    if admin is not None and admin.is_dir():
+        write_small(admin / CLEAN_FILE, "")
+
+
+def known_clean(worktree: Path) -> bool:
+    """True while nothing can differ from the worktree's HEAD: a commit took everything in its
+    reach, and it was handed to no writer since (every hand-out widens or sets the reach first)."""
+    admin = admin_dir(worktree)
+    return admin is not None and (admin / CLEAN_FILE).exists()
 
 
 def pathspecs(reach: list[str] | None) -> list[str]:

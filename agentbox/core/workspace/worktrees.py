@@ -37,10 +37,12 @@ from agentbox.core.workspace.gitcmd import (
     AGENTBOX_IDENT,
     GitError,
     commit_tree,
+    commit_tree_id,
     git,
     ident_env,
     is_ancestor,
     merge_tree,
+    objects,
     ref_commits,
     rev,
     update_refs,
@@ -61,6 +63,8 @@ from agentbox.core.workspace.layout import (
     write_small,
 )
 from agentbox.core.workspace.reach import (
+    known_clean,
+    mark_clean,
     pathspecs,
     read_reach,
     set_reach,
@@ -240,7 +244,7 @@ def _switch(path: Path, target: str, *, spare: bool, held: str | None = None) ->
         patterns.unlink(missing_ok=True)  # type: ignore[union-attr]
 
 
-def ensure_view_worktree(root: Path, run_id: str) -> Worktree:
+def ensure_view_worktree(root: Path, run_id: str, *, sparse: bool = False) -> Worktree:
     """The run's read-only view: a detached worktree holding the integration head, what the
     run has approved so far, for turns that read and write nothing (a plan, a synthesis, a
     chat turn), so they see the run's work and never the person's live tree.
@@ -248,6 +252,12 @@ def ensure_view_worktree(root: Path, run_id: str) -> Worktree:
     Made once (from a spare when one is parked), then moved to the new head before each turn
     that needs it, which rewrites only the files that differ. The head its files hold is
     written to its admin dir last, so a call killed half-way is finished by the next.
+
+    `sparse`: a new view (no spare to take) is checked out over the shared base of its
+    commit, as a task's worktree is (`agentbox.core.workspace.bases`): only the directories
+    where the integration head differs from the base are its own, so a run on a big
+    repository pays no full checkout for it; when the head moves, those grow. Without it
+    (a caller that needs every file in the directory: a person's shell) a sparse view is made whole.
     """
     head = rev(root, heads(integration_branch(run_id)))
     if head is None:
@@ -264,16 +274,59 @@ def ensure_view_worktree(root: Path, run_id: str) -> Worktree:
         admin = admin_dir(path)
         assert admin is not None
     held = read_small(admin / VIEW_HEAD)
-    if held != f"{head}\n":
+    seen = bases.read_base(path) if origin != WorktreeOrigin.NEW else None
+    if held == f"{head}\n" and seen is not None and not sparse:
+        bases.make_whole(path)  # clean and at its head: every file of it checked out
+    elif held != f"{head}\n":
         _drop_stale_index_lock(path)
-        if held is not None and origin == WorktreeOrigin.EXISTING:
+        if held is not None:
             (admin / VIEW_HEAD).unlink()  # a call killed past here must not trust the files any more
-            _switch(path, head, spare=False, held=held.strip())
+        if sparse and origin != WorktreeOrigin.SPARE and (origin == WorktreeOrigin.NEW or seen is not None):
+            done = _view_over_base(root, common, path, head, seen)
         else:
-            _switch(path, head, spare=origin == WorktreeOrigin.SPARE)
+            done = False
+        if not done:
+            if origin == WorktreeOrigin.NEW:
+                bases.forget_sparse(path)
+            held_files = held.strip() if held is not None and origin == WorktreeOrigin.EXISTING else None
+            _switch(path, head, spare=origin == WorktreeOrigin.SPARE, held=held_files or
+                    (_held_head(path) if origin == WorktreeOrigin.EXISTING else None))
+            bases.forget_sparse(path)  # whole now (the marker goes only once every file is there)
         git(path, "update-ref", "--no-deref", "-m", "agentbox: view", "HEAD", head)
         write_small(admin / VIEW_HEAD, f"{head}\n")
     return Worktree(path, integration_branch(run_id), head, origin, common)
+
+
+def _held_head(path: Path) -> str | None:
+    """The commit a parked view's HEAD names (file reads only; None when unknown: the caller resets)."""
+    admin = admin_dir(path)
+    text = (read_small(admin / "HEAD") or "").strip() if admin is not None else ""
+    return text if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", text) else None
+
+
+def _view_over_base(root: Path, common: Path, path: Path, head: str, seen: bases.BaseView | None) -> bool:
+    """Check out `head` in the view over a base: the view's own base when it has one (its over
+    dirs grown to where `head` differs from it), else the base `choose_base` gives a new
+    worktree. False when the view must be whole (nothing of the marker written). Under the
+    admin lock, so no run prunes the base chosen before the marker names it."""
+    with admin_lock(common):
+        if seen is None:
+            commit, base_path = bases.choose_base(root, common, path, head)
+            current: tuple[str, ...] = ()
+        else:
+            commit, base_path, current = seen.commit, seen.base, seen.over
+            if not base_path.is_dir():  # removed by hand: made again
+                bases.ensure_base(root, common, commit)
+        over = bases.fit(base_path, current, (), bases.differing(root, commit, head))
+        if over is None and seen is None and commit != head:  # the newest base is too far away
+            commit, base_path = head, bases.ensure_base(root, common, head)
+            over = bases.fit(base_path, (), (), ())
+        if over is None:
+            return False
+        view = bases.BaseView(commit, base_path, head, tuple(over))
+        if seen is None:
+            return bases.check_out_sparse(path, view, head, reset=True)
+        return bases.check_out_sparse(path, view, head, reset=False, or_reset=True)
 
 
 def _place_view(root: Path, common: Path, run_id: str, path: Path, head: str) -> WorktreeOrigin:
@@ -485,7 +538,7 @@ def uncommitted(path: Path) -> list[str]:
     """Paths in a worktree that differ from its HEAD (ignored files excepted); only its reach is
     looked at (`agentbox.core.workspace.reach`)."""
     reach = read_reach(path)
-    if reach == []:
+    if reach == [] or known_clean(path):
         return []
     out = git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all", "--",
               *pathspecs(reach))
@@ -596,6 +649,21 @@ def commit_turn(worktree: Path, *, author_name: str, author_email: str, message:
     changed nothing. With `turn_id`, a repeated call for a turn already committed returns
     that commit (the id is a trailer of the message). Repositories the turn made inside
     the worktree are committed as plain files (`flatten_nested`), as the message says."""
+    return commit_work(worktree, author_name=author_name, author_email=author_email, message=message,
+                       turn_id=turn_id).commit
+
+
+@dataclass(frozen=True)
+class TurnCommit:
+    """What `commit_work` left: the branch's head and the turn's commit (None: nothing changed)."""
+
+    head: str
+    commit: str | None
+
+
+def commit_work(worktree: Path, *, author_name: str, author_email: str, message: str,
+                turn_id: str | None = None) -> TurnCommit:
+    """`commit_turn`, also giving the branch's head afterwards (so the caller asks git no more)."""
     _drop_stale_index_lock(worktree)
     reach = read_reach(worktree)
     found = git(worktree, "rev-parse", "HEAD^{commit}", "HEAD^{tree}", ok=(0, 128))
@@ -603,14 +671,15 @@ def commit_turn(worktree: Path, *, author_name: str, author_email: str, message:
         raise StateError(f"{worktree} has no HEAD commit", "ensure the task's worktree first")
     head, head_tree = found.text.split("\n")[:2]
     if reach == []:  # handed to no writer since it held its HEAD
-        return head if turn_id is not None and _turn_of(worktree, head) == turn_id else None
+        return TurnCommit(head, head if turn_id is not None and _turn_of(worktree, head) == turn_id else None)
     flattened = flatten_nested(worktree, reach)
     refused = _add_all(worktree, reach)
     tree = git(worktree, "write-tree").text
     if tree == head_tree:
         if not refused:
             settle_reach(worktree)
-        return head if turn_id is not None and _turn_of(worktree, head) == turn_id else None
+            mark_clean(worktree)
+        return TurnCommit(head, head if turn_id is not None and _turn_of(worktree, head) == turn_id else None)
     text = message.rstrip("\n") + "\n"
     if flattened:
         text += ("\nNested git repositories made in the worktree, committed as plain files (their .git "
@@ -622,9 +691,22 @@ def commit_turn(worktree: Path, *, author_name: str, author_email: str, message:
         text += f"\n{TURN_TRAILER}: {turn_id}\n"
     commit = commit_tree(worktree, tree, [head], text, ident_env(author_name, author_email))
     git(worktree, "update-ref", "-m", "agentbox: turn", "HEAD", commit, head)
+    _follow_own_commit(worktree, reach, head, commit)
     if not refused:  # a refused path stays uncommitted in the tree
         settle_reach(worktree)
-    return commit
+        mark_clean(worktree)
+    return TurnCommit(commit, commit)
+
+
+def _follow_own_commit(worktree: Path, reach: list[str] | None, head: str, commit: str) -> None:
+    """A sparse worktree's marker moved to its own new commit: the commit changed paths in
+    reach only, which lie inside its over dirs, so the next ensure has no difference to
+    look for (`_refit`). Left alone unless the marker was fitted to the commit's parent."""
+    view = bases.read_base(worktree)
+    if view is None or reach is None or view.head != head:
+        return
+    if all(any(path == d or path.startswith(d + "/") for d in view.over) for path in reach):
+        bases.write_marker(worktree, bases.BaseView(view.commit, view.base, commit, view.over))
 
 
 def _turn_of(worktree: Path, commit: str) -> str | None:
@@ -669,10 +751,36 @@ def sync_task(root: Path, run_id: str, task_id: str) -> SyncResult:
 def unresolved_conflicts(root: Path, run_id: str, task_id: str) -> list[str]:
     """The paths `sync_task` committed with conflict markers on the task's branch, while
     nothing was committed on it since (the worker has not resolved them); else []."""
-    head = rev(root, heads(task_branch(run_id, task_id)))
-    if head is None:
-        return []
-    _, _, message = git(root, "cat-file", "commit", head).stdout.decode("utf-8", "surrogateescape").partition("\n\n")
+    return approval_state(root, run_id, task_id).unresolved
+
+
+@dataclass(frozen=True)
+class ApprovalState:
+    """What approving a task needs to know of git, asked in one call (`approval_state`)."""
+
+    head: str | None
+    """The task branch's head (None: no branch)."""
+    integration: str | None
+    """The run's integration head (None: no integration branch)."""
+    unresolved: list[str]
+    """`unresolved_conflicts`: what a sync left with conflict markers, not resolved since."""
+    integration_tree: str | None = None
+    """The integration head's tree."""
+
+
+def approval_state(root: Path, run_id: str, task_id: str) -> ApprovalState:
+    """The task's head, the integration head and its tree, and the task's unresolved conflicts, in one git call."""
+    names = [heads(task_branch(run_id, task_id)), heads(integration_branch(run_id))]
+    task, integration = objects(root, names, contents=names)
+    at, tree = (integration[0], commit_tree_id(integration[1])) if integration else (None, None)
+    if task is None:
+        return ApprovalState(None, at, [], tree)
+    return ApprovalState(task[0], at, _conflicts_left(task[1]), tree)
+
+
+def _conflicts_left(commit: bytes) -> list[str]:
+    """The paths a sync commit (its raw text) names as committed with conflict markers ([] for any other commit)."""
+    _, _, message = commit.decode("utf-8", "surrogateescape").partition("\n\n")
     if not message.startswith(SYNC_SUBJECT):
         return []
     _, found, listed = message.partition(f"\n{CONFLICTS_LEFT}\n")
