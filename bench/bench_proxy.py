@@ -124,16 +124,12 @@ def hold_and_connections(runs: int, count: int = 50) -> tuple[float, float, floa
     def run(argv: list[str], *, joined: bool) -> subprocess.CompletedProcess[str]:
         if not joined:
             return subprocess.run(argv, check=True, capture_output=True, text=True)
-        proxy = EgressProxy(plan.rules)  # a turn's own proxy, as `egress_turn.serving` makes it
-        proxy.start()
-        plan.proxy = proxy
-        try:
-            with launch(argv, seccomp_filter=False, before_exec=plan.join) as launched:
-                return subprocess.run(launched.argv, pass_fds=launched.pass_fds, check=True, capture_output=True,
-                                      text=True)
-        finally:
-            proxy.stop()
+        with launch(argv, seccomp_filter=False, before_exec=plan.join) as launched:
+            return subprocess.run(launched.argv, pass_fds=launched.pass_fds, check=True, capture_output=True, text=True)
 
+    proxy = EgressProxy(plan.rules)  # one for every round (its start is in the `fixed` row, not here)
+    proxy.start()
+    plan.proxy = proxy
     try:
         client = [sys.executable, "-I", "-S", "-c", CLIENT, str(port), str(count)]
         for index in range(runs + 1):
@@ -148,6 +144,7 @@ def hold_and_connections(runs: int, count: int = 50) -> tuple[float, float, floa
                 samples["through"].append(float(through.stdout))
                 samples["direct"].append(float(direct.stdout))
     finally:
+        proxy.stop()
         listener.close()
     return tuple(statistics.median(samples[key]) for key in ("held", "bare", "through", "direct"))  # type: ignore[return-value]
 
