@@ -1,12 +1,16 @@
-"""The network allowlist (pure), the egress proxy on a real UNIX socket, and where the rules come from."""
+"""The network allowlist (pure), the egress proxy on real sockets, where the rules come from, and bwrap held
+for the proxy's listeners."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import socket
+import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -355,3 +359,41 @@ def test_names_never_resolve_into_this_machine_or_the_metadata_service(address: 
     from agentbox.core.sandbox.egress import never_reached
 
     assert never_reached(address) is refused
+
+
+# ----------------------------------------------------------------------------- bwrap held for the listeners
+
+
+def _held(tmp_path: Path, before_exec: Callable[[int], None], command: str) -> subprocess.CompletedProcess[str]:
+    from agentbox.core.sandbox.bwrap import launch
+
+    bwrap = shutil.which("bwrap")
+    assert bwrap is not None
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-net",
+            "--die-with-parent", "--", "/bin/sh", "-c", command]
+    with launch(argv, before_exec=before_exec) as launched:
+        return subprocess.run(launched.argv, pass_fds=launched.pass_fds, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.bwrap
+def test_the_command_runs_only_after_before_exec_returned(tmp_path: Path) -> None:
+    mark = tmp_path / "mark"
+    seen: list[int] = []
+
+    def before_exec(pid: int) -> None:
+        time.sleep(0.3)  # the command would already have run, were it not held
+        seen.append(pid)
+        mark.write_text("made before the command\n")
+
+    proc = _held(tmp_path, before_exec, f"cat {mark}")
+    assert proc.returncode == 0 and proc.stdout == "made before the command\n", proc
+    assert len(seen) == 1 and seen[0] > 1
+
+
+@pytest.mark.bwrap
+def test_a_failing_before_exec_kills_the_sandbox_before_its_command(tmp_path: Path) -> None:
+    def before_exec(_pid: int) -> None:
+        raise OSError("no listeners")
+
+    proc = _held(tmp_path, before_exec, "echo ran")
+    assert proc.returncode != 0 and proc.stdout == "", proc
