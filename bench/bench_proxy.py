@@ -2,19 +2,21 @@
 
 P8  for each real CLI (claude, codex, opencode, hermes) against the project's fake model
     server, one new-session turn of a profile with `network: true` (its own network
-    namespace; the model calls leave through the bridge in the sandbox and agentbox's
-    egress proxy on the host) divided by the same turn of the same profile with
-    `network: host` (the host's network shared, nothing in between) -- goal <= 1.05 each.
-    Both through the library's `invoke()` in this process, so the proxy's whole cost per
-    turn is in the figure: the allowlist derived from the profile, the proxy's socket and
-    thread, the bridge started before the tool, every connection carried through both.
+    namespace; the model calls reach agentbox's egress proxy, which listens on the
+    sandbox's loopback from the host, and leave from there) divided by the same turn of
+    the same profile with `network: host` (the host's network shared, nothing in
+    between) -- goal <= 1.05 each. Both through the library's `invoke()` in this process,
+    so the proxy's whole cost per turn is in the figure: the allowlist derived from the
+    profile, the proxy's thread, its listeners made in the sandbox while bwrap holds the
+    tool, every connection carried through it.
 F   the fixed part of that cost: a no-op scripted turn (no connection at all) with
     `network: true` minus the same with `network: host`, in milliseconds; and, of that, the
-    bridge's own start: bwrap with its own network running `/bin/true` through the bridge
-    minus the same without it.
+    hold: bwrap with its own network running `/bin/true` while it is held for the proxy's
+    listeners (`launch(before_exec=...)`: --info-fd, setns from a forked child, --block-fd)
+    minus the same bwrap run plainly.
 C   the cost of one connection: a client in bwrap opening a TCP connection to a toy server on
-    the host's loopback, sending a line and reading the answer to its end, through the bridge
-    and the proxy (an allowlisted loopback port) minus the same with the host's network.
+    the host's loopback, sending a line and reading the answer to its end, through the proxy
+    (an allowlisted loopback port, a fixed-target listener) minus the same with the host's network.
 
 Medians over --runs rounds (three times as many for a CLI whose turn takes under 2 s; the
 first round warms up and is dropped); in every round the two variants run back to back,
@@ -104,38 +106,47 @@ def toy_server() -> tuple[socket.socket, int]:
     return listener, listener.getsockname()[1]
 
 
-def bridge_and_connections(workdir: Path, runs: int, count: int = 50) -> tuple[float, float, float, float]:
-    """(bridge start s, without it s, one connection through bridge and proxy s, one direct s): medians."""
-    from agentbox.core.agents.egress_turn import SANDBOX_SOCKET, EgressPlan
+def hold_and_connections(runs: int, count: int = 50) -> tuple[float, float, float, float]:
+    """(bwrap held while the proxy's listeners are made in it s, without it s, one connection through
+    the proxy s, one direct s): medians."""
+    from agentbox.core.agents.egress_turn import EgressPlan
+    from agentbox.core.sandbox.bwrap import launch
     from agentbox.core.sandbox.egress import allowlist, parse_entry
     from agentbox.core.sandbox.egress_proxy import EgressProxy
 
     bwrap = shutil.which("bwrap") or "bwrap"
     base = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--die-with-parent"]
+    own_net = [*base, "--unshare-net"]
     listener, port = toy_server()
-    plan = EgressPlan(allowlist([parse_entry(f"127.0.0.1:{port}")]), workdir / "egress", 3128)
-    plan.directory.mkdir(mode=0o700)
-    own_net = [*base, "--unshare-net", "--tmpfs", "/run", "--bind", str(plan.directory), str(SANDBOX_SOCKET.parent)]
-    proxy = EgressProxy(plan.socket, plan.rules)
+    plan = EgressPlan(allowlist([parse_entry(f"127.0.0.1:{port}")]), 3128)
+    samples: dict[str, list[float]] = {"held": [], "bare": [], "through": [], "direct": []}
+
+    def run(argv: list[str], *, joined: bool) -> subprocess.CompletedProcess[str]:
+        if not joined:
+            return subprocess.run(argv, check=True, capture_output=True, text=True)
+        with launch(argv, seccomp_filter=False, before_exec=plan.join) as launched:
+            return subprocess.run(launched.argv, pass_fds=launched.pass_fds, check=True, capture_output=True, text=True)
+
+    proxy = EgressProxy(plan.rules)  # one for every round (its start is in the `fixed` row, not here)
     proxy.start()
-    samples: dict[str, list[float]] = {"bridge": [], "bare": [], "through": [], "direct": []}
+    plan.proxy = proxy
     try:
         client = [sys.executable, "-I", "-S", "-c", CLIENT, str(port), str(count)]
         for index in range(runs + 1):
-            for key, argv in (("bridge", [*own_net, *plan.wrap(["/bin/true"])]), ("bare", [*own_net, "/bin/true"])):
+            for key, joined in (("held", True), ("bare", False)):
                 started = time.perf_counter()
-                subprocess.run(argv, check=True)
+                run([*own_net, "--", "/bin/true"], joined=joined)
                 if index:
                     samples[key].append(time.perf_counter() - started)
-            through = subprocess.run([*own_net, *plan.wrap(client)], check=True, capture_output=True, text=True)
-            direct = subprocess.run([*base, *client], check=True, capture_output=True, text=True)
+            through = run([*own_net, "--", *client], joined=True)
+            direct = run([*base, "--", *client], joined=False)
             if index:
                 samples["through"].append(float(through.stdout))
                 samples["direct"].append(float(direct.stdout))
     finally:
         proxy.stop()
         listener.close()
-    return tuple(statistics.median(samples[key]) for key in ("bridge", "bare", "through", "direct"))  # type: ignore[return-value]
+    return tuple(statistics.median(samples[key]) for key in ("held", "bare", "through", "direct"))  # type: ignore[return-value]
 
 
 def main() -> int:
@@ -176,11 +187,12 @@ def main() -> int:
             lines.append(f"  fixed     ({rounds:2} rounds) no-op scripted turn: network: host {host_s * 1000:6.1f} ms   "
                          f"through the proxy {proxy_s * 1000:6.1f} ms   +{(proxy_s - host_s) * 1000:.1f} ms per turn")
             rounds = args.runs * 3
-            bridge_s, bare_s, through_s, direct_s = bridge_and_connections(workdir, rounds)
-            lines.append(f"  bridge    ({rounds:2} rounds) bwrap with its own network, /bin/true {bare_s * 1000:6.1f} ms   "
-                         f"through the bridge {bridge_s * 1000:6.1f} ms   +{(bridge_s - bare_s) * 1000:.1f} ms per turn")
+            held_s, bare_s, through_s, direct_s = hold_and_connections(rounds)
+            lines.append(f"  hold      ({rounds:2} rounds) bwrap with its own network, /bin/true {bare_s * 1000:6.1f} ms   "
+                         f"held while the proxy listens in it {held_s * 1000:6.1f} ms   "
+                         f"+{(held_s - bare_s) * 1000:.1f} ms per turn")
             lines.append(f"  connect   ({rounds:2} rounds) one connection, direct {direct_s * 1000:6.2f} ms   "
-                         f"through bridge and proxy {through_s * 1000:6.2f} ms   "
+                         f"through the proxy {through_s * 1000:6.2f} ms   "
                          f"+{(through_s - direct_s) * 1000:.2f} ms per connection")
             bench.loop.close()
     finally:

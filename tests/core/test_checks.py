@@ -99,7 +99,6 @@ if proxy:
 
 def test_a_network_check_goes_out_through_the_proxy_and_never_reaches_this_machines_loopback(tmp_path: Path) -> None:
     import socket
-    import sys
     import threading
 
     server = socket.create_server(("127.0.0.1", 0))
@@ -122,7 +121,7 @@ def test_a_network_check_goes_out_through_the_proxy_and_never_reaches_this_machi
     root = tree(tmp_path)
     (root / "probe.py").write_text(NETWORK_PROBE)
     try:
-        outcome = check(root, tmp_path, f"{sys.executable} probe.py {port}", network=True, allow=["example.org"])
+        outcome = check(root, tmp_path, f"python3 probe.py {port}", network=True, allow=["example.org"])
     finally:
         stop.set()
         thread.join()

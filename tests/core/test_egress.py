@@ -1,4 +1,5 @@
-"""The network allowlist (pure), the egress proxy on a real UNIX socket, and where the rules come from."""
+"""The network allowlist (pure), the egress proxy on real sockets, where the rules come from, and bwrap held
+for the proxy's listeners."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import shutil
 import socket
 import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -133,40 +135,8 @@ def test_the_model_endpoint_comes_from_env_config_or_the_vendor(agent_box_home: 
 def test_the_proxy_port_inside_steers_clear_of_allowlisted_loopback_ports(agent_box_home: Path) -> None:
     info, _ = _profile(agent_box_home, "claude", policy={"network": True, "allow": ["127.0.0.1:3128"]})
     plan = egress_turn.plan(info, {})
-    try:
-        assert plan.proxy_port == 3129 and plan.env["HTTPS_PROXY"] == "http://127.0.0.1:3129"
-        assert plan.wrap(["claude", "-p"])[-3:] == ["--", "claude", "-p"]
-        assert "3128" in plan.wrap(["t"])
-        assert plan.socket.parent.stat().st_mode & 0o077 == 0  # only its owner reaches the socket
-    finally:
-        plan.remove()
-    assert not plan.directory.exists()
-
-
-@pytest.mark.bwrap
-def test_the_bridge_starts_from_its_compiled_bytecode_never_from_the_project(agent_box_home: Path,
-                                                                             tmp_path: Path) -> None:
-    """The bridge is imported from its own `__pycache__` (compiled on the host), with the project's
-    directory off its import path: a planted `egress_bridge.py` there is never run."""
-    info, _ = _profile(agent_box_home, "claude", policy={"network": True})
-    cached = egress_turn.BRIDGE.parent / "__pycache__" / f"egress_bridge.{__import__('sys').implementation.cache_tag}.pyc"
-    cached.unlink(missing_ok=True)
-    plan = egress_turn.plan(info, {})
-    try:
-        argv = plan.wrap(["/bin/sh", "-c", "echo the tool ran"])
-    finally:
-        plan.remove()
-    assert cached.is_file() and str(egress_turn.BRIDGE) not in argv
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "egress_bridge.py").write_text("import sys\nprint('planted')\nsys.exit(3)\n")
-    bwrap = shutil.which("bwrap")
-    assert bwrap is not None
-    proc = subprocess.run([bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
-                           "--unshare-pid", "--die-with-parent", "--chdir", str(project),
-                           argv[0], "-v", *argv[1:]], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and proc.stdout == "the tool ran\n", proc
-    assert f"code object from '{cached}'" in proc.stderr
+    assert plan.proxy_port == 3129 and plan.env["HTTPS_PROXY"] == "http://127.0.0.1:3129"
+    assert plan.rules.loopback_ports == (3128,)  # served as a fixed-target listener in the sandbox
 
 
 # ----------------------------------------------------------------------------- the proxy
@@ -194,20 +164,33 @@ class Upstream:
                 conn.sendall(self.reply)
 
 
+class HostProxy(EgressProxy):
+    """The proxy serving a listener on the host's loopback (a sandbox's listeners are made in its namespace)."""
+
+    address: tuple[str, int]
+    listener: socket.socket
+
+
 @contextlib.contextmanager
-def proxy_for(tmp_path: Path, *entries: str) -> Iterator[EgressProxy]:
-    proxy = EgressProxy(tmp_path / "p.sock", allowlist(parse_entry(e) for e in entries))
+def proxy_for(_tmp_path: Path, *entries: str, target: tuple[str, int] | None = None) -> Iterator[HostProxy]:
+    proxy = HostProxy(allowlist(parse_entry(e) for e in entries))
+    proxy.listener = socket.create_server(("127.0.0.1", 0))
+    proxy.address = proxy.listener.getsockname()
     proxy.start()
+    proxy.adopt([(proxy.listener, target)])
     try:
         yield proxy
     finally:
         proxy.stop()
 
 
-def exchange(proxy: EgressProxy, *messages: bytes) -> bytes:
-    with socket.socket(socket.AF_UNIX) as client:
-        client.settimeout(10)
-        client.connect(str(proxy.socket_path))
+def connected(proxy: HostProxy) -> socket.socket:
+    client = socket.create_connection(proxy.address, timeout=10)
+    return client
+
+
+def exchange(proxy: HostProxy, *messages: bytes) -> bytes:
+    with connected(proxy) as client:
         received = b""
         for message in messages:
             client.sendall(message)
@@ -270,17 +253,37 @@ def test_an_allowed_name_that_resolves_to_loopback_is_refused(tmp_path: Path, mo
     assert upstream.got == []
 
 
-def test_stop_ends_open_tunnels_and_removes_the_socket(tmp_path: Path) -> None:
+def test_a_fixed_target_listener_carries_to_its_target_only_when_allowlisted(tmp_path: Path) -> None:
+    """An allowlisted loopback port seen in the sandbox: its connections go there as a CONNECT would,
+    with no proxy protocol; the same listener for a port the allowlist lacks closes and counts them."""
+    upstream = Upstream(b"banner")
+    with proxy_for(tmp_path, f"127.0.0.1:{upstream.port}", target=("127.0.0.1", upstream.port)) as proxy:
+        assert exchange(proxy, b"hello") == b"banner"
+    assert upstream.got == [b"hello"] and proxy.snapshot()["connections"] == 1
+    with proxy_for(tmp_path, "api.example.com", target=("127.0.0.1", upstream.port)) as proxy:
+        with connected(proxy) as client:
+            client.sendall(b"again")
+            try:
+                closed = client.recv(100)
+            except ConnectionResetError:  # closed with "again" unread
+                closed = b""
+        assert closed == b""
+    assert upstream.got == [b"hello"]
+    assert proxy.snapshot()["denied"] == [{"target": f"127.0.0.1:{upstream.port}", "count": 1,
+                                           "reason": "not in the allowlist"}]
+
+
+def test_stop_ends_open_tunnels_and_closes_its_listeners(tmp_path: Path) -> None:
     upstream = Upstream(b"")
     with proxy_for(tmp_path, f"127.0.0.1:{upstream.port}") as proxy:
-        client = socket.socket(socket.AF_UNIX)
-        client.settimeout(10)
-        client.connect(str(proxy.socket_path))
+        client = connected(proxy)
         client.sendall(f"CONNECT 127.0.0.1:{upstream.port} HTTP/1.1\r\n\r\n".encode())
         assert client.recv(100).startswith(b"HTTP/1.1 200")
     with client:
         assert client.recv(100) == b""  # closed by stop(), not left open
-    assert not proxy.socket_path.exists()
+    assert proxy.listener.fileno() == -1
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(proxy.address, timeout=5).close()
     assert not [t for t in threading.enumerate() if t.name == "agentbox-egress"]
 
 
@@ -314,8 +317,7 @@ def test_stopping_with_a_connection_still_open_prints_nothing(tmp_path: Path, ca
     with proxy_for(tmp_path, f"127.0.0.1:{upstream.port}") as proxy:
         clients = []
         for _ in range(3):
-            client = socket.socket(socket.AF_UNIX)
-            client.connect(str(proxy.socket_path))
+            client = connected(proxy)
             client.sendall(f"CONNECT 127.0.0.1:{upstream.port} HTTP/1.1\r\n\r\n".encode())
             clients.append(client)
         for client in clients:
@@ -357,3 +359,41 @@ def test_names_never_resolve_into_this_machine_or_the_metadata_service(address: 
     from agentbox.core.sandbox.egress import never_reached
 
     assert never_reached(address) is refused
+
+
+# ----------------------------------------------------------------------------- bwrap held for the listeners
+
+
+def _held(tmp_path: Path, before_exec: Callable[[int], None], command: str) -> subprocess.CompletedProcess[str]:
+    from agentbox.core.sandbox.bwrap import launch
+
+    bwrap = shutil.which("bwrap")
+    assert bwrap is not None
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-net",
+            "--die-with-parent", "--", "/bin/sh", "-c", command]
+    with launch(argv, before_exec=before_exec) as launched:
+        return subprocess.run(launched.argv, pass_fds=launched.pass_fds, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.bwrap
+def test_the_command_runs_only_after_before_exec_returned(tmp_path: Path) -> None:
+    mark = tmp_path / "mark"
+    seen: list[int] = []
+
+    def before_exec(pid: int) -> None:
+        time.sleep(0.3)  # the command would already have run, were it not held
+        seen.append(pid)
+        mark.write_text("made before the command\n")
+
+    proc = _held(tmp_path, before_exec, f"cat {mark}")
+    assert proc.returncode == 0 and proc.stdout == "made before the command\n", proc
+    assert len(seen) == 1 and seen[0] > 1
+
+
+@pytest.mark.bwrap
+def test_a_failing_before_exec_kills_the_sandbox_before_its_command(tmp_path: Path) -> None:
+    def before_exec(_pid: int) -> None:
+        raise OSError("no listeners")
+
+    proc = _held(tmp_path, before_exec, "echo ran")
+    assert proc.returncode != 0 and proc.stdout == "", proc

@@ -144,7 +144,7 @@ def test_the_sandbox_and_safe_io_stand_alone() -> None:
     """The security layer imports nothing of sessions, runs or faces (it is easy to audit)."""
     for module in ("agentbox.core.sandbox.bwrap", "agentbox.core.sandbox.seccomp", "agentbox.core.sandbox.scopes", "agentbox.core.safe_io",
                    "agentbox.core.sandbox.protected",
-                   "agentbox.core.sandbox.egress", "agentbox.core.sandbox.egress_proxy", "agentbox.core.sandbox.egress_bridge"):
+                   "agentbox.core.sandbox.egress", "agentbox.core.sandbox.egress_proxy", "agentbox.core.sandbox.netns"):
         allowed = {"agentbox.core.errors", "agentbox.core.runtimes.base", "agentbox.core.sandbox.seccomp",
                    "agentbox.core.safe_io", "agentbox.core.sandbox.protected",
                    "agentbox.core.sandbox.egress"}  # each other and the error types, nothing more

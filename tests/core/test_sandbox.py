@@ -147,15 +147,6 @@ def test_unshare_net_iff_network_is_off(network: bool) -> None:
     assert ("--unshare-net" in bwrap_argv(spec(network=network), ["t"])) is (not network)
 
 
-def test_the_egress_socket_is_bound_read_only_into_a_namespace_of_its_own() -> None:
-    host_socket, inside = Path("/tmp/agentbox-egress-x/egress.sock"), Path("/run/agentbox/egress.sock")
-    argv = bwrap_argv(spec(network=False, egress_socket=(host_socket, inside)), ["t"])
-    assert "--unshare-net" in argv
-    at = argv.index(str(host_socket))
-    assert argv[at - 1:at + 2] == ["--ro-bind", str(host_socket), str(inside)]
-    assert at < argv.index("--remount-ro", argv.index("/proc"))  # made before /run turns read-only
-
-
 @pytest.mark.parametrize("interactive", [True, False])
 def test_new_session_iff_not_interactive(interactive: bool) -> None:
     assert ("--new-session" in bwrap_argv(spec(interactive=interactive), ["t"])) is (not interactive)

@@ -84,7 +84,7 @@ def test_the_setup_command_goes_out_through_the_proxy_and_never_reaches_this_mac
     with socket.create_server(("127.0.0.1", 0)) as server:
         server.settimeout(0)
         port = server.getsockname()[1]
-        outcome = run_setup(root, worktree, (), (), f"{sys.executable} probe.py {port}", 60, tmp_path / "setup.log",
+        outcome = run_setup(root, worktree, (), (), f"python3 probe.py {port}", 60, tmp_path / "setup.log",
                             allow=("example.org",))
         try:
             server.accept()

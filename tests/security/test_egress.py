@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -206,27 +205,96 @@ async def test_no_network_reaches_nothing_and_has_no_proxy(net_project) -> None:
     assert result.network is None
 
 
-def test_no_proxy_or_socket_dir_outlives_its_turn(net_project) -> None:  # type: ignore[no-untyped-def]
-    """The proxy thread and its socket dir end with the turn (a blocking turn, as the CLI runs it)."""
-    import tempfile
+def test_nothing_of_the_proxy_outlives_its_turn(net_project) -> None:  # type: ignore[no-untyped-def]
+    """The proxy's thread, the thread that held the sandbox and the listeners made in it end with the
+    turn (a blocking turn, as the CLI runs it)."""
+    import os
 
     from agentbox.core.agents import resolve as services
     from agentbox.core.agents.invoke import invoke_sync
 
     proj, home = net_project
     probe(home, {"network": True})
-    def bridges() -> set[str]:
-        found = subprocess.run(["pgrep", "-f", "egress_bridge"], capture_output=True, text=True)
-        return set(found.stdout.split())
-
-    before, bridges_before = {t.name for t in threading.enumerate()}, bridges()
-    made = set(Path(tempfile.gettempdir()).glob("agentbox-egress-*"))
+    before, fds_before = {t.name for t in threading.enumerate()}, set(os.listdir("/proc/self/fd"))
     result = invoke_sync(services.role_agent(proj, "probe"), "run true")
     assert result.ok, result.error
-    assert result.network is not None and result.network["mode"] == "proxy"
+    assert result.network is not None and result.network["mode"] == "proxy" and "error" not in result.network
     assert {t.name for t in threading.enumerate()} - before == set()
-    assert set(Path(tempfile.gettempdir()).glob("agentbox-egress-*")) - made == set()
-    assert bridges() - bridges_before == set()  # the sandbox's end took its bridge along
+    sockets = {fd for fd in set(os.listdir("/proc/self/fd")) - fds_before
+               if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")}
+    assert sockets == set()
+
+
+INSIDE = r'''
+import errno, json, os, socket, sys
+port = int(os.environ["HTTPS_PROXY"].rsplit(":", 1)[1])
+out = {"procs": [], "held": [], "binds": {}}
+for pid in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            out["procs"].append(f.read().replace(b"\0", b" ").decode(errors="replace").strip())
+        out["held"] += [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        pass
+with open("/proc/net/tcp") as f:
+    rows = [line.split() for line in f.read().splitlines()[1:]]
+out["listening"] = [(r[1], r[9]) for r in rows if r[3] == "0A"]
+for name, host, opts in (("plain", "127.0.0.1", ()), ("reuse", "127.0.0.1", ("SO_REUSEADDR", "SO_REUSEPORT")),
+                         ("any", "0.0.0.0", ("SO_REUSEADDR", "SO_REUSEPORT"))):
+    s = socket.socket()
+    for opt in opts:
+        s.setsockopt(socket.SOL_SOCKET, getattr(socket, opt), 1)
+    try:
+        s.bind((host, port))
+        s.listen(1)
+        out["binds"][name] = "bound"
+    except OSError as exc:
+        out["binds"][name] = errno.errorcode.get(exc.errno, str(exc.errno))
+    s.close()
+with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # still the proxy, after all that
+    target = sys.argv[1]
+    s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    reply = s.recv(200).decode(errors="replace")
+    if " 200 " in reply:
+        s.sendall(b"hi\n")
+        reply += s.recv(200).decode(errors="replace")
+    out["through"] = reply
+print(json.dumps(out))
+'''
+
+
+async def test_no_process_of_agentbox_runs_in_the_sandbox_and_its_listener_is_the_hosts_alone(net_project) -> None:  # type: ignore[no-untyped-def]
+    """The proxy listens in the sandbox's own network namespace from the host: inside, only the tool
+    and what it runs (no bridge); no process inside holds the listener; its address cannot be
+    taken over (plain, SO_REUSEADDR/SO_REUSEPORT, the wildcard); the host's own 127.0.0.1:3128 is
+    never used — a server there sees nothing while the turn goes out through the proxy."""
+    proj, home = net_project
+    (proj.root / "inside.py").write_text(INSIDE)
+    try:
+        host_3128 = socket.create_server(("127.0.0.1", 3128))
+    except OSError as exc:
+        pytest.fail(f"the host's 127.0.0.1:3128 is taken ({exc}): this test needs it free to watch it")
+    host_3128.settimeout(0)
+    with host_3128, ToyServer(b"toy-banner\n").running() as toy:
+        probe(home, {"network": True, "allow": [f"127.0.0.1:{toy.port}"]})
+        result = await ask(proj, "probe", f"run {sys.executable} inside.py 127.0.0.1:{toy.port}")
+        with pytest.raises(BlockingIOError):
+            host_3128.accept()
+    assert result.ok, result.error
+    status, _, output = result.text.partition("|")
+    assert status == "0", output
+    seen = json.loads(output.strip().splitlines()[-1])
+    procs = seen["procs"]
+    assert procs[0].split()[0].endswith("bwrap"), procs  # bwrap's init, pid 1
+    assert not [p for p in procs if "egress" in p], procs  # the bridge was `python ... import egress_bridge`
+    assert len(procs) == 4, procs  # bwrap, the tool (the scripted agent), its shell, this script
+    assert any("inside.py" in p for p in procs)
+    listening = {address: inode for address, inode in seen["listening"]}
+    assert "0100007F:0C38" in listening, seen["listening"]  # 127.0.0.1:3128, in the sandbox's namespace
+    assert f"socket:[{listening['0100007F:0C38']}]" not in seen["held"]  # held by the host alone
+    assert seen["binds"] == {"plain": "EADDRINUSE", "reuse": "EADDRINUSE", "any": "EADDRINUSE"}, seen["binds"]
+    assert "toy-banner" in seen["through"] and toy.accepted == 1, seen["through"]
+    assert result.network["connections"] == 1 and result.network["denied_total"] == 0
 
 
 def test_an_attached_session_gets_the_same_network(net_project) -> None:  # type: ignore[no-untyped-def]

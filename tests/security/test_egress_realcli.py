@@ -1,8 +1,8 @@
 """A real CLI through the egress proxy, as root and (through the unprivileged pass) as a normal user.
 
 tests/realcli/test_new_and_resume.py runs all four CLIs through the proxy as root; this
-one runs claude (a new turn, then a resume) in both passes, so the bridge, the proxy's
-socket and the allowlisted loopback port are proven for an unprivileged user with a real
+one runs claude (a new turn, then a resume) in both passes, so the proxy's listeners
+made in the sandbox's namespace and the allowlisted loopback port are proven for an unprivileged user with a real
 tool too — while the model server's neighbour on the host's loopback stays unreachable.
 """
 

@@ -99,8 +99,8 @@ def sandboxed_shell(agent: Agent, argv: list[str]) -> Iterator[InteractiveComman
     record = prepare_session(agent, None)
     prepared = prepare(agent, "", record, interactive=True, command=ToolCommand(argv))
     try:
-        # a network profile's shell goes out through the same proxy as its turns (the socket exists while it serves)
-        with egress_turn.serving(prepared.egress), launch(prepared.argv) as launched:
+        # a network profile's shell goes out through the same proxy as its turns (its listeners are made in the shell's sandbox)
+        with egress_turn.serving(prepared.egress), launch(prepared.argv, before_exec=egress_turn.join(prepared.egress)) as launched:
             yield InteractiveCommand(launched.argv, prepared.env, launched.pass_fds, record.id)
     finally:
         finish_turn(prepared, 1)

@@ -167,11 +167,8 @@ def run_check(name: str, check: Check, *, root: Path, tree: Path, views: tuple[t
         base=base if tree != root else None, over=over,
         view_hidden=(*view_hidden, *scratch), writable=(), protected=(box, *metadata), extra_rw=(), homes=(),
         hidden=(*sandbox.private_paths(home, agent_box_home()), *sandbox.run_state_dirs(root)),
-        # the bridge is run by this Python, which may live under the hidden home
-        ro_binds=sandbox.binds_needed(sandbox.python_roots(), sandbox.private_paths(home, agent_box_home()))
-        if network else (),
+        ro_binds=(),
         network=False, cwd=root, env={**env, **(network.env if network else {})},
-        egress_socket=(network.socket, egress_turn.SANDBOX_SOCKET) if network else None,
         **sandbox.host_layout(),
     )
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -179,8 +176,8 @@ def run_check(name: str, check: Check, *, root: Path, tree: Path, views: tuple[t
     started = time.monotonic()
     command = ["/bin/sh", "-c", check.run]
     try:
-        argv = sandbox.bwrap_argv(spec, network.wrap(command) if network else command, sandbox.require_bwrap())
-        with egress_turn.serving(network), sandbox.launch(argv) as launched:
+        argv = sandbox.bwrap_argv(spec, command, sandbox.require_bwrap())
+        with egress_turn.serving(network), sandbox.launch(argv, before_exec=egress_turn.join(network)) as launched:
             proc = subprocess.Popen(launched.argv, pass_fds=launched.pass_fds, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                     preexec_fn=lambda: _limit_memory(check.memory_mb << 20))

@@ -1,48 +1,37 @@
-"""One turn's network: the allowlist derived from its profile, the bridge command, the proxy's life.
+"""One turn's network: the allowlist derived from its profile, the proxy's listeners and life.
 
 A profile with `sandbox.network: true` gets a sandbox with its own network namespace. The
 allowlist is the tool's model endpoint — every http(s) base URL the profile names (its
 runtime env's `*_BASE_URL` variables, the base URLs in the tool's config files: codex
 `config.toml`, opencode `opencode.json(c)` or `OPENCODE_CONFIG_CONTENT`, hermes
 `config.yaml` and `.env`), else the vendor's own hosts (`agentbox.core.tools`) — plus the
-profile's `sandbox.allow`. The proxy (`agentbox.core.sandbox.egress_proxy`) serves it for the turn
-on a UNIX socket bound into the sandbox; the bridge (`agentbox.core.sandbox.egress_bridge`), run
-by the host's Python before the tool, carries the sandbox's TCP to it.
+profile's `sandbox.allow`. The proxy (`agentbox.core.sandbox.egress_proxy`) serves it for the
+turn, on the host, from listeners made on the sandbox's own loopback before the tool starts
+(`EgressPlan.join`, run by `agentbox.core.sandbox.bwrap.launch` while bwrap holds the tool):
+no process of agentbox runs inside the sandbox.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-import shutil
+import socket
 import sys
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentbox.core.paths import PACKAGE_DIR
 from agentbox.core.sandbox.egress import Allowlist, Rule, allowlist, parse_entry, rule_for_url
 
 if TYPE_CHECKING:
     from agentbox.core.config.profiles import ProfileInfo
     from agentbox.core.sandbox.egress_proxy import EgressProxy
 
-SANDBOX_SOCKET = Path("/run/agentbox/egress.sock")
-"""Where the proxy's socket is seen inside the sandbox."""
 PROXY_PORT = 3128
 """The sandbox-side port of the proxy (the next free one when an allowlisted loopback port takes it)."""
 NO_PROXY = "localhost,127.0.0.1,::1"
-"""Loopback goes straight to the bridge, which sends it through the proxy too."""
-BRIDGE = PACKAGE_DIR / "core/sandbox/egress_bridge.py"
-BRIDGE_LAUNCHER = (f"import sys; sys.path.append({str(BRIDGE.parent)!r}); import egress_bridge; "
-                   "sys.exit(egress_bridge.main(sys.argv))")
-"""Imports the bridge instead of running it as a script, so it starts from its cached bytecode
-(compiling it took a few ms of every turn, before the tool could start). The cache is the
-bridge's own `__pycache__` in agentbox's package, compiled on the host (`_compile_bridge`) and
-read-only to every sandbox, like the standard library's; `-I` keeps the project's directory
-(which the agent may write) off the bridge's import path."""
+"""Loopback goes straight to the sandbox's own loopback, where the proxy listens on each allowlisted port."""
+LOOPBACK = ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1"))
 
 CONFIG_FILES: dict[str, tuple[str, ...]] = {
     "codex": ("config.toml",),
@@ -57,23 +46,11 @@ _BASE_URL = re.compile(r"""(?:base_url|baseURL|baseUrl|_BASE_URL)["']?\s*[:=]\s*
 
 @dataclass
 class EgressPlan:
-    """What a turn's sandbox needs for its network: the rules, the socket, the bridge's ports."""
+    """What a turn's sandbox needs for its network: the rules and the proxy's ports inside it."""
 
     rules: Allowlist
-    directory: Path
-    """A private host dir holding the proxy's socket (removed after the turn)."""
     proxy_port: int
     proxy: EgressProxy | None = field(default=None, repr=False)
-
-    @property
-    def socket(self) -> Path:
-        """The proxy's socket on the host."""
-        return self.directory / "egress.sock"
-
-    @property
-    def sandbox_socket(self) -> Path:
-        """Where the sandbox sees the proxy's socket."""
-        return SANDBOX_SOCKET
 
     def spawned(self) -> None:
         """The turn's process has been spawned (see the module's `spawned`)."""
@@ -89,12 +66,20 @@ class EgressPlan:
         env["NO_PROXY"] = env["no_proxy"] = NO_PROXY
         return env
 
-    def wrap(self, command: list[str]) -> list[str]:
-        """`command` started by the bridge, which then leaves it the process."""
-        ports = ",".join(str(p) for p in self.rules.loopback_ports)
-        _compile_bridge()
-        return [sys.executable, "-I", "-S", "-c", BRIDGE_LAUNCHER, str(SANDBOX_SOCKET), str(self.proxy_port), ports,
-                "--", *command]
+    def join(self, pid: int) -> None:
+        """Make the proxy's listeners in the network namespace of the sandbox whose first process is
+        `pid` and hand them to the proxy (bwrap holds the tool until this returns; it raises when
+        they cannot be made, and the sandbox is killed)."""
+        from agentbox.core.sandbox import netns
+
+        if self.proxy is None:
+            raise RuntimeError("the turn's proxy is not serving")
+        ports = [(self.proxy_port, False), *((p, True) for p in self.rules.loopback_ports)]
+        wanted = [(family, host, port, fixed) for port, fixed in ports for family, host in LOOPBACK]
+        made = netns.listen_in(pid, [(family, host, port) for family, host, port, _fixed in wanted])
+        self.proxy.adopt([(listener, (host, port) if fixed else None)
+                          for listener, (_family, host, port, fixed) in zip(made, wanted, strict=True)
+                          if listener is not None])
 
     def summary(self) -> dict[str, Any]:
         """The turn record's `network`: what went through, what was refused, the allowlist."""
@@ -103,20 +88,12 @@ class EgressPlan:
         return {**seen, "allowed": [str(rule) for rule in self.rules.rules]}
 
     def remove(self) -> None:
-        """Remove the socket dir (the proxy has stopped)."""
-        shutil.rmtree(self.directory, ignore_errors=True)
+        """Nothing is left on the host after the turn (kept for the callers' clean-up path)."""
 
 
-def _compile_bridge() -> None:
-    """Compile the bridge into its own `__pycache__` when stale (skipped where that is not writable)."""
-    target = BRIDGE.parent / "__pycache__" / f"{BRIDGE.stem}.{sys.implementation.cache_tag}.pyc"
-    with contextlib.suppress(OSError):
-        if target.stat().st_mtime_ns >= BRIDGE.stat().st_mtime_ns and not target.is_symlink():
-            return
-    import py_compile
-
-    with contextlib.suppress(OSError, py_compile.PyCompileError):
-        py_compile.compile(str(BRIDGE), cfile=str(target), doraise=True)
+def join(plan: EgressPlan | None) -> Callable[[int], None] | None:
+    """`launch`'s `before_exec` for a turn with this plan (None without one)."""
+    return plan.join if plan is not None else None
 
 
 def model_rules(info: ProfileInfo, runtime_env: Mapping[str, str]) -> list[Rule]:
@@ -179,20 +156,16 @@ def crew_rules(allow: list[str], source: str) -> Allowlist:
 
 
 def plan(info: ProfileInfo, runtime_env: Mapping[str, str], granted: Sequence[str] = ()) -> EgressPlan:
-    """A turn's network plan, with its private socket dir made (`remove()` takes it away)."""
+    """A turn's network plan."""
     return plan_for(profile_rules(info, runtime_env, granted))
 
 
 def plan_for(rules: Allowlist) -> EgressPlan:
-    """A network plan serving `rules`, with its private socket dir made (`remove()` takes it away)."""
+    """A network plan serving `rules`."""
     port = PROXY_PORT
     while port in rules.loopback_ports:
         port += 1
-    directory = Path(tempfile.mkdtemp(prefix="agentbox-egress-"))
-    if len(str(directory / "egress.sock")) > 100:  # a UNIX socket path has a short limit
-        shutil.rmtree(directory, ignore_errors=True)
-        directory = Path(tempfile.mkdtemp(prefix="agentbox-egress-", dir="/tmp"))
-    return EgressPlan(rules, directory, port)
+    return EgressPlan(rules, port)
 
 
 @contextlib.contextmanager
@@ -203,7 +176,7 @@ def serving(plan: EgressPlan | None) -> Iterator[EgressPlan | None]:
         return
     from agentbox.core.sandbox.egress_proxy import DEFER_S, EgressProxy
 
-    proxy = EgressProxy(plan.socket, plan.rules)
+    proxy = EgressProxy(plan.rules)
     proxy.start(defer_s=0.0 if "asyncio" in sys.modules else DEFER_S)  # a blocking caller: see `spawned`
     plan.proxy = proxy
     try:

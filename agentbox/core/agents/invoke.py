@@ -335,13 +335,11 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
     try:
         home_plan = tool_homes.plan(adapter, homes, profile.state_dir, home_turn_dir, interactive=tool_at_keyboard)
         state_dirs = sandbox.run_state_dirs(agent.cwd)
-        if policy.network is True:  # the bridge (run by this Python) starts the tool; its proxy env points there
+        if policy.network is True:  # the proxy listens on the sandbox's loopback; its proxy env points there
             from agentbox.core.agents import egress_turn
 
             egress_plan = egress_turn.plan(profile, runtime_env, agent.egress_allow)
-            needs |= sandbox.python_roots()
             env.update(egress_plan.env)
-            tool_argv = egress_plan.wrap(command.argv)
         spec = sandbox.SandboxSpec(
             project_root=source,
             mount_at=agent.cwd if agent.worktree is not None else None,
@@ -362,7 +360,6 @@ def prepare(agent: Agent, prompt: str, record: SessionRecord, *, interactive: bo
             ro_binds=sandbox.binds_needed(needs, hidden) + tuple(Path(p).expanduser() for p in policy.ro_binds if Path(p).expanduser().exists()),
             rw_binds=tuple(Path(p).expanduser() for p in policy.rw_binds),
             network=policy.network == "host",
-            egress_socket=(egress_plan.socket, egress_plan.sandbox_socket) if egress_plan is not None else None,
             cwd=agent.cwd,
             env=env,
             interactive=interactive,
@@ -472,6 +469,11 @@ def _prepared_turn(agent: Agent, prompt: str, session_id: str | None, new_id: st
                 yield record, prepared
         finally:
             remove_scratch(prepared)  # after the adapter has read what the tool left there
+
+
+def _join(plan: egress_turn.EgressPlan | None) -> Callable[[int], None] | None:
+    """What bwrap's held sandbox runs before the tool: the proxy's listeners made in it (none without a plan)."""
+    return plan.join if plan is not None else None
 
 
 def _serving(plan: egress_turn.EgressPlan | None) -> contextlib.AbstractContextManager[object]:
@@ -598,7 +600,7 @@ async def _run_prepared(agent: Agent, prompt: str, record: SessionRecord, prepar
     noting: asyncio.TimerHandle | None = None
     try:
         try:
-            with sandbox.launch(prepared.argv) as launched:
+            with sandbox.launch(prepared.argv, before_exec=_join(prepared.egress)) as launched:
                 proc = await asyncio.create_subprocess_exec(
                     *launched.argv,
                     stdin=asyncio.subprocess.PIPE if prepared.stdin is not None else asyncio.subprocess.DEVNULL,
@@ -654,7 +656,7 @@ def _run_prepared_sync(agent: Agent, prompt: str, record: SessionRecord, prepare
     exit_code: int | None = None
     try:
         try:
-            with sandbox.launch(prepared.argv) as launched:
+            with sandbox.launch(prepared.argv, before_exec=_join(prepared.egress)) as launched:
                 proc = subprocess.Popen(
                     launched.argv, stdin=subprocess.PIPE if prepared.stdin is not None else subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,

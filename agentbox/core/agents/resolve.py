@@ -147,7 +147,7 @@ def interactive_session(agent: Agent, session_id: str | None) -> Iterator[Intera
         agent.sessions.save(record)
         known = len(typed_turns(record.tool, config_dir, record.native_id))
         started = time.time()
-        with egress_turn.serving(prepared.egress), launch(prepared.argv) as launched:
+        with egress_turn.serving(prepared.egress), launch(prepared.argv, before_exec=egress_turn.join(prepared.egress)) as launched:
             yield InteractiveCommand(launched.argv, prepared.env, launched.pass_fds, record.id)
     finally:
         finish_turn(prepared, record.turns + 1)

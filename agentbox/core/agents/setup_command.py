@@ -56,16 +56,15 @@ def run_setup(root: Path, worktree: Path, views: tuple[tuple[Path, Path], ...], 
         spec = sandbox.SandboxSpec(
             project_root=worktree, mount_at=root, views=views, view_hidden=view_hidden, writable=(worktree,),
             protected=(box, *metadata, *scope_plan.protected), pinned=scope_plan.pinned, extra_rw=(), homes=(),
-            hidden=(*hidden, *state), ro_binds=sandbox.binds_needed(sandbox.python_roots(), hidden),  # the bridge's Python
+            hidden=(*hidden, *state), ro_binds=(),
             network=False, cwd=root,
             env=sandbox.sandbox_env(sandbox.host_env(), home, {"AGENTBOX_SETUP": "1", **network.env}),
-            egress_socket=(network.socket, egress_turn.SANDBOX_SOCKET),
             **sandbox.host_layout(),
         )
-        argv = sandbox.bwrap_argv(spec, network.wrap(["/bin/sh", "-c", command]), sandbox.require_bwrap())
+        argv = sandbox.bwrap_argv(spec, ["/bin/sh", "-c", command], sandbox.require_bwrap())
         output = CappedStream(log_path)
         try:
-            with egress_turn.serving(network), sandbox.launch(argv) as launched:
+            with egress_turn.serving(network), sandbox.launch(argv, before_exec=network.join) as launched:
                 proc = subprocess.Popen(launched.argv, pass_fds=launched.pass_fds, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
                 with proc:

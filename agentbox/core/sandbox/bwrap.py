@@ -32,8 +32,9 @@ Every capability is dropped (`--cap-drop ALL`, whoever runs agentbox, root inclu
 that could undo the sandbox. pid/ipc/uts are unshared, the sandbox dies with its parent,
 the network is unshared unless the profile asks for the host's (`network: host`), which
 also makes abstract UNIX sockets and the host's loopback unreachable; a sandbox with
-network reaches the outside only through the egress proxy's socket, bound read-only into
-/run (`agentbox.core.agents.egress_turn`). The argv goes to bwrap through a file descriptor
+network reaches the outside only through the egress proxy, whose listeners on the
+sandbox's loopback are made there and held by the host (`launch`'s `before_exec`,
+`agentbox.core.agents.egress_turn`). The argv goes to bwrap through a file descriptor
 (`launch`), so the environment, which may hold keys, is never on a command line. `sandbox: none` bypasses all
 of this and must be asked for explicitly by the profile.
 """
@@ -44,8 +45,10 @@ import contextlib
 import functools
 import os
 import shutil
+import signal
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -114,9 +117,6 @@ class SandboxSpec:
     """/var/run is a real directory (not the usual symlink to /run): hide it too."""
     network: bool = True
     """Share the host network namespace (False: a namespace of its own, loopback only)."""
-    egress_socket: tuple[Path, Path] | None = None
-    """(host path, sandbox path) of the egress proxy's UNIX socket, the only way out of a
-    namespace of its own (`agentbox.core.agents.egress_turn`); bound before /run is made read-only."""
     cwd: Path | None = None
     """Working directory inside the sandbox (default: the project root)."""
     env: Mapping[str, str] = field(default_factory=dict)
@@ -174,8 +174,6 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], bwrap: str = "bwrap") -> l
         argv += _sized_tmpfs("/var/run", TMPFS_SIZES["/run"])
     if spec.resolv_conf is not None:
         argv += ["--ro-bind", str(spec.resolv_conf), str(spec.resolv_conf)]
-    if spec.egress_socket is not None and not spec.network:
-        argv += ["--ro-bind", str(spec.egress_socket[0]), str(spec.egress_socket[1])]
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
              "--cap-drop", "ALL", "--clearenv"]
     if not spec.network:
@@ -247,13 +245,19 @@ class Launch:
 
 
 @contextlib.contextmanager
-def launch(argv: list[str], *, seccomp_filter: bool = True) -> Iterator[Launch]:
+def launch(argv: list[str], *, seccomp_filter: bool = True,
+           before_exec: Callable[[int], None] | None = None) -> Iterator[Launch]:
     """Hand `argv` (from `bwrap_argv`) to bwrap through memory files instead of its command line.
 
     The full argv, with the environment (keys included) and the seccomp filter, is written
     to anonymous memory files; the command line is only `bwrap --args N -- COMMAND`, so `ps`
     shows no secret (the adapters keep prompts off the tool's own command line). Spawn the process inside the block with `pass_fds`; the files close after it.
     A non-bwrap argv (`sandbox: none`) passes through unchanged.
+
+    With `before_exec`, bwrap holds the sandbox before it execs the command (`--block-fd`)
+    while a thread calls `before_exec(pid)` with the pid of the sandbox's first process,
+    which bwrap reports once its namespaces exist (`--info-fd`); the command runs after it
+    returns. When it raises, the sandbox is killed before the command runs.
     """
     if not argv or Path(argv[0]).name != "bwrap":
         yield Launch(list(argv), ())
@@ -268,6 +272,13 @@ def launch(argv: list[str], *, seccomp_filter: bool = True) -> Iterator[Launch]:
 
             fds.append(_memfd("agentbox-seccomp", seccomp.program()))
             args = ["--seccomp", str(fds[-1]), *args]
+        if before_exec is not None:
+            info_r, info_w = os.pipe()
+            block_r, block_w = os.pipe()
+            fds += [info_w, block_r]
+            args = ["--info-fd", str(info_w), "--block-fd", str(block_r), *args]
+            threading.Thread(target=_hold, args=(info_r, block_w, before_exec), name="agentbox-sandbox-hold",
+                             daemon=True).start()
         fds.append(_memfd("agentbox-bwrap-args", b"".join(a.encode("utf-8", "surrogateescape") + b"\0"
                                                             for a in args)))
         yield Launch([argv[0], "--args", str(fds[-1]), *command], tuple(fds))
@@ -275,6 +286,37 @@ def launch(argv: list[str], *, seccomp_filter: bool = True) -> Iterator[Launch]:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _hold(info_r: int, block_w: int, before_exec: Callable[[int], None]) -> None:
+    """Wait for bwrap's info (EOF: it never started), run `before_exec`, then release the command."""
+    import json
+
+    pid: int | None = None
+    try:
+        data = b""
+        while len(data) < 65536 and (chunk := os.read(info_r, 4096)):
+            data += chunk
+            try:
+                info = json.loads(data)
+            except ValueError:
+                continue
+            if isinstance(info, dict) and isinstance(info.get("child-pid"), int) and info["child-pid"] > 1:
+                pid = info["child-pid"]
+            break
+        if pid is None:
+            return
+        try:
+            before_exec(pid)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)  # the command never runs without what it was held for
+            return
+        with contextlib.suppress(OSError):
+            write_all(block_w, b"1")
+    finally:
+        os.close(info_r)
+        os.close(block_w)
 
 
 def _memfd(name: str, data: bytes) -> int:

@@ -1,14 +1,19 @@
 """The egress proxy: the one way out of a sandbox's network namespace, run on the host per turn.
 
-An HTTP proxy on a UNIX socket that is bound into the sandbox (the sandbox's bridge,
-`agentbox.core.sandbox.egress_bridge`, carries the agent's TCP connections to it). It speaks
+It serves listening TCP sockets made inside the sandbox's own network namespace
+(`agentbox.core.sandbox.netns`) and held by the host, so no process of agentbox runs in
+the sandbox: the tool's connections to its loopback arrive here directly, and the proxy
+connects out from the host's namespace. It speaks
 `CONNECT host:port` (HTTPS and any TCP) and plain HTTP requests in absolute form
 (`GET http://host:port/path`), and connects only where the turn's allowlist says
-(`agentbox.core.sandbox.egress`). A name that is not a loopback entry never reaches loopback:
+(`agentbox.core.sandbox.egress`). A listener with a fixed target (an allowlisted port of the
+host's loopback, seen at the same port of the sandbox's) carries each connection there as
+a CONNECT would, so a tool that never uses a proxy for loopback reaches its local model
+server all the same. A name that is not a loopback entry never reaches loopback:
 its resolved addresses are checked before connecting. What it refuses is answered with
-403 and counted for the turn's record. It runs on its own asyncio loop in a thread, so a
+403 (a fixed-target connection is closed) and counted for the turn's record. It runs on its own asyncio loop in a thread, so a
 blocking turn and the engine's loop use it alike, and `stop` tears down every connection.
-The socket listens from `start()` on, and connections wait in the backlog until it serves.
+Listeners are handed over with `adopt` (connections wait in their backlog until it serves).
 A blocking caller (the CLI, which has not loaded asyncio) starts it with `defer_s`: the
 thread imports asyncio only once `begin()` says the tool's process has been spawned (or
 after `defer_s`), so that import, the proxy's largest cost, never delays the spawn.
@@ -17,13 +22,10 @@ after `defer_s`), so that import, the proxy's largest cost, never delays the spa
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import socket
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentbox.core.sandbox.egress import Allowlist, Rule, is_ip, is_loopback, never_reached
@@ -77,11 +79,14 @@ class _Refused(Exception):
         self.reason = reason
 
 
-class EgressProxy:
-    """One turn's proxy: listening on `socket_path` from `start()` until `stop()`."""
+Listener = tuple[socket.socket, "tuple[str, int] | None"]
+"""A listening socket and its fixed target (None: it speaks the proxy protocol)."""
 
-    def __init__(self, socket_path: Path, rules: Allowlist) -> None:
-        self.socket_path = socket_path
+
+class EgressProxy:
+    """One turn's proxy: serving the listeners it adopts from `start()` until `stop()`."""
+
+    def __init__(self, rules: Allowlist) -> None:
         self.rules = rules
         self.summary = Summary()
         self._lock = threading.Lock()
@@ -90,34 +95,45 @@ class EgressProxy:
         self._stopping: asyncio.Event | None = None
         self._stop_asked = False
         self._go = threading.Event()
+        self._pending: list[Listener] = []
+        self._adopted: list[socket.socket] = []
+        self._serve_new: Any = None
         self.failure: str | None = None
         """Why the proxy stopped serving before `stop()` (its connections were refused), if it did."""
 
     # ----------------------------------------------------------------------- lifecycle
 
     def start(self, defer_s: float = 0.0) -> None:
-        """Listen now (connections wait in the backlog until the loop takes them); with `defer_s`,
-        the loop starts at `begin()` or after that many seconds, whichever comes first."""
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            listener.bind(str(self.socket_path))
-            os.chmod(self.socket_path, 0o600)
-            listener.listen(128)
-        except BaseException:
-            listener.close()
-            raise
+        """Start the proxy's thread; with `defer_s`, its loop starts at `begin()` or after that many
+        seconds, whichever comes first (adopted listeners keep their connections meanwhile)."""
         if not defer_s:
             self._go.set()
-        self._thread = threading.Thread(target=self._serve, args=(listener, defer_s), name="agentbox-egress",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._serve, args=(defer_s,), name="agentbox-egress", daemon=True)
         self._thread.start()
+
+    def adopt(self, listeners: list[Listener]) -> None:
+        """Serve these listening sockets too (the proxy owns and closes them from now on)."""
+        with self._lock:
+            stopped = self._stop_asked
+            if not stopped:
+                self._adopted += [listener for listener, _target in listeners]
+                loop, serve_new = self._loop, self._serve_new
+                if loop is None or serve_new is None:  # the loop serves them when it starts
+                    self._pending += listeners
+                    return
+        if stopped:
+            for listener, _target in listeners:
+                listener.close()
+        elif loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop ended: `stop` closes them
+                loop.call_soon_threadsafe(serve_new, listeners)
 
     def begin(self) -> None:
         """Serve now (the tool's process has been spawned: the import no longer delays it)."""
         self._go.set()
 
     def stop(self) -> None:
-        """Close the listener and every connection; wait for the thread."""
+        """Close the listeners and every connection; wait for the thread."""
         self._go.set()
         with self._lock:
             self._stop_asked = True
@@ -127,55 +143,78 @@ class EgressProxy:
                 loop.call_soon_threadsafe(stopping.set)
         if self._thread is not None:
             self._thread.join(10)
-        with contextlib.suppress(OSError):
-            self.socket_path.unlink()
+        with self._lock:
+            adopted, self._adopted = self._adopted, []
+        for listener in adopted:
+            listener.close()
 
-    def _serve(self, listener: socket.socket, defer_s: float) -> None:
+    def _serve(self, defer_s: float) -> None:
         try:
             self._go.wait(defer_s)
             import asyncio
 
-            asyncio.run(self._main(listener))
+            asyncio.run(self._main())
         except Exception as exc:  # noqa: BLE001 - the turn goes on; its connections were refused
             self.failure = f"{type(exc).__name__}: {exc}"
-        finally:
-            listener.close()
 
-    async def _main(self, listener: socket.socket) -> None:
+    async def _main(self) -> None:
         import asyncio
+
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, _context: None)  # nothing of the proxy reaches a terminal
+        slots = asyncio.Semaphore(MAX_CONNECTIONS)
+        tasks: set[asyncio.Task[None]] = set()
+        servers: list[asyncio.AbstractServer] = []
+        tasks_started: set[asyncio.Future[None]] = set()
+        stopping = asyncio.Event()
+
+        def handler(target: tuple[str, int] | None) -> Any:
+            async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                task = asyncio.current_task()
+                assert task is not None
+                tasks.add(task)
+                try:
+                    if slots.locked():
+                        if target is None:
+                            await _reply(writer, 503, "too many connections through this sandbox's proxy")
+                        return
+                    async with slots:
+                        if target is None:
+                            await self._handle(reader, writer)
+                        else:
+                            await self._carry(reader, writer, *target)
+                except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+                    pass
+                except asyncio.CancelledError:  # stop(): the task ends quietly (a cancelled one is reported)
+                    pass
+                finally:
+                    tasks.discard(task)
+                    writer.close()
+
+            return accepted
+
+        def serve_new(listeners: list[Listener]) -> None:
+            for listener, target in listeners:
+                task = asyncio.ensure_future(started(listener, target))
+                tasks_started.add(task)
+                task.add_done_callback(tasks_started.discard)
+
+        async def started(listener: socket.socket, target: tuple[str, int] | None) -> None:
+            servers.append(await asyncio.start_server(handler(target), sock=listener, limit=MAX_HEAD))
 
         with self._lock:
             if self._stop_asked:
                 return
-            self._loop = asyncio.get_running_loop()
-            self._stopping = asyncio.Event()
-        self._loop.set_exception_handler(lambda _loop, _context: None)  # nothing of the proxy reaches a terminal
-        slots = asyncio.Semaphore(MAX_CONNECTIONS)
-        tasks: set[asyncio.Task[None]] = set()
-
-        async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            tasks.add(task)
-            try:
-                if slots.locked():
-                    await _reply(writer, 503, "too many connections through this sandbox's proxy")
-                    return
-                async with slots:
-                    await self._handle(reader, writer)
-            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-                pass
-            except asyncio.CancelledError:  # stop(): the task ends quietly (a cancelled one is reported)
-                pass
-            finally:
-                tasks.discard(task)
-                writer.close()
-
-        server = await asyncio.start_unix_server(accepted, sock=listener, limit=MAX_HEAD)
+            self._loop, self._stopping, self._serve_new = loop, stopping, serve_new
+            pending, self._pending = self._pending, []
+        serve_new(pending)
         try:
-            await self._stopping.wait()
+            await stopping.wait()
         finally:
-            server.close()
+            with self._lock:
+                self._serve_new = None
+            for server in servers:
+                server.close()
             for task in list(tasks):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -211,6 +250,14 @@ class EgressProxy:
                         + "".join(f"{line}\r\n" for line in headers).encode("latin-1")
                         + b"Connection: close\r\n\r\n")
         await _pipe(reader, writer, up_reader, up_writer, rewrite_response=True)
+
+    async def _carry(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, port: int) -> None:
+        """A fixed-target listener's connection: to `host:port` as a CONNECT would go (refused: closed)."""
+        try:
+            upstream = await self._open(host, port)
+        except _Refused:
+            return
+        await _pipe(reader, writer, *upstream)
 
     async def _open(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to an allowed `host:port`, or _Refused (403 logged, 502 when it fails)."""
@@ -339,14 +386,3 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up_r
         await asyncio.gather(copy(reader, up_writer), response())
     finally:
         up_writer.close()
-
-
-@contextlib.contextmanager
-def serving(socket_path: Path, rules: Allowlist) -> Iterator[EgressProxy]:
-    """A proxy listening on `socket_path` for the block; closed with every connection afterwards."""
-    proxy = EgressProxy(socket_path, rules)
-    proxy.start()
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
