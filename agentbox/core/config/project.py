@@ -31,15 +31,6 @@ from agentbox.core.paths import ProjectPaths
 from agentbox.core.safe_io import UnsafeFileError, describe_mode, read_bounded
 from agentbox.core.store import atomic_write_text
 from agentbox.core.validation import NAME_PATTERN
-from agentbox.core.yaml_io import (
-    new_map,
-    parse_yaml,
-    position,
-    read_yaml_text,
-    text_with_entry_added,
-    text_with_entry_removed,
-    write_yaml,
-)
 
 GITIGNORE = """\
 # The crew's definition is tracked; what runs leave here (runs, sessions, locks) is not.
@@ -131,6 +122,8 @@ def read_box_text(project: ProjectPaths, relative: str | Path, max_bytes: int = 
 
 def _crew_text(project: ProjectPaths) -> str:
     """The text of crew.yaml, a regular file inside `.agent-box/` (bounded, see yaml_io)."""
+    from agentbox.core.yaml_io import read_yaml_text  # ruamel is imported only where YAML is read
+
     try:
         crew_file = box_file(project, paths.CREW_FILE)
     except FileNotFoundError:
@@ -151,6 +144,8 @@ def _crew_text(project: ProjectPaths) -> str:
 def load_crew(project: ProjectPaths) -> LoadedCrew:
     """Read and validate crew.yaml: its schema and the files it names (see `check_references`
     for the profiles and roles it names)."""
+    from agentbox.core.yaml_io import parse_yaml
+
     document = parse_yaml(_crew_text(project), project.crew_file)
     crew = validate_document(Crew, document, project.crew_file, document)
     _check_named_files(project, crew, document)
@@ -199,6 +194,8 @@ def _box_file_problem(project: ProjectPaths, relative: str, what: str) -> tuple[
 def _located(project: ProjectPaths, document: object, loc: Sequence[str | int], message: str,
              hint: str | None = None) -> ConfigError:
     """A ConfigError at the line of `loc` in crew.yaml."""
+    from agentbox.core.yaml_io import position
+
     line, column = position(document, loc)
     return ConfigError(message, file=project.crew_file, line=line, column=column,
                        field=".".join(str(p) for p in loc), hint=hint)
@@ -305,6 +302,8 @@ def add_role(
     """Add a role at the end of crew.yaml's roles, keeping every other line as written."""
     import re
 
+    from agentbox.core.yaml_io import new_map, parse_yaml, text_with_entry_added
+
     if not re.match(NAME_PATTERN, name):
         raise UsageError(f"invalid role name {name!r}", NAME_RULE)
     profiles.resolve(profile)  # unknown profile → NotFoundError listing the available ones
@@ -374,6 +373,8 @@ def remove_role(project: ProjectPaths, name: str, *, force: bool = False) -> Non
     A role the mode settings still name is refused (the crew would no longer load) unless
     `force`.
     """
+    from agentbox.core.yaml_io import parse_yaml, text_with_entry_removed
+
     text = _crew_text(project)
     document = parse_yaml(text, project.crew_file)
     crew = validate_document(Crew, document, project.crew_file, document)
@@ -395,6 +396,8 @@ def remove_role(project: ProjectPaths, name: str, *, force: bool = False) -> Non
 def _write_crew(project: ProjectPaths, document: object, edited: str | None) -> None:
     """Write the text edit when it parses back to exactly `document` (values and key order),
     else dump `document` through the round-trip dumper."""
+    from agentbox.core.yaml_io import parse_yaml, write_yaml
+
     if edited is not None:
         try:
             reparsed = parse_yaml(edited, project.crew_file)
