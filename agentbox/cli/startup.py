@@ -74,10 +74,8 @@ class _NoPluginsLoader:
         return None
 
     def exec_module(self, module: ModuleType) -> None:
-        module.PYDANTIC_ENTRY_POINT_GROUP = "pydantic"
-        module._plugins = {}
-        module._loading_plugins = False
-        module.get_plugins = _no_plugins
+        vars(module).update(PYDANTIC_ENTRY_POINT_GROUP="pydantic", _plugins={}, _loading_plugins=False,
+                            get_plugins=_no_plugins)
 
 
 def _no_plugins() -> Iterable[Any]:

@@ -1,6 +1,6 @@
 """Live view of a project's files: what changed under `.agent-box/`, and incremental reads.
 
-`watch_project` runs `watchfiles.awatch` on the project's `.agent-box/` (and, when asked,
+`watch_project` runs `watchfiles.watch` (in a thread per watcher) on the project's `.agent-box/` (and, when asked,
 the profiles directory: its entries and each profile's profile.yaml) and turns each batch of raw file changes into a
 few small typed facts (`RunChanged`, `EventsAppended`, ...). Temporary files of atomic
 writes, lock files and raw agent output are not news. What a fact calls for is then read
@@ -26,6 +26,8 @@ DEBOUNCE_MS = 50
 """Longest time changes are grouped before a batch is yielded."""
 STEP_MS = 10
 """A batch is yielded once no new change arrived for this long."""
+RUST_TIMEOUT_MS = 1000
+"""Longest wait inside the watcher before it looks at its stop event again (it also looks every step)."""
 
 
 # ----------------------------------------------------------------------------- facts
@@ -141,34 +143,51 @@ async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = No
     (a profile made later shows up; edits of its profile.yaml are seen after a restart).
     """
     import asyncio
+    import threading
 
-    from watchfiles import awatch
+    from watchfiles import watch  # blocking: awatch's anyio backend (and ssl) cost ~5.6 MB
+
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[list[BoxChange] | BaseException | None] = asyncio.Queue()
+    halt = threading.Event()
+
+    class _Stop:
+        """What the watcher threads look at: this generator closed, or the caller's stop_event set."""
+
+        def is_set(self) -> bool:
+            return halt.is_set() or (stop_event is not None and bool(stop_event.is_set()))
 
     def keep(_change: object, path: str) -> bool:
         return not is_noise(path)
 
-    streams = [awatch(project.box, watch_filter=keep, debounce=debounce_ms, step=step_ms, stop_event=stop_event)]
+    def profile_news(_change: object, path: str) -> bool:
+        return classify(project, path, profiles_dir) is not None
+
+    streams: list[tuple[list[Path], Any, bool]] = [([project.box], keep, True)]
     if profiles_dir is not None and profiles_dir.is_dir():
-        def profile_news(_change: object, path: str) -> bool:
-            return classify(project, path, profiles_dir) is not None
-
         dirs = [profiles_dir, *sorted(d for d in profiles_dir.iterdir() if d.is_dir() and not d.name.startswith("."))]
-        streams.append(awatch(*dirs, watch_filter=profile_news, debounce=debounce_ms, step=step_ms,
-                              stop_event=stop_event, recursive=False))
-    queue: asyncio.Queue[list[BoxChange] | BaseException | None] = asyncio.Queue()
+        streams.append((dirs, profile_news, False))
 
-    async def pump(stream: AsyncIterator[set[tuple[Any, str]]]) -> None:
+    def put(item: list[BoxChange] | BaseException | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads any more
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    def pump(paths: list[Path], keep_path: Any, recursive: bool) -> None:
         try:
-            async for changes in stream:
+            for changes in watch(*paths, watch_filter=keep_path, debounce=debounce_ms, step=step_ms,
+                                 stop_event=_Stop(), recursive=recursive, rust_timeout=RUST_TIMEOUT_MS,
+                                 raise_interrupt=False):
                 facts = classify_all(project, (p for _, p in changes), profiles_dir)
-                if facts:
-                    queue.put_nowait(facts)
+                if facts and not halt.is_set():
+                    put(facts)
         except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it
-            queue.put_nowait(exc)
+            put(exc)
         finally:
-            queue.put_nowait(None)
+            put(None)
 
-    pumps = [asyncio.ensure_future(pump(s)) for s in streams]
+    pumps = [threading.Thread(target=pump, args=stream, name="agentbox-watch", daemon=True) for stream in streams]
+    for thread in pumps:
+        thread.start()
     try:
         finished = 0
         while finished < len(pumps):
@@ -180,7 +199,4 @@ async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = No
             else:
                 yield batch
     finally:
-        for task in pumps:
-            task.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.gather(*pumps, return_exceptions=True)
+        halt.set()  # each thread sees it within step_ms and ends (daemon threads: never waited for here)
