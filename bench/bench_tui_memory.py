@@ -16,7 +16,10 @@ the floor no drawing can go below.
 Before and after in one run: the same measurement with agentbox's code of `--before`
 (default `main`, its tree written to a temporary directory and put first on PYTHONPATH,
 for the TUI, the engine and the import floors), then with this checkout; `--rounds N`
-interleaves N pairs and reports the medians.
+interleaves N pairs and reports the medians. Before the TUI opens, `agentbox role list` reads
+the project's crew.yaml once, as any command on a project in use has (`--cold`: the TUI is
+its first reader). The run is started the way `agentbox run` starts one (`runs.create_run`,
+which checks the crew and its profiles, then `runs.detach`).
 
     .venv/bin/python bench/bench_tui_memory.py [--agents 8] [--hold 6] [--before main] [--rounds 1]
 """
@@ -76,7 +79,8 @@ def start_tui(root: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes],
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 200, 0, 0))
     proc = subprocess.Popen([sys.executable, "-m", "agentbox", "--project", str(root), "tui"], stdin=slave,
-                            stdout=slave, stderr=slave, env={**env, "TERM": "xterm-256color"}, start_new_session=True)
+                            stdout=slave, stderr=slave, env={**env, "TERM": "xterm-256color"}, start_new_session=True,
+                            cwd=root)  # not this checkout: `-m` would put its agentbox ahead of PYTHONPATH
     os.close(slave)
 
     def drain() -> None:
@@ -96,6 +100,19 @@ def memory(pid: int) -> tuple[float, float]:
 
     info = psutil.Process(pid).memory_full_info()
     return info.rss / 1e6, info.uss / 1e6
+
+
+HEAVY_OBJECTS = ("libssl", "_hashlib", "_ssl", "_pydantic_core", "_rust_notify")
+"""Shared objects whose mapping in a process tells which heavy modules it imported."""
+
+
+def mapped(pid: int) -> list[str]:
+    """Which of HEAVY_OBJECTS the process `pid` has mapped."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return []
+    return [name for name in HEAVY_OBJECTS if name in maps]
 
 
 def import_floor(statement: str, env: dict[str, str]) -> float:
@@ -122,7 +139,7 @@ def checkout(ref: str, into: Path) -> Path:
     return into
 
 
-def measure(label: str, code: Path | None, agents: int, hold: int) -> dict[str, float]:
+def measure(label: str, code: Path | None, agents: int, hold: int, cold: bool = False) -> dict[str, float]:
     """One TUI + engine measurement with agentbox's code from `code` (None: this checkout)."""
     from agentbox.core import runs
     from agentbox.core.paths import ProjectPaths
@@ -136,6 +153,9 @@ def measure(label: str, code: Path | None, agents: int, hold: int) -> dict[str, 
         os.environ.update(env)  # runs.detach starts the engine with this environment
         make_project(home, root, agents, delay=30.0)
         project = ProjectPaths(root)
+        if not cold:  # a project someone has used: its crew.yaml was read once by a command before the TUI opens
+            subprocess.run([sys.executable, "-m", "agentbox", "role", "list"], env=env, cwd=root, check=True,
+                           capture_output=True)
         tui, master = start_tui(root, env)
         run_id = None
         try:
@@ -164,6 +184,7 @@ def measure(label: str, code: Path | None, agents: int, hold: int) -> dict[str, 
                 engine_samples.append(memory(engine_pid))
                 time.sleep(1)
             still = len([j for j in runs.load(project, run_id).jobs.values() if j.started])
+            heavy = {"TUI": mapped(tui.pid), "engine": mapped(engine_pid)}
         finally:
             if run_id is not None:
                 runs.send_command(project, run_id, {"action": "cancel_run", "note": "bench over"})
@@ -185,8 +206,8 @@ def measure(label: str, code: Path | None, agents: int, hold: int) -> dict[str, 
            "tui_floor": floors["import agentbox.tui.app"], "eng_floor": floors["import agentbox.core.engine.engine"]}
     print(f"{label}: P6 memory with {agents} agents running ({still} still in flight at the last sample), "
           f"max of {hold} samples")
-    print(f"  TUI     RSS {got['tui_rss']:6.1f} MB   USS {got['tui_uss']:6.1f} MB")
-    print(f"  engine  RSS {got['eng_rss']:6.1f} MB   USS {got['eng_uss']:6.1f} MB")
+    print(f"  TUI     RSS {got['tui_rss']:6.1f} MB   USS {got['tui_uss']:6.1f} MB   maps {', '.join(heavy['TUI'])}")
+    print(f"  engine  RSS {got['eng_rss']:6.1f} MB   USS {got['eng_uss']:6.1f} MB   maps {', '.join(heavy['engine'])}")
     print(f"  baseline: the same TUI before the run  RSS {got['idle_rss']:6.1f} MB   USS {got['idle_uss']:6.1f} MB"
           f"   ratio TUI busy/idle RSS {got['tui_rss'] / got['idle_rss']:.2f}")
     print("  what the imports alone hold (fresh interpreter, RSS): " + ", ".join(
@@ -205,6 +226,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--hold", type=int, default=6, help="seconds of sampling while every agent runs")
     parser.add_argument("--before", default="main", help="the commit measured as the baseline ('' for none)")
     parser.add_argument("--rounds", type=int, default=1, help="before/after pairs, interleaved")
+    parser.add_argument("--cold", action="store_true",
+                        help="the TUI is the first reader of the new project's crew.yaml (no `agentbox role list` first)")
     args = parser.parse_args(argv)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "agentbox")], check=True,
                    env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""})
@@ -217,8 +240,8 @@ def main(argv: list[str]) -> int:
         befores, afters = [], []
         for _ in range(args.rounds):
             if before_code is not None:
-                befores.append(measure(f"before ({args.before})", before_code, args.agents, args.hold))
-            afters.append(measure("after (this checkout)", None, args.agents, args.hold))
+                befores.append(measure(f"before ({args.before})", before_code, args.agents, args.hold, args.cold))
+            afters.append(measure("after (this checkout)", None, args.agents, args.hold, args.cold))
     after = sorted(afters, key=lambda got: got["total"])[len(afters) // 2]
     total = after["total"]
     imports = after["tui_floor"] + after["eng_floor"]

@@ -273,7 +273,7 @@ def check_references(project: ProjectPaths, loaded: LoadedCrew) -> list[ConfigEr
 
     for name, role in crew.roles.items():
         try:
-            profiles.resolve(role.profile)
+            profiles.resolve(role.profile, cached=True)  # kept checked for the engine's turns
         except NotFoundError:
             available = available or profiles.available_names()
             err(f"unknown profile {role.profile!r}", ("roles", name, "profile"),
