@@ -1,6 +1,6 @@
 """What a command's process does not import at start: one import finder, installed by `main()`.
 
-Three imports cost a long-lived process (the engine, the TUI) memory and do nothing for it:
+Four imports cost a long-lived process (the engine, the TUI) memory and do nothing for it:
 
 - **pydantic's plugin loader** imports `importlib.metadata` (with `email`, `zipfile`, `csv`)
   to scan every installed distribution's entry points for a `pydantic` group, at the
@@ -15,6 +15,9 @@ Three imports cost a long-lived process (the engine, the TUI) memory and do noth
 - **`_hashlib`** (OpenSSL's hashes, ~3 MB with libcrypto), which `hashlib` and `hmac` try at
   import: without it they use Python's built-in sha1/sha2/sha3/blake2/md5 (the same
   digests). Only the run and tui commands hold it out; a later direct import still works.
+- **attrs**, which rich's pretty printer tries so as to print attrs classes field by field
+  (~0.9 MB in the TUI, which shows none): the run and tui commands hold it out of
+  `rich.pretty` (such an object would print as its repr); anything else imports it as usual.
 
 Held out by importer, not by time: only the named importers are answered "missing", so
 no other module ever sees an import fail.
@@ -32,6 +35,8 @@ from typing import Any
 PLUGIN_LOADER = "pydantic.plugin._loader"
 SSL_IMPORTERS = frozenset({"asyncio.base_events", "asyncio.selector_events", "asyncio.sslproto"})
 HASHLIB_IMPORTERS = frozenset({"hashlib", "hmac"})
+ATTRS_IMPORTERS = frozenset({"rich.pretty"})
+"""rich's pretty printer tries `attrs` to print attrs classes field by field (~0.9 MB); the TUI has none."""
 LONG_LIVED = frozenset({"run", "tui", ""})
 """Commands whose process stays (the engine, the TUI; "" is the bare `agentbox`, the TUI)."""
 
@@ -119,7 +124,7 @@ def _importer() -> str:
 
 
 class StartFinder:
-    """A meta path finder: the plugin loader stubbed, ssl and `_hashlib` held out of their named importers."""
+    """A meta path finder: the plugin loader stubbed; ssl, `_hashlib` and attrs held out of their named importers."""
 
     def __init__(self, *, hold_ssl: bool, hold_hashlib: bool) -> None:
         self.hold_ssl = hold_ssl
@@ -147,6 +152,9 @@ class StartFinder:
         if name == "_hashlib" and self.hold_hashlib and _importer() in HASHLIB_IMPORTERS:
             self.held.add(name)
             raise ModuleNotFoundError("_hashlib is held out of hashlib at start (agentbox.cli.startup)", name=name)
+        if name == "attr" and self.hold_hashlib and _importer() in ATTRS_IMPORTERS:
+            self.held.add(name)
+            raise ModuleNotFoundError("attrs is held out of rich.pretty (agentbox.cli.startup)", name=name)
         return None
 
 

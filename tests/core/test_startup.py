@@ -116,3 +116,16 @@ def test_a_one_shot_command_holds_nothing_out() -> None:
         out = {"held": sorted(finder.held), "ssl": asyncio.base_events.ssl is not None, "openssl": "_hashlib" in sys.modules}
     """, command="invoke")
     assert out == {"held": [], "ssl": True, "openssl": True}
+
+
+def test_attrs_is_held_out_of_rich_pretty_only() -> None:
+    out = _probe("""
+        import rich.pretty
+        pretty = rich.pretty.pretty_repr({"a": [1, 2]})
+        import attr
+        @attr.s
+        class A:
+            x = attr.ib()
+        out = {"held": sorted(finder.held), "pretty": pretty, "has_attrs": rich.pretty._has_attrs, "a": A(1).x}
+    """, command="tui")
+    assert out == {"held": ["attr"], "pretty": "{'a': [1, 2]}", "has_attrs": False, "a": 1}
