@@ -211,7 +211,7 @@ LONG_LIVED_PROBE = textwrap.dedent(
 )
 
 LONG_LIVED_HEAVY = ("ssl", "_ssl", "_hashlib", "importlib.metadata", "email", "zipfile", "csv", "ruamel", "attr",
-                    "agentbox.core.yaml_io", "anyio._backends._asyncio", "pydantic.plugin._loader.entry_points")
+                    "agentbox.core.yaml_io", "anyio", "multiprocessing", "pydantic.plugin._loader.entry_points")
 """What the engine's and the TUI's start keep out (a checked crew.yaml and profiles, no pydantic plugin)."""
 
 
