@@ -58,6 +58,7 @@ def test_the_cached_crew_is_what_the_full_check_found(agent_box_home: Path, proj
     full = project_mod.load_crew(ProjectPaths(project))
     assert full.document is not None
     assert cached.crew.model_dump() == full.crew.model_dump()
+    assert list(cached.crew.roles) == list(full.crew.roles), "roles keep the order of the file"
     [entry] = _entries(agent_box_home)
     assert entry.stat().st_mode & 0o777 == 0o600
     assert (agent_box_home / "cache" / "crews").stat().st_mode & 0o777 == 0o700

@@ -86,7 +86,7 @@ def store(file: Path, source: Source, data: Any, directory: Path | None = None) 
     try:
         if not isinstance(data, dict) or json.loads(json.dumps(data)) != data:
             return  # what JSON cannot give back exactly (a date, a tuple) is not kept
-        encoded = json.dumps({"body": body, "digest": entry_digest(body)}, sort_keys=True).encode()
+        encoded = json.dumps({"body": body, "digest": entry_digest(body)}).encode()  # key order kept: roles are in file order
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(prefix=".entry.", suffix=".tmp", dir=directory)  # mode 0600
         try:
