@@ -13,7 +13,15 @@ what a process holds once it has only imported what the TUI imports (each in a f
 interpreter: Python alone, Textual's app, agentbox's run models, the whole TUI), which is
 the floor no drawing can go below.
 
-    .venv/bin/python bench/bench_tui_memory.py [--agents 8] [--hold 6]
+Before and after in one run: the same measurement with agentbox's code of `--before`
+(default `main`, its tree written to a temporary directory and put first on PYTHONPATH,
+for the TUI, the engine and the import floors), then with this checkout; `--rounds N`
+interleaves N pairs and reports the medians. Before the TUI opens, `agentbox role list` reads
+the project's crew.yaml once, as any command on a project in use has (`--cold`: the TUI is
+its first reader). The run is started the way `agentbox run` starts one (`runs.create_run`,
+which checks the crew and its profiles, then `runs.detach`).
+
+    .venv/bin/python bench/bench_tui_memory.py [--agents 8] [--hold 6] [--before main] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -38,11 +46,14 @@ from _support import result, write_scripted_profile  # bench/ is sys.path[0] whe
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 GOAL_MB = 100.0
-IMPORT_FLOORS = (("python alone", "pass"), ("import textual.app", "import textual.app"),
-                 ("import agentbox.core.engine.models", "import agentbox.core.engine.models"),
-                 ("import agentbox.tui.app", "import agentbox.tui.app"),
-                 ("import agentbox.core.engine.engine", "import agentbox.core.engine.engine"))
-"""What is imported, in a fresh interpreter, for the floor lines."""
+_START = ("try:\n    from agentbox.cli import startup\n    startup.install({command!r})\n"
+          "except ImportError:\n    pass\n")
+"""What `agentbox <command>` does before its imports (the finder of `agentbox.cli.startup`; older code has none)."""
+IMPORT_FLOORS = (("python alone", "pass"), ("import textual.app", _START.format(command="tui") + "import textual.app"),
+                 ("import agentbox.core.engine.models", _START.format(command="run") + "import agentbox.core.engine.models"),
+                 ("import agentbox.tui.app", _START.format(command="tui") + "import agentbox.tui.app"),
+                 ("import agentbox.core.engine.engine", _START.format(command="run") + "import agentbox.core.engine.engine"))
+"""What is imported, in a fresh interpreter, for the floor lines (as the command's own start does it)."""
 
 
 def make_project(home: Path, root: Path, agents: int, delay: float) -> None:
@@ -68,7 +79,8 @@ def start_tui(root: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes],
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 200, 0, 0))
     proc = subprocess.Popen([sys.executable, "-m", "agentbox", "--project", str(root), "tui"], stdin=slave,
-                            stdout=slave, stderr=slave, env={**env, "TERM": "xterm-256color"}, start_new_session=True)
+                            stdout=slave, stderr=slave, env={**env, "TERM": "xterm-256color"}, start_new_session=True,
+                            cwd=root)  # not this checkout: `-m` would put its agentbox ahead of PYTHONPATH
     os.close(slave)
 
     def drain() -> None:
@@ -90,27 +102,61 @@ def memory(pid: int) -> tuple[float, float]:
     return info.rss / 1e6, info.uss / 1e6
 
 
-def import_floor(statement: str) -> float:
+HEAVY_OBJECTS = ("libssl", "_hashlib", "_ssl", "_pydantic_core", "_rust_notify")
+"""Shared objects whose mapping in a process tells which heavy modules it imported."""
+
+
+def mapped(pid: int) -> list[str]:
+    """Which of HEAVY_OBJECTS the process `pid` has mapped."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return []
+    return [name for name in HEAVY_OBJECTS if name in maps]
+
+
+def import_floor(statement: str, env: dict[str, str]) -> float:
     """RSS (MB) of a fresh interpreter that has run `statement` (read from /proc: no psutil import)."""
     code = f"{statement}\nimport os\nprint(int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE'))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/", env=env)
     return int(out.stdout.strip()) / 1e6
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agents", type=int, default=8)
-    parser.add_argument("--hold", type=int, default=6, help="seconds of sampling while every agent runs")
-    args = parser.parse_args(argv)
+def code_env(code: Path | None) -> dict[str, str]:
+    """The environment that runs agentbox from `code` (a checkout of another commit), or from this one."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if code is not None:
+        env["PYTHONPATH"] = str(code)  # ahead of the editable install's finder
+    return env
+
+
+def checkout(ref: str, into: Path) -> Path:
+    """The tree of commit `ref` written under `into`, compiled as an install leaves it."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def measure(label: str, code: Path | None, agents: int, hold: int, cold: bool = False) -> dict[str, float]:
+    """One TUI + engine measurement with agentbox's code from `code` (None: this checkout)."""
     from agentbox.core import runs
     from agentbox.core.paths import ProjectPaths
 
+    env = code_env(code)
+    saved = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="agentbox-bench-p6-") as tmp:
         home, root = Path(tmp) / "home", Path(tmp) / "repo"
-        os.environ["AGENT_BOX_HOME"] = str(home)
-        make_project(home, root, args.agents, delay=30.0)
+        env["AGENT_BOX_HOME"] = str(home)
+        os.environ.clear()
+        os.environ.update(env)  # runs.detach starts the engine with this environment
+        make_project(home, root, agents, delay=30.0)
         project = ProjectPaths(root)
-        tui, master = start_tui(root, dict(os.environ))
+        if not cold:  # a project someone has used: its crew.yaml was read once by a command before the TUI opens
+            subprocess.run([sys.executable, "-m", "agentbox", "role", "list"], env=env, cwd=root, check=True,
+                           capture_output=True)
+        tui, master = start_tui(root, env)
         run_id = None
         try:
             time.sleep(4)
@@ -126,18 +172,19 @@ def main(argv: list[str]) -> int:
             while True:
                 run = runs.load(project, run_id)
                 flying = [j for j in run.jobs.values() if j.started and j.pid and j.kind == "work"]
-                if len(flying) == args.agents:
+                if len(flying) == agents:
                     break
                 if time.monotonic() > deadline or run.status in ("failed", "cancelled", "done"):
                     raise SystemExit(f"only {len(flying)} agents started (run {run.status}); see the engine.log")
                 time.sleep(0.2)
             time.sleep(2)  # the TUI sees them and samples their processes
             tui_samples, engine_samples = [], []
-            for _ in range(args.hold):
+            for _ in range(hold):
                 tui_samples.append(memory(tui.pid))
                 engine_samples.append(memory(engine_pid))
                 time.sleep(1)
             still = len([j for j in runs.load(project, run_id).jobs.values() if j.started])
+            heavy = {"TUI": mapped(tui.pid), "engine": mapped(engine_pid)}
         finally:
             if run_id is not None:
                 runs.send_command(project, run_id, {"action": "cancel_run", "note": "bench over"})
@@ -150,26 +197,68 @@ def main(argv: list[str]) -> int:
             except subprocess.TimeoutExpired:
                 tui.kill()
             os.close(master)
-    tui_rss, tui_uss = max(s[0] for s in tui_samples), max(s[1] for s in tui_samples)
-    eng_rss, eng_uss = max(s[0] for s in engine_samples), max(s[1] for s in engine_samples)
-    idle_rss, idle_uss = max(s[0] for s in idle), max(s[1] for s in idle)
-    print(f"P6 memory with {args.agents} agents running ({still} still in flight at the last sample), max of {args.hold} samples")
-    print(f"  TUI     RSS {tui_rss:6.1f} MB   USS {tui_uss:6.1f} MB")
-    print(f"  engine  RSS {eng_rss:6.1f} MB   USS {eng_uss:6.1f} MB")
-    print(f"  baseline: the same TUI before the run  RSS {idle_rss:6.1f} MB   USS {idle_uss:6.1f} MB"
-          f"   ratio TUI busy/idle RSS {tui_rss / idle_rss:.2f}")
-    floors = {name: import_floor(statement) for name, statement in IMPORT_FLOORS}
+            os.environ.clear()
+            os.environ.update(saved)
+    floors = {name: import_floor(statement, env) for name, statement in IMPORT_FLOORS}
+    got = {"tui_rss": max(s[0] for s in tui_samples), "tui_uss": max(s[1] for s in tui_samples),
+           "eng_rss": max(s[0] for s in engine_samples), "eng_uss": max(s[1] for s in engine_samples),
+           "idle_rss": max(s[0] for s in idle), "idle_uss": max(s[1] for s in idle), "still": still,
+           "tui_floor": floors["import agentbox.tui.app"], "eng_floor": floors["import agentbox.core.engine.engine"]}
+    print(f"{label}: P6 memory with {agents} agents running ({still} still in flight at the last sample), "
+          f"max of {hold} samples")
+    print(f"  TUI     RSS {got['tui_rss']:6.1f} MB   USS {got['tui_uss']:6.1f} MB   maps {', '.join(heavy['TUI'])}")
+    print(f"  engine  RSS {got['eng_rss']:6.1f} MB   USS {got['eng_uss']:6.1f} MB   maps {', '.join(heavy['engine'])}")
+    print(f"  baseline: the same TUI before the run  RSS {got['idle_rss']:6.1f} MB   USS {got['idle_uss']:6.1f} MB"
+          f"   ratio TUI busy/idle RSS {got['tui_rss'] / got['idle_rss']:.2f}")
     print("  what the imports alone hold (fresh interpreter, RSS): " + ", ".join(
         f"{name} {floor:.1f} MB" for name, floor in floors.items()))
-    tui_floor, eng_floor = floors["import agentbox.tui.app"], floors["import agentbox.core.engine.engine"]
-    print(f"  breakdown, RSS: TUI = imports {tui_floor:.1f} + its own {tui_rss - tui_floor:.1f} MB; "
-          f"engine = imports {eng_floor:.1f} + its own {eng_rss - eng_floor:.1f} MB; "
-          f"imports ÷ total {(tui_floor + eng_floor) / (tui_rss + eng_rss):.2f}")
-    total = tui_rss + eng_rss
-    result("memory", total_mb=total, uss_mb=tui_uss + eng_uss, tui_mb=tui_rss, engine_mb=eng_rss,
-           imports_mb=tui_floor + eng_floor, imports_share=(tui_floor + eng_floor) / total, idle_tui_mb=idle_rss)
-    print(f"  P6 TUI + engine = {total:.0f} MB RSS ({tui_uss + eng_uss:.0f} MB USS) (goal ≤ {GOAL_MB:.0f} MB) "
-          f"{'✔' if total <= GOAL_MB else '✘'}")
+    got["total"] = got["tui_rss"] + got["eng_rss"]
+    print(f"  breakdown, RSS: TUI = imports {got['tui_floor']:.1f} + its own {got['tui_rss'] - got['tui_floor']:.1f} MB; "
+          f"engine = imports {got['eng_floor']:.1f} + its own {got['eng_rss'] - got['eng_floor']:.1f} MB; "
+          f"imports ÷ total {(got['tui_floor'] + got['eng_floor']) / got['total']:.2f}")
+    print(f"  {label}: TUI + engine = {got['total']:.1f} MB RSS ({got['tui_uss'] + got['eng_uss']:.1f} MB USS)", flush=True)
+    return got
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=8)
+    parser.add_argument("--hold", type=int, default=6, help="seconds of sampling while every agent runs")
+    parser.add_argument("--before", default="main", help="the commit measured as the baseline ('' for none)")
+    parser.add_argument("--rounds", type=int, default=1, help="before/after pairs, interleaved")
+    parser.add_argument("--cold", action="store_true",
+                        help="the TUI is the first reader of the new project's crew.yaml (no `agentbox role list` first)")
+    args = parser.parse_args(argv)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "agentbox")], check=True,
+                   env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""})
+    with tempfile.TemporaryDirectory(prefix="agentbox-bench-p6-code-") as code_tmp:
+        before_code = None
+        if args.before:
+            before_code = checkout(args.before, Path(code_tmp) / "before")
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(before_code / "agentbox")], check=True,
+                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""})
+        befores, afters = [], []
+        for _ in range(args.rounds):
+            if before_code is not None:
+                befores.append(measure(f"before ({args.before})", before_code, args.agents, args.hold, args.cold))
+            afters.append(measure("after (this checkout)", None, args.agents, args.hold, args.cold))
+    after = sorted(afters, key=lambda got: got["total"])[len(afters) // 2]
+    total = after["total"]
+    imports = after["tui_floor"] + after["eng_floor"]
+    extra: dict[str, float] = {}
+    if befores:
+        before = sorted(befores, key=lambda got: got["total"])[len(befores) // 2]
+        extra = {"before_total_mb": before["total"], "before_tui_mb": before["tui_rss"],
+                 "before_engine_mb": before["eng_rss"], "after_over_before": total / before["total"]}
+        print(f"  after ÷ before (median of {args.rounds}): total {total / before['total']:.3f} "
+              f"({before['total']:.1f} → {total:.1f} MB); TUI {before['tui_rss']:.1f} → {after['tui_rss']:.1f}; "
+              f"engine {before['eng_rss']:.1f} → {after['eng_rss']:.1f}; imports "
+              f"{before['tui_floor'] + before['eng_floor']:.1f} → {imports:.1f} MB")
+    result("memory", total_mb=total, uss_mb=after["tui_uss"] + after["eng_uss"], tui_mb=after["tui_rss"],
+           engine_mb=after["eng_rss"], imports_mb=imports, imports_share=imports / total, idle_tui_mb=after["idle_rss"],
+           **extra)
+    print(f"  P6 TUI + engine = {total:.0f} MB RSS ({after['tui_uss'] + after['eng_uss']:.0f} MB USS) "
+          f"(goal ≤ {GOAL_MB:.0f} MB) {'✔' if total <= GOAL_MB else '✘'}")
     return 0
 
 

@@ -12,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from agentbox.cli import startup
 from agentbox.cli.parser import build_parser, named_command
 
 QUICK_COMMANDS = frozenset({"invoke", "sessions", "status", "runs", "profile", "role", "schema", "graph", "doctor",
@@ -30,7 +31,9 @@ that stay (run, tui, mcp, attach) keep the collector as it is.
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one CLI command; returns the process exit code."""
     words = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(only=named_command(words))  # the other commands' parsers are not built
+    command = named_command(words)
+    startup.install(command)  # before anything imports pydantic, asyncio or hashlib
+    parser = build_parser(only=command)  # the other commands' parsers are not built
     args = parser.parse_args(words)
     target: str | None = getattr(args, "handler", None)
     if target is None:

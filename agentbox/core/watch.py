@@ -1,6 +1,6 @@
 """Live view of a project's files: what changed under `.agent-box/`, and incremental reads.
 
-`watch_project` runs `watchfiles.awatch` on the project's `.agent-box/` (and, when asked,
+`watch_project` runs watchfiles' Rust watcher (a blocking loop in a thread per watcher) on the project's `.agent-box/` (and, when asked,
 the profiles directory: its entries and each profile's profile.yaml) and turns each batch of raw file changes into a
 few small typed facts (`RunChanged`, `EventsAppended`, ...). Temporary files of atomic
 writes, lock files and raw agent output are not news. What a fact calls for is then read
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterable
+import sys
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ DEBOUNCE_MS = 50
 """Longest time changes are grouped before a batch is yielded."""
 STEP_MS = 10
 """A batch is yielded once no new change arrived for this long."""
+RUST_TIMEOUT_MS = 1000
+"""Longest wait inside the watcher before it looks at its stop event again (it also looks every step)."""
 
 
 # ----------------------------------------------------------------------------- facts
@@ -131,6 +134,64 @@ def classify_all(project: ProjectPaths, paths: Iterable[str | Path], profiles_di
     return sorted(facts, key=lambda f: (type(f).__name__, repr(f)))
 
 
+def _rust_watcher() -> Any | None:
+    """watchfiles' Rust watcher class (`RustNotify`, the interface its `_rust_notify.pyi` documents),
+    loaded without the watchfiles package, whose `__init__` imports anyio and multiprocessing
+    (~0.6 MB) for the async and process helpers this module does not use.
+
+    None when it cannot be loaded so, or where watchfiles' own defaults would differ from the
+    plain ones used below (a `WATCHFILES_*` setting, WSL's forced polling): `watchfiles.watch` then.
+    """
+    if any(name.startswith("WATCHFILES_") for name in os.environ) or "microsoft-standard" in os.uname().release.lower():
+        return None
+    module = sys.modules.get("watchfiles._rust_notify")
+    if module is None:
+        import importlib.machinery
+        import importlib.util
+
+        try:
+            package = importlib.util.find_spec("watchfiles")  # found, not imported
+            where = list(package.submodule_search_locations or ()) if package is not None else []
+            for directory, suffix in ((d, s) for d in where for s in importlib.machinery.EXTENSION_SUFFIXES):
+                path = os.path.join(directory, f"_rust_notify{suffix}")
+                if os.path.isfile(path):
+                    loader = importlib.machinery.ExtensionFileLoader("watchfiles._rust_notify", path)
+                    spec = importlib.util.spec_from_file_location("watchfiles._rust_notify", path, loader=loader)
+                    if spec is None:
+                        return None
+                    module = importlib.util.module_from_spec(spec)
+                    loader.exec_module(module)
+                    sys.modules["watchfiles._rust_notify"] = module  # `import watchfiles` later uses this one
+                    break
+        except (ImportError, OSError, ValueError):
+            return None
+    return getattr(module, "RustNotify", None)
+
+
+def _changes(paths: list[Path], keep_path: Any, recursive: bool, debounce_ms: int, step_ms: int,
+             stop: Any) -> Iterator[set[tuple[int, str]]]:
+    """Batches of (change, path) under `paths` that `keep_path` keeps, until `stop` is set (blocking)."""
+    notify = _rust_watcher()
+    if notify is None:
+        from watchfiles import watch
+
+        for batch in watch(*paths, watch_filter=keep_path, debounce=debounce_ms, step=step_ms, stop_event=stop,
+                           recursive=recursive, rust_timeout=RUST_TIMEOUT_MS, raise_interrupt=False):
+            yield {(int(change), path) for change, path in batch}
+        return
+    # watch_paths, debug, force_polling, poll_delay_ms, recursive, ignore_permission_denied: watchfiles' defaults
+    with notify([str(p) for p in paths], False, False, 300, recursive, False) as watcher:
+        while True:
+            raw = watcher.watch(debounce_ms, step_ms, RUST_TIMEOUT_MS, stop)
+            if raw == "timeout":
+                continue
+            if isinstance(raw, str):  # "stop" (or "signal", which only the main thread sees)
+                return
+            changes = {(change, path) for change, path in raw if keep_path(change, path)}
+            if changes:
+                yield changes
+
+
 async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = None, debounce_ms: int = DEBOUNCE_MS,
                         step_ms: int = STEP_MS, stop_event: Any = None) -> AsyncIterator[list[BoxChange]]:
     """Yield batches of facts about `.agent-box/` (and the profiles dir) until cancelled or stopped.
@@ -141,34 +202,47 @@ async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = No
     (a profile made later shows up; edits of its profile.yaml are seen after a restart).
     """
     import asyncio
+    import threading
 
-    from watchfiles import awatch
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[list[BoxChange] | BaseException | None] = asyncio.Queue()
+    halt = threading.Event()
+
+    class _Stop:
+        """What the watcher threads look at: this generator closed, or the caller's stop_event set."""
+
+        def is_set(self) -> bool:
+            return halt.is_set() or (stop_event is not None and bool(stop_event.is_set()))
 
     def keep(_change: object, path: str) -> bool:
         return not is_noise(path)
 
-    streams = [awatch(project.box, watch_filter=keep, debounce=debounce_ms, step=step_ms, stop_event=stop_event)]
+    def profile_news(_change: object, path: str) -> bool:
+        return classify(project, path, profiles_dir) is not None
+
+    streams: list[tuple[list[Path], Any, bool]] = [([project.box], keep, True)]
     if profiles_dir is not None and profiles_dir.is_dir():
-        def profile_news(_change: object, path: str) -> bool:
-            return classify(project, path, profiles_dir) is not None
-
         dirs = [profiles_dir, *sorted(d for d in profiles_dir.iterdir() if d.is_dir() and not d.name.startswith("."))]
-        streams.append(awatch(*dirs, watch_filter=profile_news, debounce=debounce_ms, step=step_ms,
-                              stop_event=stop_event, recursive=False))
-    queue: asyncio.Queue[list[BoxChange] | BaseException | None] = asyncio.Queue()
+        streams.append((dirs, profile_news, False))
 
-    async def pump(stream: AsyncIterator[set[tuple[Any, str]]]) -> None:
+    def put(item: list[BoxChange] | BaseException | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads any more
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    def pump(paths: list[Path], keep_path: Any, recursive: bool) -> None:
         try:
-            async for changes in stream:
+            for changes in _changes(paths, keep_path, recursive, debounce_ms, step_ms, _Stop()):
                 facts = classify_all(project, (p for _, p in changes), profiles_dir)
-                if facts:
-                    queue.put_nowait(facts)
+                if facts and not halt.is_set():
+                    put(facts)
         except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it
-            queue.put_nowait(exc)
+            put(exc)
         finally:
-            queue.put_nowait(None)
+            put(None)
 
-    pumps = [asyncio.ensure_future(pump(s)) for s in streams]
+    pumps = [threading.Thread(target=pump, args=stream, name="agentbox-watch", daemon=True) for stream in streams]
+    for thread in pumps:
+        thread.start()
     try:
         finished = 0
         while finished < len(pumps):
@@ -180,7 +254,4 @@ async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = No
             else:
                 yield batch
     finally:
-        for task in pumps:
-            task.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.gather(*pumps, return_exceptions=True)
+        halt.set()  # each thread sees it within step_ms and ends (daemon threads: never waited for here)

@@ -93,7 +93,7 @@ def load_crew(project: ProjectPaths) -> msg.CrewLoaded:
     for name, role in crew.roles.items():
         tool = "?"
         with contextlib.suppress(AgentboxError):
-            tool = profiles.resolve(role.profile).tool
+            tool = profiles.resolve(role.profile, cached=True).tool  # checked before: no YAML parser
         roles.append(RoleInfo(name, role.profile, tool, role.description or ""))
     return msg.CrewLoaded(CrewInfo(tuple(roles), crew.mode, crew.graph.file))
 

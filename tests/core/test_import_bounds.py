@@ -154,3 +154,86 @@ def test_invoke_of_a_checked_profile_loads_no_parser_or_models(agent_box_home: P
     loaded = [m for m in warm if any(m == f or m.startswith(f + ".") for f in (*PARSER_AND_MODELS, *HEAVY))]
     assert loaded == [], f"a turn of an unchanged, checked profile imported {loaded}"
     assert len(list((agent_box_home / "sessions").rglob("*.turns.jsonl"))) == 2, "both turns ran"
+
+
+LONG_LIVED_PROBE = textwrap.dedent(
+    """
+    import json
+    import sys
+    from pathlib import Path
+
+    from agentbox.cli import startup
+
+    startup.install(sys.argv[2])  # what `main()` does first
+    import asyncio
+    root = Path(sys.argv[3])
+    if sys.argv[2] == "run":
+        import agentbox.cli.runs  # the handler of `agentbox run --resume`
+        import agentbox.core.engine.engine
+        from agentbox.core.agents import resolve
+        from agentbox.core.config import project
+        from agentbox.core.paths import ProjectPaths
+
+        paths = ProjectPaths(root)
+        crew = project.load_crew(paths).crew  # as Engine.open reads it
+        agents = [resolve.role_agent(paths, role, crew=crew) for role in crew.roles]  # as its turns do
+        assert agents
+    else:
+        import agentbox.tui.app
+        from agentbox.core import watch
+        from agentbox.core.config import project
+        from agentbox.core.paths import ProjectPaths
+
+        paths = ProjectPaths(root)
+        project.load_crew(paths)  # the dashboard's first read
+
+        async def follow() -> None:
+            stream = watch.watch_project(paths)
+            task = asyncio.ensure_future(stream.__anext__())
+            await asyncio.sleep(0.3)
+            (paths.box / "runs").mkdir(exist_ok=True)
+            (paths.box / "runs" / "r1").mkdir()
+            (paths.box / "runs" / "r1" / "run.json").write_text("{}")
+            batch = await asyncio.wait_for(task, 10)
+            assert batch, batch
+            await stream.aclose()
+
+        asyncio.run(follow())
+    modules = sorted(sys.modules)
+    import hashlib, hmac
+    digests = [hashlib.sha256(b"agentbox").hexdigest(), hmac.new(b"k", b"m", "sha256").hexdigest()]
+    import ssl  # a later import still gets the real module, and asyncio with it
+    import asyncio.sslproto
+    with open(sys.argv[1], "w") as out:
+        json.dump({"modules": modules, "digests": digests,
+                   "asyncio_ssl": asyncio.sslproto.ssl is ssl and asyncio.base_events.ssl is ssl}, out)
+    """
+)
+
+LONG_LIVED_HEAVY = ("ssl", "_ssl", "_hashlib", "importlib.metadata", "email", "zipfile", "csv", "ruamel", "attr",
+                    "agentbox.core.yaml_io", "anyio", "multiprocessing", "pydantic.plugin._loader.entry_points")
+"""What the engine's and the TUI's start keep out (a checked crew.yaml and profiles, no pydantic plugin)."""
+
+
+@pytest.mark.parametrize("command", ["run", "tui"])
+def test_the_engine_and_the_tui_start_without_the_heavy_modules(command: str, agent_box_home: Path,
+                                                                 project: Path, tmp_path: Path) -> None:
+    """P6: the engine's and the TUI's start load no ssl, OpenSSL hashes, importlib.metadata or YAML parser."""
+    from agentbox.core.config import project as project_mod
+    from agentbox.core.paths import ProjectPaths
+
+    project_mod.check_references(ProjectPaths(project), project_mod.load_crew(ProjectPaths(project)))  # `agentbox run`
+    out = tmp_path / "probe.json"
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    done = subprocess.run([sys.executable, "-c", LONG_LIVED_PROBE, str(out), command, str(project)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(out.read_text())
+    loaded = [m for m in LONG_LIVED_HEAVY if m in found["modules"]]
+    assert loaded == [], f"`agentbox {command}` imported {loaded}"
+    assert "pydantic" in found["modules"] and "asyncio" in found["modules"]
+    import hashlib
+    import hmac
+
+    assert found["digests"] == [hashlib.sha256(b"agentbox").hexdigest(), hmac.new(b"k", b"m", "sha256").hexdigest()]
+    assert found["asyncio_ssl"] is True, "asyncio gets ssl once anything imports it"

@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -113,17 +113,15 @@ async def test_watch_project_sees_a_profile_yaml_edit_and_not_the_tool_state(tmp
 async def test_a_watcher_that_fails_raises_even_with_the_profiles_dir_watched(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The dashboard falls back to polling when watching fails: the failure must reach it."""
-    import watchfiles
-
     project = ProjectPaths(tmp_path / "repo")
     project.box.mkdir(parents=True)
     (tmp_path / "profiles").mkdir()
 
-    async def broken(*_paths: object, **_options: object) -> AsyncIterator[object]:
+    def broken(*_args: object) -> Iterator[object]:
         raise OSError("inotify watch limit reached")
-        yield  # an async generator, like awatch
+        yield  # a generator, like the blocking watcher (run in a thread)
 
-    monkeypatch.setattr(watchfiles, "awatch", broken)
+    monkeypatch.setattr(watch, "_changes", broken)
     with pytest.raises(OSError, match="inotify"):
         async for _facts in watch.watch_project(project, profiles_dir=tmp_path / "profiles"):
             pass

@@ -55,7 +55,7 @@ def role_agent(proj: ProjectPaths, role_name: str, *, extra_rw: tuple[Path, ...]
         raise NotFoundError(f"no role {role_name!r} in {proj.crew_file}",
                             f"roles: {', '.join(crew.roles)}; or use profile:NAME")
     role = crew.roles[role_name]
-    info = profiles.resolve(role.profile)
+    info = profiles.resolve(role.profile, cached=True)  # checked before and unchanged: no parser in the engine
     return Agent(
         profile=info, label=role_name, role=role_name, cwd=proj.root,
         sessions=SessionStore(proj.sessions_dir), instructions=instructions_for(proj, role_name, crew),

@@ -35,7 +35,6 @@ from agentbox.core.sandbox.scopes import (
 from agentbox.core.tools import Tool
 from agentbox.core.validation import NAME_PATTERN, problems, short
 from agentbox.core.validation import NAME_RULE as NAME_RULE
-from agentbox.core.yaml_io import load_yaml, plain, position
 
 Mode = Literal["sequential", "hierarchical", "group_chat", "handoff", "graph"]
 """How a crew works (each mode's settings and state are keyed by these names)."""
@@ -567,6 +566,8 @@ def validate_document(model: type[M], data: Any, file: Path, document: Any = Non
                       schema_hint: str | None = None) -> M:
     """Validate parsed data against `model`; errors become one ConfigError naming file/line/field
     (with `schema_hint`, else one naming `agentbox schema <model>`)."""
+    from agentbox.core.yaml_io import plain, position  # ruamel: only where YAML is read
+
     schema_hint = schema_hint or f"`agentbox schema {model.__name__.lower()}` prints the full schema"
     if data is None:
         raise ConfigError("file is empty (no YAML content)", file=file, line=1, hint=schema_hint)
@@ -640,5 +641,7 @@ def _non_string_key(node: Any, loc: tuple[str | int, ...] = ()) -> tuple[tuple[s
 
 def load_model(model: type[M], path: Path) -> M:
     """Load a YAML file and validate it as `model`, with file/line/field errors."""
+    from agentbox.core.yaml_io import load_yaml
+
     document = load_yaml(path)
     return validate_document(model, document, path, document)

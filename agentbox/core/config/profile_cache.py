@@ -179,6 +179,12 @@ def _read_entry(path: Path) -> dict[str, Any] | None:
     return body
 
 
+read_entry = _read_entry
+"""What `crew_cache` keeps its entries by: the same rules, one reader."""
+entry_digest = _digest
+content_hash = _hash
+
+
 def _as_profile(data: Mapping[str, Any]) -> CachedProfile:
     """The plain data of a checked profile (as `_plain` wrote it) as a CachedProfile."""
     runtime = data["runtime"]

@@ -16,6 +16,7 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from agentbox.core import paths
 from agentbox.core.config import profiles
@@ -31,15 +32,9 @@ from agentbox.core.paths import ProjectPaths
 from agentbox.core.safe_io import UnsafeFileError, describe_mode, read_bounded
 from agentbox.core.store import atomic_write_text
 from agentbox.core.validation import NAME_PATTERN
-from agentbox.core.yaml_io import (
-    new_map,
-    parse_yaml,
-    position,
-    read_yaml_text,
-    text_with_entry_added,
-    text_with_entry_removed,
-    write_yaml,
-)
+
+if TYPE_CHECKING:
+    from agentbox.core.config.profile_cache import Source
 
 GITIGNORE = """\
 # The crew's definition is tracked; what runs leave here (runs, sessions, locks) is not.
@@ -84,7 +79,8 @@ def init(root: Path) -> list[Path]:
 
 @dataclass(frozen=True)
 class LoadedCrew:
-    """A validated crew.yaml with the round-trip document it came from (for line numbers)."""
+    """A validated crew.yaml with the round-trip document it came from (for line numbers);
+    None when it was read from its checked cache (`_located` then parses it for the line)."""
 
     crew: Crew
     document: object
@@ -131,6 +127,8 @@ def read_box_text(project: ProjectPaths, relative: str | Path, max_bytes: int = 
 
 def _crew_text(project: ProjectPaths) -> str:
     """The text of crew.yaml, a regular file inside `.agent-box/` (bounded, see yaml_io)."""
+    from agentbox.core.yaml_io import read_yaml_text  # ruamel is imported only where YAML is read
+
     try:
         crew_file = box_file(project, paths.CREW_FILE)
     except FileNotFoundError:
@@ -150,12 +148,65 @@ def _crew_text(project: ProjectPaths) -> str:
 
 def load_crew(project: ProjectPaths) -> LoadedCrew:
     """Read and validate crew.yaml: its schema and the files it names (see `check_references`
-    for the profiles and roles it names)."""
-    document = parse_yaml(_crew_text(project), project.crew_file)
+    for the profiles and roles it names).
+
+    A crew.yaml that passed these checks before and has not changed since (same bytes and
+    file identity, see `crew_cache`) is read from its checked plain data, without the YAML
+    parser; its model is validated again and the files it names are checked again. Any
+    other crew.yaml is parsed and checked here, with the messages below."""
+    from agentbox.core.config import crew_cache
+
+    crew_file, source = _crew_source(project)
+    if crew_file is not None and source is not None:
+        data = crew_cache.lookup(crew_file, source)
+        if data is not None:
+            hit = _from_cache(project, data)
+            if hit is not None:
+                return hit
+    from agentbox.core.yaml_io import parse_yaml, plain
+
+    text = _crew_text(project)
+    document = parse_yaml(text, project.crew_file)
     crew = validate_document(Crew, document, project.crew_file, document)
     _check_named_files(project, crew, document)
     _check_gate_names(project, crew, document)
+    if source is not None and crew_file is not None and source.data == text.encode("utf-8"):
+        again = crew_cache.read_source(crew_file)  # kept only when what was checked is still what is there
+        if again is not None and again.identity == source.identity:
+            crew_cache.store(crew_file, source, plain(document))
     return LoadedCrew(crew, document)
+
+
+def _crew_source(project: ProjectPaths) -> tuple[Path | None, Source | None]:
+    """crew.yaml's path and bytes with its identity, when it is a regular file inside `.agent-box/`."""
+    from agentbox.core.config import crew_cache
+
+    try:
+        crew_file = box_file(project, paths.CREW_FILE)
+    except (OSError, UnsafeFileError):
+        return None, None  # the parse path says what is wrong
+    return crew_file, crew_cache.read_source(crew_file)
+
+
+def _from_cache(project: ProjectPaths, data: dict[str, Any]) -> LoadedCrew | None:
+    """The crew of checked plain data, when it validates and the files it names are still there; else None."""
+    from pydantic import ValidationError
+
+    try:
+        crew = Crew.model_validate(data)
+    except ValidationError:
+        return None
+    if any(_box_file_problem(project, relative, "file")[0] for relative in _named_files(crew)):
+        return None
+    if any(name not in crew.checks for stage in ("submission", "integration", "run_end")
+           for name in crew.gates.of(stage)):
+        return None
+    return LoadedCrew(crew, None)
+
+
+def _named_files(crew: Crew) -> list[str]:
+    named = [role.instructions for role in crew.roles.values() if role.instructions]
+    return [*named, crew.graph.file] if crew.graph.file else named
 
 
 def _check_gate_names(project: ProjectPaths, crew: Crew, document: object) -> None:
@@ -198,7 +249,14 @@ def _box_file_problem(project: ProjectPaths, relative: str, what: str) -> tuple[
 
 def _located(project: ProjectPaths, document: object, loc: Sequence[str | int], message: str,
              hint: str | None = None) -> ConfigError:
-    """A ConfigError at the line of `loc` in crew.yaml."""
+    """A ConfigError at the line of `loc` in crew.yaml (read now when the crew came from its cache)."""
+    from agentbox.core.yaml_io import parse_yaml, position
+
+    if document is None:
+        try:
+            document = parse_yaml(_crew_text(project), project.crew_file)
+        except ConfigError:
+            document = None
     line, column = position(document, loc)
     return ConfigError(message, file=project.crew_file, line=line, column=column,
                        field=".".join(str(p) for p in loc), hint=hint)
@@ -215,7 +273,7 @@ def check_references(project: ProjectPaths, loaded: LoadedCrew) -> list[ConfigEr
 
     for name, role in crew.roles.items():
         try:
-            profiles.resolve(role.profile)
+            profiles.resolve(role.profile, cached=True)  # kept checked for the engine's turns
         except NotFoundError:
             available = available or profiles.available_names()
             err(f"unknown profile {role.profile!r}", ("roles", name, "profile"),
@@ -305,6 +363,8 @@ def add_role(
     """Add a role at the end of crew.yaml's roles, keeping every other line as written."""
     import re
 
+    from agentbox.core.yaml_io import new_map, parse_yaml, text_with_entry_added
+
     if not re.match(NAME_PATTERN, name):
         raise UsageError(f"invalid role name {name!r}", NAME_RULE)
     profiles.resolve(profile)  # unknown profile → NotFoundError listing the available ones
@@ -374,6 +434,8 @@ def remove_role(project: ProjectPaths, name: str, *, force: bool = False) -> Non
     A role the mode settings still name is refused (the crew would no longer load) unless
     `force`.
     """
+    from agentbox.core.yaml_io import parse_yaml, text_with_entry_removed
+
     text = _crew_text(project)
     document = parse_yaml(text, project.crew_file)
     crew = validate_document(Crew, document, project.crew_file, document)
@@ -395,6 +457,8 @@ def remove_role(project: ProjectPaths, name: str, *, force: bool = False) -> Non
 def _write_crew(project: ProjectPaths, document: object, edited: str | None) -> None:
     """Write the text edit when it parses back to exactly `document` (values and key order),
     else dump `document` through the round-trip dumper."""
+    from agentbox.core.yaml_io import parse_yaml, write_yaml
+
     if edited is not None:
         try:
             reparsed = parse_yaml(edited, project.crew_file)

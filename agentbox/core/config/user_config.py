@@ -21,7 +21,6 @@ from agentbox.core import paths
 from agentbox.core.config.models import MIN_SECONDS, Strict, validate_document
 from agentbox.core.config.secrets import reference_problem
 from agentbox.core.sandbox.scopes import has_control_character
-from agentbox.core.yaml_io import load_yaml
 
 CONFIG_FILE = "config.yaml"
 SCHEMA_HINT = "`agentbox schema config` prints the full schema; docs/notifications.md explains it"
@@ -235,6 +234,8 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     path = path or config_path()
     if not os.path.lexists(path):
         return UserConfig()
+    from agentbox.core.yaml_io import load_yaml  # ruamel only when there is a config.yaml to read
+
     document = load_yaml(path)
     if document is None:
         return UserConfig()
