@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -13,6 +14,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("AGENTBOX_VERIFY_JOURNAL", "1")  # every journalled save is read back and compared (run_store)
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    # Started in the background by a shell without job control (`cmd &` in a script), pytest
+    # inherits SIGINT ignored, and so would every agentbox it starts: the Ctrl-C tests would test
+    # the harness, not agentbox. A person's terminal delivers it, so the tests start from there.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 TOOLS_BIN = REPO / ".tools" / "bin"
 
 

@@ -26,11 +26,6 @@ OWN_RUNNER = ("test_door.py",)
 """Test files that keep the engine's own runner (another engineer's area; they name what they need)."""
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "local_runner(why): the test's engines run their turns on the local runner "
-                                       "(real processes under bwrap), not in-process; `why` says what needs it")
-
-
 @pytest.fixture(autouse=True)
 def in_process_turns(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Engines built in this test run their turns in-process, unless the test is marked `local_runner`."""
