@@ -19,19 +19,17 @@ content; written atomically; a failure to write is not an error).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from agentbox.core.config.profile_cache import (
     Source,
+    code_stamp,
     content_hash,
-    entry_digest,
     read_entry,
     read_source,
+    write_entry,
 )
 
 FORMAT = 1
@@ -50,21 +48,6 @@ def cache_dir() -> Path:
     return paths.agent_box_home() / "cache" / "crews"
 
 
-def _code_stamp() -> list[Any]:
-    """Size and mtime of the checking code's files, and agentbox's version."""
-    from agentbox import __version__
-    from agentbox.core.paths import PACKAGE_DIR
-
-    stamp: list[Any] = [__version__]
-    for name in _CHECKING_CODE:
-        try:
-            info = os.stat(PACKAGE_DIR / name)
-            stamp.append([name, info.st_size, info.st_mtime_ns])
-        except OSError:
-            stamp.append([name, None, None])
-    return stamp
-
-
 def _entry_path(directory: Path, file: Path) -> Path:
     return directory / f"{content_hash(str(file).encode('utf-8', 'surrogateescape'))[:32]}.json"
 
@@ -73,7 +56,7 @@ def lookup(file: Path, source: Source, directory: Path | None = None) -> dict[st
     """The plain data that `source` (crew.yaml `file` as read now) was checked as, or None."""
     body = read_entry(_entry_path(directory or cache_dir(), file))
     if (body is None or body.get("format") != FORMAT or body.get("identity") != source.identity
-            or body.get("file") != str(file) or body.get("code") != _code_stamp()):
+            or body.get("file") != str(file) or body.get("code") != code_stamp(_CHECKING_CODE)):
         return None
     data = body.get("data")
     return data if isinstance(data, dict) else None
@@ -82,20 +65,10 @@ def lookup(file: Path, source: Source, directory: Path | None = None) -> dict[st
 def store(file: Path, source: Source, data: Any, directory: Path | None = None) -> None:
     """Keep `data` (the parser's plain data of checked `source`) as what `file` is; a failure is ignored."""
     directory = directory or cache_dir()
-    body = {"format": FORMAT, "identity": source.identity, "file": str(file), "code": _code_stamp(), "data": data}
+    body = {"format": FORMAT, "identity": source.identity, "file": str(file), "code": code_stamp(_CHECKING_CODE), "data": data}
     try:
         if not isinstance(data, dict) or json.loads(json.dumps(data)) != data:
             return  # what JSON cannot give back exactly (a date, a tuple) is not kept
-        encoded = json.dumps({"body": body, "digest": entry_digest(body)}).encode()  # key order kept: roles are in file order
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=".entry.", suffix=".tmp", dir=directory)  # mode 0600
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(encoded)
-            os.replace(temp, _entry_path(directory, file))
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
+        write_entry(_entry_path(directory, file), body, sort_keys=False)  # key order kept: roles are in file order
     except (OSError, TypeError, ValueError):
         return

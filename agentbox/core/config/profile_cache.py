@@ -128,20 +128,38 @@ def _hash(data: bytes) -> str:
     return blake2b(data, digest_size=32).hexdigest()
 
 
-def _code_stamp() -> list[Any]:
-    """Size and mtime of the checking code's files, and agentbox's version."""
+def code_stamp(files: tuple[str, ...]) -> list[Any]:
+    """Size and mtime of the checking code's `files` (under the package), and agentbox's version."""
     from agentbox import __version__
     from agentbox.core.paths import PACKAGE_DIR
 
-    here = PACKAGE_DIR
     stamp: list[Any] = [__version__]
-    for name in _CHECKING_CODE:
+    for name in files:
         try:
-            info = os.stat(here / name)
+            info = os.stat(PACKAGE_DIR / name)
             stamp.append([name, info.st_size, info.st_mtime_ns])
         except OSError:
             stamp.append([name, None, None])
     return stamp
+
+
+def _code_stamp() -> list[Any]:
+    return code_stamp(_CHECKING_CODE)
+
+
+def write_entry(path: Path, body: Mapping[str, Any], *, sort_keys: bool = True) -> None:
+    """Write `body` and its digest to `path` atomically, 0600 in a 0700 dir (errors are the caller's)."""
+    data = json.dumps({"body": body, "digest": _digest(body)}, sort_keys=sort_keys).encode()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=".entry.", suffix=".tmp", dir=path.parent)  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def _entry_path(cache_dir: Path, directory: Path, state_dir: Path) -> Path:
@@ -180,8 +198,7 @@ def _read_entry(path: Path) -> dict[str, Any] | None:
 
 
 read_entry = _read_entry
-"""What `crew_cache` keeps its entries by: the same rules, one reader."""
-entry_digest = _digest
+"""What `crew_cache` keeps its entries by: the same rules, one reader (and `write_entry`, one writer)."""
 content_hash = _hash
 
 
@@ -222,17 +239,7 @@ def store(cache_dir: Path, directory: Path, state_dir: Path, source: Source, pro
             "state_dir": str(state_dir), "code": _code_stamp(), "profile": dict(profile)}
     try:
         _as_profile(profile)  # what cannot be read back is not kept
-        data = json.dumps({"body": body, "digest": _digest(body)}, sort_keys=True).encode()
-        cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=".entry.", suffix=".tmp", dir=cache_dir)  # mode 0600
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(temp, _entry_path(cache_dir, directory, state_dir))
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
+        write_entry(_entry_path(cache_dir, directory, state_dir), body)
     except (OSError, TypeError, ValueError, KeyError):
         return
 
