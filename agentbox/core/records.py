@@ -164,6 +164,19 @@ class RunningTurn(TypedDict):
     """That node's host name."""
     node_pid: NotRequired[int]
     """The turn's process id on that node."""
+    sample: NotRequired[NodeSampleRecord]
+    """The node's latest sample of the turn's process tree (the members table's CPU and memory)."""
+
+
+class NodeSampleRecord(TypedDict):
+    """A sample of a node's turn's process tree, as the node took it."""
+
+    cpu_percent: float
+    """Sum over the tree; 100 = one core busy."""
+    rss_bytes: int
+    processes: int
+    at: float
+    """When the node took it (seconds since the epoch)."""
 
 
 def running_turn(turn: int, *, started: float, log: str, live: str) -> RunningTurn:

@@ -93,6 +93,7 @@ def create_run(project: ProjectPaths, goal: str, mode: Mode | None = None, graph
             raise UsageError(f"--base {base}: this run works in the live tree (a shared workspace), which "
                              "has no other base", "start it without --base, or use `workspace: worktree` in crew.yaml")
         _refuse_a_second_shared_writer(store)
+        _refuse_a_cluster_for_the_live_tree()
     run = Run(
         id=new_run_id(now),
         contract=Contract(goal=goal.strip(), mode=mode, success_criteria=success_criteria or [],
@@ -134,6 +135,21 @@ def _workspace_of(project: ProjectPaths, chosen: Workspace | None) -> tuple[Work
                          "repository with at least one commit",
                          "run `git init && git add -A && git commit -m start` there, or set `workspace: shared`")
     return chosen or ("worktree" if usable else "shared"), info
+
+
+def _refuse_a_cluster_for_the_live_tree(run_id: str | None = None) -> None:
+    """A shared run's turns read and write the project at its path, which a cluster's nodes do not have:
+    with the Ray runner it is refused before anything starts."""
+    from agentbox.core.config.user_config import load_user_config
+
+    if load_user_config().runner.kind != "ray":
+        return
+    what = f"run {run_id} works" if run_id else "this run would work"
+    raise UsageError(f"{what} in the project's live tree (a shared workspace), and config.yaml's runner is a "
+                     "Ray cluster, whose nodes have no copy of that tree",
+                     "set `workspace: worktree` in crew.yaml (the project must be a git repository with a "
+                     "commit): each turn then takes its branch to the node; or run it here with "
+                     "`runner: {kind: local}` in config.yaml")
 
 
 def _refuse_a_second_shared_writer(store: RunStore) -> None:
@@ -407,7 +423,9 @@ def resume_target(project: ProjectPaths, run_ref: str) -> str:
     """The id of the run `agentbox run --resume RUN` continues; a damaged run is refused here, before anything starts."""
     store = RunStore(project)
     run_id = store.resolve_id(run_ref)
-    store.load_checked(run_id)
+    run = store.load_checked(run_id)
+    if run.contract.workspace == "shared":
+        _refuse_a_cluster_for_the_live_tree(run_id)
     return run_id
 
 

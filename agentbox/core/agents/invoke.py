@@ -508,15 +508,7 @@ def _open_turn(agent: Agent, record: SessionRecord, prepared: Prepared) -> _Turn
     started = now()
     out_log = prepared.logs / f"turn-{turn}.log"
     err_log = prepared.logs / f"turn-{turn}.stderr.log"
-    kept = _keep_interrupted_logs(out_log, err_log)
-    if kept is not None:  # an engine crash cut this turn short: it is run again, its first log stays
-        store.append_turn(record, turn_record(
-            turn, started=record.running["started"] if record.running else None, finished=None, prompt="",
-            text="", status="interrupted", error_kind="interrupted",
-            error=f"interrupted before it finished (an engine crash); turn {turn} was run again, "
-                  f"this attempt's output is kept in {kept.name}",
-            usage=Usage(), duration_s=0, exit_code=None, native_id=record.native_id, log_path=str(kept),
-            with_model=False))
+    keep_interrupted_attempt(store, record, turn, out_log, err_log, "an engine crash")
     live = LiveWriter(live_dir_for(out_log), adapter_for(agent.profile.tool).display, prepared.secrets)
     record.status = "running"
     record.running = running_turn(turn, started=started, log=str(out_log), live=str(live.directory))
@@ -747,6 +739,22 @@ def _ending(result: InvokeResult) -> str:
         return f"ok · {spent} · {result.duration_s:.1f}s"
     error = (result.error or "").strip().splitlines()
     return f"error ({result.error_kind}){': ' + error[0][:300] if error else ''} · {result.duration_s:.1f}s"
+
+
+def keep_interrupted_attempt(store: SessionStore, record: SessionRecord, turn: int, out_log: Path, err_log: Path,
+                             why: str) -> Path | None:
+    """Before turn `turn` of `record` runs: an earlier attempt's logs of it, if any, moved aside and
+    said so in a turn line (`why` it never finished); the kept stdout log."""
+    kept = _keep_interrupted_logs(out_log, err_log)
+    if kept is not None:  # an earlier attempt was cut short: the turn is run again, its first log stays
+        store.append_turn(record, turn_record(
+            turn, started=record.running["started"] if record.running else None, finished=None, prompt="",
+            text="", status="interrupted", error_kind="interrupted",
+            error=f"interrupted before it finished ({why}); turn {turn} was run again, "
+                  f"this attempt's output is kept in {kept.name}",
+            usage=Usage(), duration_s=0, exit_code=None, native_id=record.native_id, log_path=str(kept),
+            with_model=False))
+    return kept
 
 
 def _keep_interrupted_logs(out_log: Path, err_log: Path) -> Path | None:

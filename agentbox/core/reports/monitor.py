@@ -2,7 +2,9 @@
 
 A member's agent runs as a process tree (bwrap, the tool, its helpers). Its pid comes
 from the run's jobs in flight (`run.jobs[*].pid`) or from the session record of a turn
-in flight (`running.pid`). `ProcessMonitor` keeps the `psutil.Process` objects between
+in flight (`running.pid`). A turn on a cluster node has no process here: the node samples
+it and the session record keeps its latest sample (`running.sample`, see `node_samples`).
+`ProcessMonitor` keeps the `psutil.Process` objects between
 samples, because `cpu_percent()` measures the time since the previous call on the same
 object: a fresh object always reports 0.
 """
@@ -103,3 +105,25 @@ def agent_pids(run: Any | None, sessions: Iterable[Any] = ()) -> dict[str, list[
             if int(pid) not in owned:
                 owned.append(int(pid))
     return pids
+
+
+def node_samples(sessions: Iterable[Any]) -> dict[str, ProcessSample]:
+    """Role → the latest samples cluster nodes took of its turns in flight (`running.sample`), summed."""
+    found: dict[str, ProcessSample] = {}
+    for record in sessions:
+        running = getattr(record, "running", None) or {}
+        sample = running.get("sample") if running.get("node") else None
+        if getattr(record, "status", None) != "running" or not isinstance(sample, dict) or not record.role:
+            continue
+        try:
+            taken = ProcessSample(float(sample["cpu_percent"]), int(sample["rss_bytes"]), int(sample["processes"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        found[record.role] = merged(found[record.role], taken) if record.role in found else taken
+    return found
+
+
+def merged(one: ProcessSample, other: ProcessSample) -> ProcessSample:
+    """Two samples of one member's turns as one."""
+    return ProcessSample(round(one.cpu_percent + other.cpu_percent, 1), one.rss_bytes + other.rss_bytes,
+                         one.processes + other.processes)

@@ -38,7 +38,7 @@ from agentbox.core.paths import ProjectPaths
 if TYPE_CHECKING:
     from agentbox.core.agents.sessions import SessionRecord
     from agentbox.core.reports.monitor import ProcessSample
-from agentbox.core.reports.monitor import ProcessMonitor, agent_pids
+from agentbox.core.reports.monitor import ProcessMonitor, agent_pids, merged, node_samples
 from agentbox.tui import action_table, alerts, gc_tuning, loaders
 from agentbox.tui import messages as msg
 from agentbox.tui.actions import RunActions
@@ -212,12 +212,16 @@ class DashboardScreen(RunActions, Screen[None]):
             return partial(loaders.run_summaries, project)
         if key == "sample":
             pids = agent_pids(self.run, self.sessions.values())
-            return partial(self._sample_now, pids) if pids or self.samples else None
+            on_nodes = node_samples(self.sessions.values())
+            return partial(self._sample_now, pids, on_nodes) if pids or on_nodes or self.samples else None
         part = FOLLOWED[key]
         return None if self._follower is None else partial(loaders.follow_read, self._follower.reader(part))
 
-    def _sample_now(self, pids: dict[str, list[int]]) -> msg.MembersSampled:
-        return msg.MembersSampled(self._monitor.sample(pids))
+    def _sample_now(self, pids: dict[str, list[int]], on_nodes: dict[str, ProcessSample]) -> msg.MembersSampled:
+        samples = self._monitor.sample(pids)
+        for role, sample in on_nodes.items():  # a node's turn, sampled there
+            samples[role] = merged(samples[role], sample) if role in samples else sample
+        return msg.MembersSampled(samples)
 
     def _tick(self) -> None:
         self.now = self.clock()

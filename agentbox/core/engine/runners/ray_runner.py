@@ -50,11 +50,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentbox.core.agents.invoke import Agent, InvokeResult
-from agentbox.core.engine.runners import travel
+from agentbox.core.engine.runners import ray_stream, travel
 from agentbox.core.engine.runners.base import Turn, TurnDone
 from agentbox.core.errors import AgentboxError
 
 if TYPE_CHECKING:
+    from agentbox.core.agents.sessions import SessionRecord
     from agentbox.core.config.profiles import ProfileInfo
 
 TOOL_RESOURCE = "agentbox-tool:{tool}"
@@ -141,15 +142,21 @@ class RayRunner:
             timeout_s=turn.timeout_s, run_id=turn.run_id, task_id=turn.task_id, bundle=bundle, session=sent,
             commits=turn.workspace is not None, prices=prices, folders=folders))
         shown: list[NodeStarted] = []
+        mirror = ray_stream.LogMirror(agent)
         try:
             back: NodeDone | None = None
             while back is None:
                 said = await asyncio.to_thread(_next_of, ray, refs)
                 if isinstance(said, NodeStarted):
                     shown.append(said)
-                    await asyncio.to_thread(_show_running, agent, said)
+                    await asyncio.to_thread(mirror.start_of, said.record)
+                    mirror.record = await asyncio.to_thread(_show_running, agent, said)
                     if turn.on_placed is not None:
                         turn.on_placed(said.node_id, said.host)
+                elif isinstance(said, ray_stream.NodeOutput):
+                    await asyncio.to_thread(mirror.take, said)
+                elif isinstance(said, ray_stream.NodeSample):
+                    await asyncio.to_thread(mirror.sample, said)
                 elif isinstance(said, NodeDone):
                     back = said
                 else:
@@ -169,7 +176,7 @@ class RayRunner:
                                                f"{str(exc).splitlines()[0][:300] if str(exc) else ''}",
                                          role=agent.role))
         try:
-            await asyncio.to_thread(travel.store_back, agent, back.session)
+            await asyncio.to_thread(mirror.store_back, back.session)
             await asyncio.to_thread(travel.store_folders_back, back.folders, tuple(Path(f) for f in folders))
         except (AgentboxError, OSError) as exc:
             if shown:
@@ -254,10 +261,11 @@ class NodeDone:
     """What the turn made or changed in its hand-off folders (by their path on the head)."""
 
 
-def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | NodeDone]:
+def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | ray_stream.Said | NodeDone]:
     """On a node: the turn in a home of its own, in its own worktree cloned from the bundle,
     through the local runner. A Ray generator task: it yields `NodeStarted` once the turn's
-    process runs, then the `NodeDone`.
+    process runs, then while it runs what its logs gained and samples of its processes
+    (`ray_stream`), then the `NodeDone`.
 
     `secrets` holds the variables the profile takes from the head's environment and its
     login files: the variables are put in this worker's environment for the turn only
@@ -305,6 +313,7 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
             if started.done():
                 record, pid = started.result()
                 yield NodeStarted(node_id, host, pid, record, str(home.store_root))
+                yield from ray_stream.follow_turn(loop, running, agent.sessions, record, pid)
             done = loop.run(_awaited(running))
         session = travel.collect(home, turn.session_id)
         folders = {}
@@ -369,13 +378,13 @@ def _in_clone(agent: Agent, work: Path, folders: dict[str, dict[str, bytes]]) ->
                                view_hidden=(), base=None, over=(), protected=protected, extra_rw=tuple(writable))
 
 
-def _next_of(ray: Any, refs: Any) -> NodeStarted | NodeDone | None:
+def _next_of(ray: Any, refs: Any) -> NodeStarted | ray_stream.Said | NodeDone | None:
     """What the node's task says next (None: it ended without a word more)."""
     try:
         ref = next(refs)
     except StopIteration:
         return None
-    said: NodeStarted | NodeDone = ray.get(ref)
+    said: NodeStarted | ray_stream.Said | NodeDone = ray.get(ref)
     return said
 
 
@@ -392,8 +401,8 @@ def head_prices() -> dict[str, Any] | None:
             for vendor, models in prices.items()} or None
 
 
-def _show_running(agent: Agent, started: NodeStarted) -> None:
-    """The session's record on the head says the turn runs on the node (its pid there, none here)."""
+def _show_running(agent: Agent, started: NodeStarted) -> SessionRecord:
+    """The session's record on the head says the turn runs on the node (its pid there, none here); that record."""
     from agentbox.core.agents.sessions import SessionRecord
 
     here = str(agent.sessions.root)
@@ -406,6 +415,7 @@ def _show_running(agent: Agent, started: NodeStarted) -> None:
         record.running["host"] = started.host
         record.running["node_pid"] = started.pid
     agent.sessions.save(record)
+    return record
 
 
 def _show_ended(agent: Agent, started: NodeStarted) -> None:
