@@ -90,6 +90,8 @@ class RayCluster:
 def cluster() -> Iterator[RayCluster]:
     """The one cluster of these tests, in a short temp dir (Ray's socket paths must stay under 107 bytes)."""
     temp_dir = Path(tempfile.mkdtemp(prefix="abray-"))
+    os.environ["RAY_TMPDIR"] = str(temp_dir)  # Ray's address file goes there, not in a shared /tmp/ray
+    (temp_dir / "ray").mkdir()
     made = RayCluster(temp_dir)
     try:
         yield made
@@ -511,6 +513,80 @@ async def test_a_session_s_record_on_the_head_shows_its_turn_running_on_its_node
     assert run.status == "done", run.status_reason
     after = store.find(seen.id)
     assert after.status == "idle" and after.running is None and after.turns >= 1
+
+
+def live_events(directory: Path) -> list[tuple[str, str]]:
+    """The live view's events (kind, text) in `directory`, the turn's end line without its duration."""
+    from agentbox.core.agents.live import LiveCursor
+
+    cursor, found = LiveCursor(directory), []
+    while (read := cursor.read()).events:
+        found += [(e.kind, e.text.rpartition(" · ")[0] if e.kind == "end" else e.text) for e in read.events]
+    return found
+
+
+async def test_a_node_s_turn_shows_its_output_and_samples_on_the_head_while_it_runs(
+        cluster: RayCluster, agent_box_home: Path, project: Path) -> None:
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import new_session_id
+    from agentbox.core.engine.runners.base import Turn
+    from tests.engine.support import write_profile
+
+    gate = project / "gate.txt"
+    write_profile("t-live", [], fallback={
+        "stream": [{"text": "reading the tree"}, {"tool": "Bash", "input": {"command": "ls src"}},
+                   {"tool_result": "main.py"}],
+        "run": f"while [ ! -e {gate} ]; do sleep 0.05; done",  # held until the test has seen it on the head
+        "stderr": "a word on stderr", "reply": "all done"})
+    agent = services.profile_agent("t-live", project, None)
+    runner = PinnedRayRunner(cluster.address)
+    runner.node = cluster.workers[1].node_id
+    on_node = new_session_id()
+    flight = asyncio.ensure_future(runner.run(Turn(job_id="live", run_id="r", task_id=None, agent=agent,
+                                                   prompt="look", session_id=on_node, resume=False, timeout_s=120)))
+    try:
+        deadline = asyncio.get_running_loop().time() + 120
+        while True:
+            assert asyncio.get_running_loop().time() < deadline and not flight.done()
+            record = next((r for r in agent.sessions.list() if r.id == on_node), None)
+            running = record.running if record is not None else None
+            logs = agent.sessions.logs_dir(record) if record is not None else None
+            if running and "sample" in running and logs is not None and len(live_events(logs / "turn-1.live")) >= 3:
+                break
+            await asyncio.sleep(0.1)
+        assert running["node"] == runner.node and running["pid"] is None
+        assert live_events(logs / "turn-1.live") == [("text", "reading the tree"), ("tool", "ls src"),
+                                                     ("result", "main.py")]  # while the turn still runs
+        assert running["sample"]["rss_bytes"] > 0 and running["sample"]["processes"] >= 1
+        assert not flight.done()
+    finally:
+        gate.write_text("go")
+    done = await asyncio.wait_for(flight, 120)
+    assert done.result.ok and done.node_id == runner.node, done.result
+    here = LocalRunner(reading=lambda: room(16 * GB))
+    local = await here.run(Turn(job_id="here", run_id="r", task_id=None, agent=agent, prompt="look",
+                                session_id=new_session_id(), resume=False, timeout_s=120))
+    assert local.result.ok, local.result
+    [node_record] = [r for r in agent.sessions.list() if r.id == on_node]
+    [local_record] = [r for r in agent.sessions.list() if r.id == local.result.session_id]
+    node_logs, local_logs = agent.sessions.logs_dir(node_record), agent.sessions.logs_dir(local_record)
+
+    def names(root: Path) -> list[str]:
+        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+    def raw(record: Any, name: str) -> str:
+        text = (agent.sessions.logs_dir(record) / name).read_text()
+        for ident in (record.id, record.native_id):
+            text = text.replace(ident or "\0", "ID")
+        return re.sub(r'"duration_ms": ?\d+', "", text)
+
+    assert names(node_logs) == names(local_logs) == ["turn-1.live/000001.jsonl", "turn-1.log", "turn-1.stderr.log"]
+    assert live_events(node_logs / "turn-1.live") == live_events(local_logs / "turn-1.live")  # no event twice
+    assert live_events(node_logs / "turn-1.live")[-1] == ("end", "ok · 120 tokens")
+    for name in ("turn-1.log", "turn-1.stderr.log"):
+        assert raw(node_record, name) == raw(local_record, name)
+    assert node_record.status == "idle" and node_record.running is None  # the sample went with the turn
+    assert len(agent.sessions.turns(node_record)) == 1
 
 
 async def test_a_node_prices_a_turn_with_the_head_s_config_yaml_prices(

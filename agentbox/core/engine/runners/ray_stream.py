@@ -121,7 +121,7 @@ class TurnLogs:
                 data = b""
             finally:
                 os.close(fd)
-            if data:
+            if data or name not in self.offsets:  # a file is made on the head as soon as it is made here
                 pieces.append(LogPiece(name, offset, data))
                 self.offsets[name] = offset + len(data)
                 budget -= len(data)
