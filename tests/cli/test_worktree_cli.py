@@ -208,3 +208,23 @@ def test_a_run_starts_from_another_base_and_an_unknown_one_is_refused(project: P
     refused = run_cli("merge", second["id"], cwd=project)
     assert refused.code == 2 and "--into BRANCH" in refused.err
     assert run_cli("merge", second["id"], "--into", "release", cwd=project).code == 0
+
+
+def test_a_shared_run_is_refused_at_start_when_config_yaml_names_a_ray_cluster(project: Path,
+                                                                               agent_box_home: Path) -> None:
+    from agentbox.core import runs
+    from agentbox.core.paths import ProjectPaths
+
+    make_repo(project)
+    setup_crew(project, workspace="shared")
+    earlier = runs.create_run(ProjectPaths(project), "build it").id  # made while the runner was local
+    (agent_box_home / "config.yaml").write_text("runner:\n  kind: ray\n  address: 127.0.0.1:9\n")
+    refused = run_cli("run", "build it", "--quiet", cwd=project, timeout=60)
+    assert refused.code == 2 and "Traceback" not in refused.err, refused.err
+    assert refused.err.count("error:") == 1 and "shared workspace" in refused.err and "Ray cluster" in refused.err
+    assert "workspace: worktree" in refused.err  # the way out
+    assert [r.id for r in runs.list_runs(ProjectPaths(project))] == [earlier]  # nothing was made
+    resumed = run_cli("run", "--resume", earlier, "--quiet", cwd=project, timeout=60)
+    assert resumed.code == 2 and "Traceback" not in resumed.err and f"run {earlier} works" in resumed.err
+    setup_crew(project, workspace="worktree")  # a worktree run takes its branches to the nodes: not refused here
+    assert runs.create_run(ProjectPaths(project), "build it").contract.workspace == "worktree"

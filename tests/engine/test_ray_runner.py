@@ -132,9 +132,12 @@ def git(root: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
 
 
-def crew(project: Path, delay: float = 1.5) -> Any:
+def crew(project: Path, delay: float = 1.5, *, stream: bool = False) -> Any:
+    """Two work turns of `delay` s (`stream`: each says so at its start, then again at its end)."""
     make_repo(project)
-    worker = [work_rule(delay, write={"src/{task}/made.txt": "made by {task}\n"})]
+    said = {"stream": [{"text": "working on {task}"}, {"text": "done with {task}", "delay_s": delay}]}
+    worker = [work_rule(0 if stream else delay, write={"src/{task}/made.txt": "made by {task}\n"},
+                        **(said if stream else {}))]
     return setup_crew(project, worker=worker, tasks=[task("t1", "builder"), task("t2", "tester")],
                       limits={"max_workers": 2})
 
@@ -669,7 +672,9 @@ def crew_again(paths: Any) -> Any:
 
 
 async def test_a_node_lost_mid_turn_is_retried_on_another(cluster: RayCluster, project: Path) -> None:
-    paths = crew(project, delay=6)
+    from agentbox.core.agents.sessions import SessionStore
+
+    paths = crew(project, delay=6, stream=True)
     run_id = create(paths)
     runner = RayRunner(cluster.address)
     engine = Engine.open(paths, run_id, runner=runner)
@@ -690,3 +695,19 @@ async def test_a_node_lost_mid_turn_is_retried_on_another(cluster: RayCluster, p
     assert lost, [e["what"] for e in of_type(log, "turn")]
     later = of_type(log, "placement")
     assert {e["node"] for e in later if e["seq"] > lost[0]["seq"]} <= cluster.node_ids(cluster.workers)
+    store = SessionStore(paths.sessions_dir)
+    interrupted = []
+    for record in store.list():
+        if record.run_id != run_id:
+            continue
+        lines = store.turns(record)
+        interrupted += [line for line in lines if line["status"] == "interrupted"]
+        for line in lines:
+            if line["status"] == "interrupted":
+                continue
+            shown = live_events(store.logs_dir(record) / f"turn-{line['turn']}.live")
+            assert [kind for kind, _ in shown].count("end") == 1 and shown[-1][0] == "end", shown
+            assert len(shown) == len(set(shown)), shown  # no record of the streamed view twice
+    # the lost attempt had streamed its start: its logs were kept aside, as a local turn's cut short are
+    assert interrupted and all("interrupted-1.log" in (line["log_path"] or "") for line in interrupted), interrupted
+    assert all(Path(line["log_path"]).is_file() for line in interrupted)
