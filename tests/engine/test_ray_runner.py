@@ -651,6 +651,7 @@ async def test_a_killed_head_s_turns_end_with_it_and_resume_runs_them_once(
     done_work = [e for e in of_type(log, "turn") if e["what"].startswith("work turn") and "ok" in e["what"]]
     assert sorted(e["task"] for e in done_work) == ["t1", "t2"]  # each work turn ended once
     assert left_behind() == []  # the killed turns' dirs on the nodes went with the next turns there
+    assert_kept_whole(paths, run_id)
 
 
 def left_behind() -> list[Path]:
@@ -672,8 +673,6 @@ def crew_again(paths: Any) -> Any:
 
 
 async def test_a_node_lost_mid_turn_is_retried_on_another(cluster: RayCluster, project: Path) -> None:
-    from agentbox.core.agents.sessions import SessionStore
-
     paths = crew(project, delay=6, stream=True)
     run_id = create(paths)
     runner = RayRunner(cluster.address)
@@ -695,6 +694,14 @@ async def test_a_node_lost_mid_turn_is_retried_on_another(cluster: RayCluster, p
     assert lost, [e["what"] for e in of_type(log, "turn")]
     later = of_type(log, "placement")
     assert {e["node"] for e in later if e["seq"] > lost[0]["seq"]} <= cluster.node_ids(cluster.workers)
+    assert_kept_whole(paths, run_id)
+
+
+def assert_kept_whole(paths: Any, run_id: str) -> None:
+    """Every finished turn of the run shows its live view once on the head, and the attempts that a
+    lost node or a killed head cut short after they had streamed are kept aside, as a local turn's are."""
+    from agentbox.core.agents.sessions import SessionStore
+
     store = SessionStore(paths.sessions_dir)
     interrupted = []
     for record in store.list():
@@ -708,6 +715,6 @@ async def test_a_node_lost_mid_turn_is_retried_on_another(cluster: RayCluster, p
             shown = live_events(store.logs_dir(record) / f"turn-{line['turn']}.live")
             assert [kind for kind, _ in shown].count("end") == 1 and shown[-1][0] == "end", shown
             assert len(shown) == len(set(shown)), shown  # no record of the streamed view twice
-    # the lost attempt had streamed its start: its logs were kept aside, as a local turn's cut short are
+    # the cut-short attempts had streamed (their files at least): kept aside, as a local turn cut short is
     assert interrupted and all("interrupted-1.log" in (line["log_path"] or "") for line in interrupted), interrupted
     assert all(Path(line["log_path"]).is_file() for line in interrupted)
