@@ -196,6 +196,28 @@ def test_agent_pids_from_jobs_and_running_sessions(project_at) -> None:  # type:
     assert agent_pids(None) == {}
 
 
+def test_a_member_s_turn_on_a_cluster_node_shows_the_node_s_sample(project_at) -> None:  # type: ignore[no-untyped-def]
+    from agentbox.core.reports.monitor import node_samples
+
+    project = project_at("executing")
+    run = RunStore(project).load(RUN_ID)
+    crew = model.CrewInfo(tuple(model.RoleInfo(r, p, "scripted") for r, p in run.contract.roles.items()))
+
+    class OnNode:  # the session record of a turn on a node: no pid here, the node's sample
+        role, status = "builder", "running"
+        running = {"pid": None, "node": "n" * 56, "sample": {"cpu_percent": 87.0, "rss_bytes": 300 * 2**20,
+                                                             "processes": 3, "at": 1.0}}
+
+    class Here:  # a turn of this machine's: the dashboard samples its pid itself
+        role, status, running = "reviewer", "running", {"pid": 333, "sample": {"cpu_percent": 1.0}}
+
+    samples = node_samples([OnNode(), Here()])
+    assert set(samples) == {"builder"}
+    rows = {r.role: r for r in model.member_rows(crew, run, {}, samples)}
+    assert (rows["builder"].cpu, rows["builder"].memory) == ("87%", "300M")
+    assert rows["reviewer"].cpu == "—"
+
+
 def test_coalescer_runs_one_read_and_one_more() -> None:
     gate = Coalescer()
     assert gate.request("run") is True
