@@ -236,7 +236,9 @@ async def test_a_secret_reaches_the_node_in_memory_only(cluster: RayCluster, age
     secret = "node-secret-" + os.urandom(8).hex()
     monkeypatch.setenv("AB_NODE_SECRET", secret)  # the head has it; the nodes were started without it
     write_profile("t-secret", [{"id": "show", "when": {"prompt_contains": "show"},
-                                "do": {"run": 'printf "%s" "$AB_TOKEN" | wc -c', "reply": "length {run_output}"}}])
+                                "do": {"stream": [{"text": "measuring"}],  # held a while: it streams
+                                       "run": 'printf "%s" "$AB_TOKEN" | wc -c; sleep 1.5',
+                                       "reply": "length {run_output}"}}])
     profile = agent_box_home / "profiles" / "t-secret" / "profile.yaml"
     profile.write_text(profile.read_text().replace('"runtime": {', '"runtime": {"env": {"AB_TOKEN": "${AB_NODE_SECRET}"}, '))
     agent = services.profile_agent("t-secret", project, None)
