@@ -13,6 +13,8 @@ The cluster (`ray.cluster_utils.Cluster`, its own temp dir, no dashboard) is sta
 stopped at the end, its processes killed. Everything happens in a temporary AGENT_BOX_HOME.
 
     .venv/bin/python bench/bench_runners.py [--runs 15] [--turns 200] [--turn-s 0.5] [--claude-runs 9]
+
+`--claude-runs 0 --turns 0` measures R1 alone.
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ async def main(args: argparse.Namespace) -> None:
 
     work = Path(tempfile.mkdtemp(prefix="abbench-"))
     home = work / "home"
+    os.environ["RAY_TMPDIR"] = str(work)  # Ray's address file here, not in a /tmp/ray other clusters share
+    (work / "ray").mkdir()
     os.environ["PATH"] = f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"
     for var in ("CLAUDE_CONFIG_DIR", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
         os.environ.pop(var, None)
@@ -128,6 +132,9 @@ async def main(args: argparse.Namespace) -> None:
                   f"ray {statistics.median(ray_c) * 1000:.0f} ms, ratio {r4:.2f} (goal <= {R4_GOAL}) "
                   f"{'ok' if r4 <= R4_GOAL else 'MISSED'}")
 
+        if not args.turns:
+            return
+
         async def batch() -> float:
             start = time.perf_counter()
             await asyncio.gather(*(timed(remote, agent, "short") for _ in range(args.turns)))
@@ -169,7 +176,7 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=200, help="R2's turns each way (0: skip R2 and R3)")
     parser.add_argument("--turn-s", type=float, default=0.5)
     parser.add_argument("--claude-runs", type=int, default=9, help="R4's turns each way (0: skip R4)")
     asyncio.run(main(parser.parse_args()))
