@@ -188,11 +188,15 @@ async def main(args: argparse.Namespace) -> None:
             space = TurnWorkspace("t", project, "main", None, committed) if with_tree else None
             turn = Turn(job_id=new_session_id(), run_id="bench", task_id=None, agent=agent, prompt="noop",
                         session_id=new_session_id(), resume=False, timeout_s=60, workspace=space)
+            lines = len(out.read_text().splitlines()) if out.exists() else 0
             start = time.time()
             done = await remote.run(turn)
             end = time.time()
             assert done.result.ok, done.result
-            await asyncio.sleep(0.05)  # the node's log line written
+            for _ in range(200):  # the node writes its line after the turn's result is back
+                if out.exists() and len(out.read_text().splitlines()) > lines:
+                    break
+                await asyncio.sleep(0.01)
             return start, end, list(head_log)
 
         def empty(secrets: Any, turn: Any) -> Iterator[str]:

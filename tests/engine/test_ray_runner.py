@@ -366,7 +366,8 @@ async def test_two_turns_on_one_node_see_neither_each_other_nor_the_node_s_ray_p
             with contextlib.suppress(psutil.Error):
                 running.add(proc.environ().get("AGENTBOX_SESSION_ID"))
         together = max(together, len(running))
-        files_on_node |= {p.name for p in Path(tempfile.gettempdir()).glob("agentbox-node-turn.*/work/secret-*")}
+        files_on_node |= {p.name for root in (Path(tempfile.gettempdir()), Path("/dev/shm"))
+                          for p in root.glob("agentbox-node-turn.*/work/secret-*")}
         await asyncio.sleep(0.1)
     done = flight.result()
     assert together == 2 and {f"secret-{m}.txt" for m in markers} <= files_on_node

@@ -286,7 +286,7 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
     node_id = ray.get_runtime_context().get_node_id()
     host = socket.gethostname()
     travel.sweep_left_behind()
-    scratch = travel.node_dir(travel.NODE_TURN_DIR, None)
+    scratch = travel.node_dir(travel.NODE_TURN_DIR, travel.scratch_parent(len(turn.bundle or b"")))
     home_root = travel.node_dir(travel.NODE_HOME_DIR, travel.node_home_parent())
     try:
         home = travel.unpack(home_root, turn.agent.profile, turn.session, secrets.logins)
