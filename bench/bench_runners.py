@@ -38,7 +38,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 
 import psutil  # noqa: E402
-from _support import write_scripted_profile  # noqa: E402  (bench/ is sys.path[0] when a script runs)
+from _support import result, write_scripted_profile  # noqa: E402  (bench/ is sys.path[0] when a script runs)
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -137,6 +137,8 @@ async def main(args: argparse.Namespace) -> None:
         print(f"R1 no-op turn: local {statistics.median(local_s) * 1000:.0f} ms, "
               f"ray {statistics.median(ray_s) * 1000:.0f} ms, ratio {r1:.2f} (goal <= {R1_GOAL}) "
               f"{'ok' if r1 <= R1_GOAL else 'MISSED'}")
+        result("runners_r1", ratio=r1, local_ms=statistics.median(local_s) * 1000,
+               ray_ms=statistics.median(ray_s) * 1000)
 
         if args.work_runs:
             repo = work / "repo"
@@ -151,6 +153,8 @@ async def main(args: argparse.Namespace) -> None:
             r1w = statistics.median(ray_w) / statistics.median(local_w)
             print(f"R1w work turn: local {statistics.median(local_w) * 1000:.0f} ms, "
                   f"ray {statistics.median(ray_w) * 1000:.0f} ms, ratio {r1w:.2f} (reported)")
+            result("runners_r1w", ratio=r1w, local_ms=statistics.median(local_w) * 1000,
+                   ray_ms=statistics.median(ray_w) * 1000)
 
         if args.claude_runs:
             claude_profile("bench-claude", str(server.base_url))
@@ -165,6 +169,7 @@ async def main(args: argparse.Namespace) -> None:
             print(f"R4 real claude turn: local {statistics.median(local_c) * 1000:.0f} ms, "
                   f"ray {statistics.median(ray_c) * 1000:.0f} ms, ratio {r4:.2f} (goal <= {R4_GOAL}) "
                   f"{'ok' if r4 <= R4_GOAL else 'MISSED'}")
+            result("runners_r4", ratio=r4, local_s=statistics.median(local_c), ray_s=statistics.median(ray_c))
 
         if not args.turns:
             return
@@ -183,6 +188,7 @@ async def main(args: argparse.Namespace) -> None:
         r2 = three / one
         print(f"R2 {args.turns} turns of {args.turn_s:g} s: one node {one:.2f} turns/s, three nodes {three:.2f} "
               f"turns/s, ratio {r2:.2f} (goal >= {R2_GOAL}) {'ok' if r2 >= R2_GOAL else 'MISSED'}")
+        result("runners_r2", ratio=r2, one_tps=one, three_tps=three)
 
         me = psutil.Process()
         before = me.memory_info().rss
@@ -194,6 +200,7 @@ async def main(args: argparse.Namespace) -> None:
         await asyncio.gather(*flights)
         print(f"R3 head RSS: {before / 2**20:.0f} MB before, {peak / 2**20:.0f} MB with 50 turns in flight, "
               f"ratio {peak / before:.2f} (+{(peak - before) / 2**20 / 50:.2f} MB per turn)")
+        result("runners_r3", ratio=peak / before, before_mb=before / 2**20, inflight_mb=peak / 2**20)
     finally:
         server.__exit__(None, None, None)
         with contextlib.suppress(Exception):
