@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +39,13 @@ def _turns(name: str, work: Path, env: dict[str, str], count: int) -> list[dict[
 
 
 def test_codex_turns_open_no_side_connection_unless_the_profile_asks(tmp_path: Path, agent_box_home: Path) -> None:
-    if not (TOOLS_BIN / "codex").exists():
-        pytest.fail(f"codex is not installed in {TOOLS_BIN} (scripts/install-clis.sh)")
     home = tmp_path / "home"
     home.mkdir()
     work = tmp_path / "work"
     work.mkdir()
     env = {"HOME": str(home), "PATH": f"{TOOLS_BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    if shutil.which("codex", path=env["PATH"]) is None:
+        pytest.fail(f"codex is not on {env['PATH']} (scripts/install-clis.sh)")
     with FakeModelServer(tmp_path / "requests.jsonl") as server:
         for name in ("rc-codex", "rc-codex-chatty"):
             assert run_cli("profile", "add", name, "--from", "codex", env=env).code == 0
