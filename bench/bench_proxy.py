@@ -12,7 +12,7 @@ P8  for each real CLI (claude, codex, opencode, hermes) against the project's fa
 F   the fixed part of that cost: a no-op scripted turn (no connection at all) with
     `network: true` minus the same with `network: host`, in milliseconds; and, of that, the
     hold: bwrap with its own network running `/bin/true` while it is held for the proxy's
-    listeners (`launch(before_exec=...)`: --info-fd, setns from a forked child, --block-fd)
+    listeners (`launch(before_exec=...)`: --info-fd, setns from a thread as root or a forked child, --block-fd)
     minus the same bwrap run plainly.
 C   the cost of one connection: a client in bwrap opening a TCP connection to a toy server on
     the host's loopback, sending a line and reading the answer to its end, through the proxy
