@@ -1,7 +1,8 @@
 """A flood of files in one worktree: what 200,000 changed files cost the engine and the TUI's reads.
 
 One worktree run per size, in-process engine, one scripted worker whose turn writes
-`--files` new files (a shell loop inside the sandbox); the lead plans one task, a reviewer
+`--files` new files (a shell loop inside the sandbox that starts one `mkdir` per 1,000 files, so the
+flood costs file writes rather than 200,000 process starts); the lead plans one task, a reviewer
 approves it. Baseline, same script: the same run whose turn writes 10 files. Measured: the
 engine process's peak RSS during the run (sampled), run.json's size, and in a fresh
 interpreter what the TUI's reads of that run hold: the run loaded, the task's first diff page
@@ -62,7 +63,7 @@ def make_project(home: Path, root: Path, files: int) -> None:
         {"id": "plan", "when": {"prompt_contains": "[agentbox:plan"}, "do": {"reply_json": plan}}],
         "fallback": {"reply": "done"}})
     loop = (f"mkdir -p gen && cd gen && i=0; while [ $i -lt {files} ]; do d=d$((i / 1000)); "
-            "mkdir -p $d; echo $i > $d/f$i.txt; i=$((i+1)); done")
+            "[ $((i % 1000)) -eq 0 ] && mkdir -p $d; echo $i > $d/f$i.txt; i=$((i+1)); done")
     write_scripted_profile(home, f"worker-{tag}", {"defaults": {"usage": usage}, "rules": [],
                                                    "fallback": {"run": loop, "reply_json": {"summary": "flood",
                                                                                              "evidence": ["x"]}}})

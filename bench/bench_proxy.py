@@ -12,7 +12,7 @@ P8  for each real CLI (claude, codex, opencode, hermes) against the project's fa
 F   the fixed part of that cost: a no-op scripted turn (no connection at all) with
     `network: true` minus the same with `network: host`, in milliseconds; and, of that, the
     hold: bwrap with its own network running `/bin/true` while it is held for the proxy's
-    listeners (`launch(before_exec=...)`: --info-fd, setns from a forked child, --block-fd)
+    listeners (`launch(before_exec=...)`: --info-fd, setns from a thread as root or a forked child, --block-fd)
     minus the same bwrap run plainly.
 C   the cost of one connection: a client in bwrap opening a TCP connection to a toy server on
     the host's loopback, sending a line and reading the answer to its end, through the proxy
@@ -42,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._support import result  # noqa: E402
 from bench.bench_realcli import TOOLS, TOOLS_BIN, Bench, compare  # noqa: E402
 from tests.fakes.model_server import FakeModelServer  # noqa: E402
 
@@ -177,6 +178,7 @@ def main() -> int:
                     lines.append(f"  {tool:<9} ({rounds:2} rounds) network: host {host_s:6.3f} s   "
                                  f"through the proxy {proxy_s:6.3f} s   ratio {ratio:5.3f}  (goal <= {P8_GOAL})  "
                                  f"{'ok' if ratio <= P8_GOAL else 'MISSED'}   {proxy_n:g} model-server requests per turn")
+                    result("proxy", tool=tool, ratio=ratio, host_s=host_s, proxy_s=proxy_s, rounds=rounds)
                 except RuntimeError as exc:
                     failures.append(f"{tool}: {exc}")
                     lines.append(f"  {tool:<9} FAILED")
@@ -186,6 +188,7 @@ def main() -> int:
             (host_s, _), (proxy_s, _) = found["host"], found["proxy"]
             lines.append(f"  fixed     ({rounds:2} rounds) no-op scripted turn: network: host {host_s * 1000:6.1f} ms   "
                          f"through the proxy {proxy_s * 1000:6.1f} ms   +{(proxy_s - host_s) * 1000:.1f} ms per turn")
+            result("proxy_fixed", host_ms=host_s * 1000, proxy_ms=proxy_s * 1000, rounds=rounds)
             rounds = args.runs * 3
             held_s, bare_s, through_s, direct_s = hold_and_connections(rounds)
             lines.append(f"  hold      ({rounds:2} rounds) bwrap with its own network, /bin/true {bare_s * 1000:6.1f} ms   "

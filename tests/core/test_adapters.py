@@ -231,7 +231,7 @@ class TestCodexArgv:
     def test_new(self) -> None:
         cmd = self.a.build(req("codex"))
         assert cmd.argv == ["/opt/bin/codex", "exec", "--json", "--skip-git-repo-check",
-                            "--dangerously-bypass-approvals-and-sandbox", "-"]
+                            "--dangerously-bypass-approvals-and-sandbox", *QUIET, "-"]
         assert cmd.stdin == b"do the thing" and cmd.env == {}
 
     def test_resume_options_after_resume(self) -> None:
@@ -239,7 +239,7 @@ class TestCodexArgv:
                                 extra_args=("-c", "x=1"))).argv
         assert argv[:3] == ["/opt/bin/codex", "exec", "resume"]
         assert argv[3:] == ["--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-                            "-m", "m1", "-c", "x=1", "thr-1", "-"]
+                            *QUIET, "-m", "m1", "-c", "x=1", "thr-1", "-"]
 
     def test_model_and_extra_args_new(self) -> None:
         argv = self.a.build(req("codex", model="gpt-x", extra_args=("--oss",))).argv
@@ -271,6 +271,92 @@ class TestCodexArgv:
     def test_interactive(self) -> None:
         argv = self.a.interactive(req("codex", native_id="thr", first_turn=False, model="m")).argv
         assert argv == ["/opt/bin/codex", "resume", "thr", "-m", "m"]
+
+
+QUIET = ["-c", "analytics.enabled=false", "-c", "features.plugins=false"]
+"""The side-traffic switches a headless codex turn gets from a profile that sets neither."""
+
+
+class TestCodexQuietSwitches:
+    """Analytics and the plugin system's start-up sync are off unless the profile says otherwise."""
+
+    a = CodexAdapter()
+
+    def switches(self, tmp_path: Path, config: str | None = None, extra: tuple[str, ...] = (),
+                 files: dict[str, str] | None = None) -> list[str]:
+        home = tmp_path / "dot-codex"
+        home.mkdir(exist_ok=True)
+        if config is not None:
+            (home / "config.toml").write_text(config)
+        for name, text in (files or {}).items():
+            (home / name).write_text(text)
+        argv = self.a.build(req("codex", tmp_path, extra_args=extra)).argv
+        return [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "-c" and argv[i + 1] in
+                ("analytics.enabled=false", "features.plugins=false")]
+
+    def test_a_plain_profile_gets_both(self, tmp_path: Path) -> None:
+        assert self.switches(tmp_path, 'model = "m"\n[model_providers.fake]\nbase_url = "http://x"\n') == \
+            ["analytics.enabled=false", "features.plugins=false"]
+        argv = self.a.build(req("codex", tmp_path / "no-such-dir")).argv  # no config dir at all
+        assert argv[5:9] == QUIET
+
+    @pytest.mark.parametrize("config", [
+        "[analytics]\nenabled = true\n",
+        "analytics = { enabled = true }\n",
+        '[profiles.work.analytics]\nenabled = true\n',
+    ])
+    def test_analytics_set_by_the_profile_is_left_alone(self, tmp_path: Path, config: str) -> None:
+        assert self.switches(tmp_path, config) == ["features.plugins=false"]
+
+    @pytest.mark.parametrize("config", [
+        "[features]\nplugins = true\n",
+        '[plugins."github@openai-curated"]\nenabled = true\n',
+        "[marketplaces.mine]\nsource = \"git\"\n",
+        "[profiles.p.features]\nplugins = true\n",
+    ])
+    def test_a_profile_using_plugins_keeps_them(self, tmp_path: Path, config: str) -> None:
+        assert self.switches(tmp_path, config) == ["analytics.enabled=false"]
+
+    @pytest.mark.parametrize("extra", [
+        ("-c", "analytics.enabled=true"), ("--config", "analytics={enabled=true}"), ("-canalytics.enabled=true",),
+        ("--config=analytics.enabled=true",),
+    ])
+    def test_extra_args_setting_analytics_win(self, tmp_path: Path, extra: tuple[str, ...]) -> None:
+        assert self.switches(tmp_path, extra=extra) == ["features.plugins=false"]
+
+    @pytest.mark.parametrize("extra", [
+        ("--enable", "plugins"), ("--disable", "plugins"), ("--enable=plugins",), ("-c", "features.plugins=true"),
+        ("-c", "features={plugins=true}"),
+    ])
+    def test_extra_args_naming_plugins_win(self, tmp_path: Path, extra: tuple[str, ...]) -> None:
+        assert self.switches(tmp_path, extra=extra) == ["analytics.enabled=false"]
+
+    def test_a_codex_profile_file_chosen_by_extra_args_counts(self, tmp_path: Path) -> None:
+        files = {"work.config.toml": "[analytics]\nenabled = true\n"}
+        assert self.switches(tmp_path, extra=("-p", "work"), files=files) == ["features.plugins=false"]
+        assert self.switches(tmp_path, extra=("-c", "x=1"), files=files) == \
+            ["analytics.enabled=false", "features.plugins=false"]
+
+    def test_unrelated_arguments_do_not_count(self, tmp_path: Path) -> None:
+        assert self.switches(tmp_path, extra=("--enable", "apps", "-c", "analytics_x=1", "analytics.enabled=true")) \
+            == ["analytics.enabled=false", "features.plugins=false"]
+
+    @pytest.mark.parametrize("config", ["not = [toml", "\xff"])
+    def test_an_unreadable_config_sets_nothing_and_raises_nothing(self, tmp_path: Path, config: str) -> None:
+        home = tmp_path / "dot-codex"
+        home.mkdir()
+        (home / "config.toml").write_bytes(config.encode("latin-1"))
+        assert self.switches(tmp_path) == ["analytics.enabled=false", "features.plugins=false"]
+
+    def test_a_symlinked_config_is_not_followed(self, tmp_path: Path) -> None:
+        (tmp_path / "elsewhere.toml").write_text("[analytics]\nenabled = true\n")
+        home = tmp_path / "dot-codex"
+        home.mkdir()
+        (home / "config.toml").symlink_to(tmp_path / "elsewhere.toml")
+        assert self.switches(tmp_path) == ["analytics.enabled=false", "features.plugins=false"]
+
+    def test_the_person_s_interactive_codex_is_left_as_configured(self, tmp_path: Path) -> None:
+        assert "-c" not in self.a.interactive(req("codex", tmp_path)).argv
 
 
 THREAD = "01a22833-ee78-7a23-ac0c-7f82fb33ba17"

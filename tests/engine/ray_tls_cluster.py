@@ -20,6 +20,8 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 def main() -> None:
     temp_dir, resources = sys.argv[1], json.loads(sys.argv[2])
+    os.environ["RAY_TMPDIR"] = temp_dir  # Ray's address file there, not in a /tmp/ray other clusters share
+    os.makedirs(os.path.join(temp_dir, "ray"), exist_ok=True)
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 0, "include_dashboard": False, "temp_dir": temp_dir, "node_ip_address": "127.0.0.1"})
     try:

@@ -90,7 +90,8 @@ class RayCluster:
 def cluster() -> Iterator[RayCluster]:
     """The one cluster of these tests, in a short temp dir (Ray's socket paths must stay under 107 bytes)."""
     temp_dir = Path(tempfile.mkdtemp(prefix="abray-"))
-    os.environ["RAY_TMPDIR"] = str(temp_dir)  # Ray's address file goes there, not in a shared /tmp/ray
+    before = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = str(temp_dir)  # Ray's address file there, not in a /tmp/ray other clusters share
     (temp_dir / "ray").mkdir()
     made = RayCluster(temp_dir)
     try:
@@ -98,6 +99,10 @@ def cluster() -> Iterator[RayCluster]:
     finally:
         made.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
+        if before is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = before
     assert all(p.status() == psutil.STATUS_ZOMBIE for p in made.processes())
 
 
@@ -366,7 +371,8 @@ async def test_two_turns_on_one_node_see_neither_each_other_nor_the_node_s_ray_p
             with contextlib.suppress(psutil.Error):
                 running.add(proc.environ().get("AGENTBOX_SESSION_ID"))
         together = max(together, len(running))
-        files_on_node |= {p.name for p in Path(tempfile.gettempdir()).glob("agentbox-node-turn.*/work/secret-*")}
+        files_on_node |= {p.name for root in (Path(tempfile.gettempdir()), Path("/dev/shm"))
+                          for p in root.glob("agentbox-node-turn.*/work/secret-*")}
         await asyncio.sleep(0.1)
     done = flight.result()
     assert together == 2 and {f"secret-{m}.txt" for m in markers} <= files_on_node
@@ -720,3 +726,20 @@ def assert_kept_whole(paths: Any, run_id: str) -> None:
     # the cut-short attempts had streamed (their files at least): kept aside, as a local turn cut short is
     assert interrupted and all("interrupted-1.log" in (line["log_path"] or "") for line in interrupted), interrupted
     assert all(Path(line["log_path"]).is_file() for line in interrupted)
+
+
+def test_a_bundle_s_one_commit_is_read_from_its_header_and_anything_else_refused(tmp_path: Path) -> None:
+    from agentbox.core.engine.runners.ray_runner import bundle_parts
+    from agentbox.core.errors import AgentboxError
+
+    make_repo(tmp_path)
+    made = subprocess.run(["git", "-C", str(tmp_path), "bundle", "create", "-q", "-", "HEAD"], check=True,
+                          capture_output=True).stdout
+    commit, pack = bundle_parts(made)
+    assert commit == git(tmp_path, "rev-parse", "HEAD").strip()
+    assert pack.startswith(b"PACK")
+    two = subprocess.run(["git", "-C", str(tmp_path), "bundle", "create", "-q", "-", "HEAD", "--all"], check=True,
+                         capture_output=True).stdout
+    for bad in (b"", b"PACK....", made.replace(b"# v2", b"# v9", 1), two):
+        with pytest.raises(AgentboxError):
+            bundle_parts(bad)

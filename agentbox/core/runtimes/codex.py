@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import tomllib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -37,6 +38,26 @@ from agentbox.core.runtimes.common import (
     sub_object,
     with_instructions,
 )
+
+QUIET_SWITCHES: tuple[tuple[str, str], ...] = (
+    ("analytics.enabled", "false"),
+    ("features.plugins", "false"),
+)
+"""codex's own switches for its side traffic, off in every headless turn unless the profile sets them.
+
+`analytics.enabled`: the usage events codex posts to ab.chatgpt.com at the end of every turn.
+`features.plugins`: the plugin system, whose start-up work is the curated marketplace's sync
+(`git ls-remote https://github.com/openai/plugins.git`, then api.github.com and chatgpt.com as
+fall-backs) and the remote plugin catalog's prefetch, in every new process, so every turn. It
+is turned off only for a profile that configures no plugin (no `[plugins]` or `[marketplaces]`
+table): such a profile loses nothing by it, and the request to the model is the same. With a
+sandbox's allowlist none of that could succeed, and with `network: host` it is traffic to
+OpenAI and GitHub that a crew's turn never asked for. A profile turns either back on in its
+`config.toml` (a key it sets is never overridden) or its `extra_args` (they come later and win).
+"""
+MAX_CONFIG_BYTES = 1 << 20
+_USES_PLUGINS = ("plugins", "marketplaces")
+"""config.toml tables that mean the profile uses plugins (installed ones, its own marketplaces)."""
 
 _COUNTERS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens", "reasoning_output_tokens")
 
@@ -77,6 +98,8 @@ class CodexAdapter(Adapter):
         if request.native_id is not None:
             argv.append("resume")
         argv += ["--json", "--skip-git-repo-check", *self._permissions(request)]
+        argv += [arg for key, value in quiet_switches(request.config_dir, request.extra_args)
+                 for arg in ("-c", f"{key}={value}")]
         if request.model:
             argv += ["-m", request.model]
         argv += list(request.extra_args)
@@ -183,6 +206,75 @@ class CodexAdapter(Adapter):
         if kind == "error":
             return [DisplayEvent("error", str(event.get("message") or "error"))]
         return []
+
+
+def quiet_switches(config_dir: Path, extra_args: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The QUIET_SWITCHES this profile leaves to agentbox: those its config.toml (top level or any
+    `[profiles.*]` table, or a `-p NAME` file) and its extra arguments do not set."""
+    documents = [_config(config_dir / "config.toml")]
+    for flag, value in zip(extra_args, extra_args[1:], strict=False):
+        if flag in ("-p", "--profile"):
+            documents.append(_config(config_dir / f"{value}.config.toml"))
+    layers = [d for document in documents for d in (document, *_tables(document.get("profiles")).values())]
+    wanted = []
+    for key, value in QUIET_SWITCHES:
+        if any(_sets(layer, key) for layer in layers) or _names(extra_args, key):
+            continue
+        if key == "features.plugins" and any(table in layer for layer in layers for table in _USES_PLUGINS):
+            continue
+        wanted.append((key, value))
+    return wanted
+
+
+def _config(path: Path) -> dict[str, Any]:
+    """A codex config file's tables ({} when it is missing, not a regular file, too large or not TOML:
+    codex itself then reports the file, and agentbox's switches change nothing it would use)."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return {}
+        with path.open("rb") as handle:
+            text = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(text) > MAX_CONFIG_BYTES:
+            return {}
+        return tomllib.loads(text.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+        return {}
+
+
+def _tables(value: object) -> dict[str, Mapping[str, Any]]:
+    return {k: v for k, v in value.items() if isinstance(v, Mapping)} if isinstance(value, Mapping) else {}
+
+
+def _sets(layer: Mapping[str, Any], dotted: str) -> bool:
+    """Whether a config layer sets `dotted` (`a.b`: `[a] b = …`, or `a = { b = … }`)."""
+    *parents, leaf = dotted.split(".")
+    node: object = layer
+    for part in parents:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return isinstance(node, Mapping) and leaf in node
+
+
+def _names(extra_args: tuple[str, ...], dotted: str) -> bool:
+    """Whether the extra arguments set `dotted` or a table holding it (`-c key=…`, `--config key=…`,
+    `-ckey=…`, `--config=key=…`), or enable or disable it as a feature (`--enable NAME`)."""
+    feature = dotted.removeprefix("features.") if dotted.startswith("features.") else None
+    for flag, value in zip(("", *extra_args), extra_args, strict=False):
+        if flag in ("-c", "--config"):
+            setting: str | None = value
+        elif value.startswith("--config="):
+            setting = value.removeprefix("--config=")
+        elif value.startswith("-c") and len(value) > 2:
+            setting = value[2:]
+        else:
+            setting = None
+        if setting is not None and "=" in setting:
+            key = setting.split("=", 1)[0].strip()
+            if key == dotted or dotted.startswith(f"{key}."):
+                return True
+        if feature is not None and (flag in ("--enable", "--disable") and value == feature
+                                    or value in (f"--enable={feature}", f"--disable={feature}")):
+            return True
+    return False
 
 
 def _delta(now: Any, before: Any) -> int | None:

@@ -9,8 +9,9 @@ through the same `invoke` as here (bwrap, seccomp, scopes, egress allowlist).
 
 Git is the hand-off. A work turn's branch goes to the node as a git bundle; the node
 clones it into a worktree of its own (its `.git` read-only to the agent), runs the turn,
-commits what changed and sends the new commit back as a bundle. Here it is fetched into
-the task's worktree, whose files are set to the node's tree, and committed by the same
+commits what changed and sends the new commit back as a bundle. Here its pack is indexed
+into the project's repository (checked as fsck checks what it fetches) and the task's
+worktree's files are set to the node's tree, then committed by the same
 code as a local turn (same message, same author, same idempotent turn id), so the
 branch holds what it would hold had the turn run here.
 
@@ -42,9 +43,9 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import shutil
 import socket
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,8 +61,6 @@ if TYPE_CHECKING:
 
 TOOL_RESOURCE = "agentbox-tool:{tool}"
 """The custom resource a node advertises for each tool it has (`ray start --resources`)."""
-TURN_REF = "refs/agentbox/turn"
-"""The ref a node's bundle carries the turn's commit under."""
 
 
 def tool_resource(tool: str) -> str:
@@ -100,7 +99,7 @@ class RayRunner:
         return None
 
     async def run(self, turn: Turn) -> TurnDone:
-        """The turn as a Ray task; its commit fetched from the node's bundle and committed here.
+        """The turn as a Ray task; its commit taken from the node's bundle and committed here.
 
         The session is locked here for the whole turn, as a local turn locks it: no other turn
         of the session (`agentbox invoke --session`, here or through another runner) runs meanwhile.
@@ -127,30 +126,22 @@ class RayRunner:
         if memory_mb is not None:
             options["memory"] = memory_mb * 2**20
         options.update(self.task_options(turn))
-        tree = turn.workspace.path if turn.workspace is not None else agent.worktree
         try:
-            bundle = await asyncio.to_thread(_bundle_of, tree) if tree is not None else None
-            sent, logins = await asyncio.to_thread(travel.pack, agent, turn.session_id, turn.resume)
-            prices = await asyncio.to_thread(head_prices)
-            folders = await asyncio.to_thread(travel.pack_folders, _handoff_folders(agent)) if tree is not None else {}
+            secrets, sending = await asyncio.to_thread(_for_node, turn)
         except AgentboxError as exc:
             return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
                                          error=f"preparing the turn for a node failed: {exc.message}",
                                          role=agent.role))
-        refs = self._remote.options(**options).remote(NodeSecrets(_secret_env(agent), logins), NodeTurn(
-            agent=agent, prompt=turn.prompt, session_id=turn.session_id, resume=turn.resume,
-            timeout_s=turn.timeout_s, run_id=turn.run_id, task_id=turn.task_id, bundle=bundle, session=sent,
-            commits=turn.workspace is not None, prices=prices, folders=folders))
+        refs = self._remote.options(**options).remote(secrets, sending)
         shown: list[NodeStarted] = []
         mirror = ray_stream.LogMirror(agent)
         try:
             back: NodeDone | None = None
             while back is None:
-                said = await asyncio.to_thread(_next_of, ray, refs)
+                said = await _next_of(refs)
                 if isinstance(said, NodeStarted):
                     shown.append(said)
-                    await asyncio.to_thread(mirror.start_of, said.record)
-                    mirror.record = await asyncio.to_thread(_show_running, agent, said)
+                    mirror.record = await asyncio.to_thread(_show_running, agent, said, mirror)
                     if turn.on_placed is not None:
                         turn.on_placed(said.node_id, said.host)
                 elif isinstance(said, ray_stream.NodeOutput):
@@ -175,30 +166,50 @@ class RayRunner:
                                          error=f"the node running the turn was lost: {type(exc).__name__}: "
                                                f"{str(exc).splitlines()[0][:300] if str(exc) else ''}",
                                          role=agent.role))
-        try:
-            await asyncio.to_thread(mirror.store_back, back.session)
-            await asyncio.to_thread(travel.store_folders_back, back.folders, tuple(Path(f) for f in folders))
-        except (AgentboxError, OSError) as exc:
-            if shown:
-                await asyncio.to_thread(_show_ended, agent, shown[0])
-            return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
-                                         error=f"keeping the session's files from the node failed: {exc}",
-                                         role=agent.role), node_id=back.node_id, host=back.host)
-        result = dataclasses.replace(back.result, log_path=travel.local_path(back.session, agent,
-                                                                             back.result.log_path))
-        if turn.workspace is None or result.error_kind == "spawn_failed":
-            return TurnDone(result, None, back.peak_rss_mb, node_id=back.node_id, host=back.host)
-        try:
-            if back.bundle is not None:
-                await asyncio.to_thread(_take_bundle, turn.workspace.path, back.bundle)
-            from agentbox.core.engine.runners.local import reply_summary
+        return await asyncio.to_thread(_taken_back, turn, back, shown[0] if shown else None, sending.folders, mirror)
 
-            git = await asyncio.to_thread(turn.workspace.commit, reply_summary(result.text))
-        except AgentboxError as exc:
-            return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
-                                         error=f"taking the node's commit failed: {exc.message}", role=agent.role),
-                            node_id=back.node_id, host=back.host)
-        return TurnDone(result, git, back.peak_rss_mb, node_id=back.node_id, host=back.host)
+
+def _for_node(turn: Turn) -> tuple[NodeSecrets, NodeTurn]:
+    """What the task of `turn` carries to its node (made in one go, off the event loop)."""
+    agent = turn.agent
+    tree = turn.workspace.path if turn.workspace is not None else agent.worktree
+    bundle = _bundle_of(tree) if tree is not None else None
+    sent, logins = travel.pack(agent, turn.session_id, turn.resume)
+    folders = travel.pack_folders(_handoff_folders(agent)) if tree is not None else {}
+    return NodeSecrets(_secret_env(agent), logins), NodeTurn(
+        agent=agent, prompt=turn.prompt, session_id=turn.session_id, resume=turn.resume, timeout_s=turn.timeout_s,
+        run_id=turn.run_id, task_id=turn.task_id, bundle=bundle, session=sent, commits=turn.workspace is not None,
+        prices=head_prices(), folders=folders)
+
+
+def _taken_back(turn: Turn, back: NodeDone, started: NodeStarted | None,
+                folders: dict[str, dict[str, bytes]], mirror: ray_stream.LogMirror) -> TurnDone:
+    """What the node sent back kept here (the session's files, its logs over what streamed, the hand-off
+    folders, the turn's commit)."""
+    agent = turn.agent
+    try:
+        mirror.store_back(back.session)
+        travel.store_folders_back(back.folders, tuple(Path(f) for f in folders))
+    except (AgentboxError, OSError) as exc:
+        if started is not None:
+            _show_ended(agent, started)
+        return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
+                                     error=f"keeping the session's files from the node failed: {exc}",
+                                     role=agent.role), node_id=back.node_id, host=back.host)
+    result = dataclasses.replace(back.result, log_path=travel.local_path(back.session, agent, back.result.log_path))
+    if turn.workspace is None or result.error_kind == "spawn_failed":
+        return TurnDone(result, None, back.peak_rss_mb, node_id=back.node_id, host=back.host)
+    try:
+        if back.bundle is not None:
+            _take_bundle(turn.workspace.path, back.bundle)
+        from agentbox.core.engine.runners.local import reply_summary
+
+        git = turn.workspace.commit(reply_summary(result.text))
+    except AgentboxError as exc:
+        return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
+                                     error=f"taking the node's commit failed: {exc.message}", role=agent.role),
+                        node_id=back.node_id, host=back.host)
+    return TurnDone(result, git, back.peak_rss_mb, node_id=back.node_id, host=back.host)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,13 +289,12 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
 
     from agentbox.core.agents.sessions import SessionStore
     from agentbox.core.engine.runners.local import LocalRunner
-    from agentbox.core.workspace import commit_turn
     from agentbox.core.workspace.gitcmd import git
 
     node_id = ray.get_runtime_context().get_node_id()
     host = socket.gethostname()
     travel.sweep_left_behind()
-    scratch = travel.node_dir(travel.NODE_TURN_DIR, None)
+    scratch = travel.node_dir(travel.NODE_TURN_DIR, travel.scratch_parent(len(turn.bundle or b"")))
     home_root = travel.node_dir(travel.NODE_HOME_DIR, travel.node_home_parent())
     try:
         home = travel.unpack(home_root, turn.agent.profile, turn.session, secrets.logins)
@@ -324,14 +334,8 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
             folders[name] = travel.collect_folder(local, files)
             shutil.rmtree(local, ignore_errors=True)  # it goes back as files, never in the turn's commit
         bundle = None
-        if work is not None and turn.commits and done.result.error_kind != "spawn_failed":
-            base = git(work, "rev-parse", "HEAD").text.strip()
-            commit = commit_turn(work, author_name="agentbox node", author_email="node@agentbox.invalid",
-                                 message=f"turn on node {node_id[:12]}\n")
-            if commit is not None and commit != base:
-                git(work, "update-ref", TURN_REF, commit)
-                git(work, "bundle", "create", "-q", str(scratch / "out.bundle"), TURN_REF, f"^{base}")
-                bundle = (scratch / "out.bundle").read_bytes()
+        if work is not None and turn.bundle is not None and turn.commits and done.result.error_kind != "spawn_failed":
+            bundle = _bundle_back(work, bundle_parts(turn.bundle)[0], node_id)
         yield NodeDone(done.result, bundle, node_id, host, done.peak_rss_mb, session, folders)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -378,13 +382,13 @@ def _in_clone(agent: Agent, work: Path, folders: dict[str, dict[str, bytes]]) ->
                                view_hidden=(), base=None, over=(), protected=protected, extra_rw=tuple(writable))
 
 
-def _next_of(ray: Any, refs: Any) -> NodeStarted | ray_stream.Said | NodeDone | None:
-    """What the node's task says next (None: it ended without a word more)."""
+async def _next_of(refs: Any) -> NodeStarted | ray_stream.Said | NodeDone | None:
+    """What the node's task says next (None: it ended without a word more), awaited on the event loop."""
     try:
-        ref = next(refs)
-    except StopIteration:
+        ref = await refs.__anext__()
+    except StopAsyncIteration:
         return None
-    said: NodeStarted | ray_stream.Said | NodeDone = ray.get(ref)
+    said: NodeStarted | ray_stream.Said | NodeDone = await ref
     return said
 
 
@@ -401,9 +405,12 @@ def head_prices() -> dict[str, Any] | None:
             for vendor, models in prices.items()} or None
 
 
-def _show_running(agent: Agent, started: NodeStarted) -> SessionRecord:
-    """The session's record on the head says the turn runs on the node (its pid there, none here); that record."""
+def _show_running(agent: Agent, started: NodeStarted, mirror: ray_stream.LogMirror) -> SessionRecord:
+    """The session's record on the head says the turn runs on the node (its pid there, none here), once
+    `mirror` has moved an earlier attempt's logs of the turn aside; that record."""
     from agentbox.core.agents.sessions import SessionRecord
+
+    mirror.start_of(started.record)
 
     here = str(agent.sessions.root)
     record = SessionRecord.from_dict(json.loads(json.dumps(started.record).replace(
@@ -464,22 +471,49 @@ def _bundle_of(worktree: Path) -> bytes:
     """The worktree's HEAD (the task branch) as a git bundle."""
     from agentbox.core.workspace.gitcmd import git
 
-    with tempfile.TemporaryDirectory(prefix="agentbox-bundle.") as tmp:
-        path = Path(tmp) / "branch.bundle"
-        git(worktree, "bundle", "create", "-q", str(path), "HEAD")
-        return path.read_bytes()
+    return git(worktree, "bundle", "create", "-q", "-", "HEAD").stdout
+
+
+def bundle_parts(bundle: bytes) -> tuple[str, bytes]:
+    """The commit a bundle of one ref names, and its pack (read from the bundle's header, no git process).
+
+    An AgentboxError when it is not a v2 bundle of exactly one ref.
+    """
+    header, sep, pack = bundle.partition(b"\n\n")
+    lines = header.decode("ascii", "replace").split("\n")
+    refs = [line.split(" ", 1)[0] for line in lines[1:] if line and not line.startswith("-")]
+    if not sep or lines[0] != "# v2 git bundle" or len(refs) != 1 or not _OBJECT_ID.fullmatch(refs[0]):
+        raise AgentboxError("a turn's git bundle is not a bundle of one commit", "report this as a bug")
+    return refs[0], pack
+
+
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def _bundle_back(work: Path, base: str, node_id: str) -> bytes | None:
+    """On a node: what the turn changed in its clone `work` (HEAD at `base`) committed, and that
+    commit as a bundle of it alone (None: the turn changed nothing)."""
+    from agentbox.core.workspace import commit_turn
+    from agentbox.core.workspace.gitcmd import git
+
+    commit = commit_turn(work, author_name="agentbox node", author_email="node@agentbox.invalid",
+                         message=f"turn on node {node_id[:12]}\n")
+    if commit is None or commit == base:
+        return None
+    return git(work, "bundle", "create", "-q", "-", "HEAD", f"^{base}").stdout
 
 
 def _take_bundle(worktree: Path, bundle: bytes) -> None:
-    """Fetch the node's commit from its bundle and set the worktree's files (and index) to its tree."""
+    """The node's commit from its bundle into the repository, the worktree's files (and index) set to its tree.
+
+    The pack goes straight to `index-pack` (checked as fsck would: it is what an agent wrote),
+    and its commit's tree is read by id: no temporary file, ref or fetch.
+    """
     from agentbox.core.workspace.gitcmd import git
 
-    with tempfile.TemporaryDirectory(prefix="agentbox-bundle.") as tmp:
-        path = Path(tmp) / "turn.bundle"
-        path.write_bytes(bundle)
-        git(worktree, "fetch", "-q", "--no-tags", "--no-write-fetch-head", str(path), f"+{TURN_REF}:{TURN_REF}")
-        git(worktree, "read-tree", "-u", "--reset", TURN_REF)
-        git(worktree, "update-ref", "-d", TURN_REF)
+    commit, pack = bundle_parts(bundle)
+    git(worktree, "index-pack", "--stdin", "--fix-thin", "--strict", stdin=pack)
+    git(worktree, "read-tree", "-u", "--reset", f"{commit}^{{commit}}")
 
 
 @dataclasses.dataclass(frozen=True)
