@@ -678,6 +678,20 @@ class TestHermesArgv:
         assert "ünïcode" not in seen["cmdline"] and "-rf" not in seen["cmdline"]
         assert seen["path0"] == os.path.dirname(script)  # not the agent's cwd
 
+    def test_launcher_imports_nothing_from_the_agents_project(self, tmp_path: Path) -> None:
+        """A `runpy.py` (or `httpx.py`) a turn wrote into the project is not what the launcher imports."""
+        script = hermes_script(tmp_path, "print('entry script ran')\n")
+        work = tmp_path / "work"
+        work.mkdir()
+        planted = tmp_path / "planted"
+        for module in ("runpy", "httpx", "importlib"):
+            (work / f"{module}.py").write_text(f"open({str(planted)!r}, 'a').write({module!r})\n")
+        cmd = self.a.build(req("hermes", tmp_path, executable=script))
+        done = subprocess.run(cmd.argv, input=cmd.stdin, cwd=work, capture_output=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == b"entry script ran\n"
+        assert not planted.exists(), planted.read_text()
+
     @pytest.mark.parametrize("resumed", [False, True], ids=["new", "resume"])
     def test_read_only_narrows_toolsets_on_new_and_resumed_turns(self, tmp_path: Path, resumed: bool) -> None:
         script = hermes_script(tmp_path)

@@ -46,15 +46,43 @@ USAGE_FILE = "hermes-usage.json"
 USAGE_FILE_MAX_BYTES = 64 * 1024
 #: Runs hermes' entry script (argv[2]) with the prompt read from stdin appended to its
 #: sys.argv as `OPTION=PROMPT` (argv[1]); the kernel's command line never holds it.
-#: sys.path[0] is the script's dir, as when the script runs itself (not the cwd, which is
-#: the agent's project).
-LAUNCHER = (
-    "import os, runpy, sys; option, script = sys.argv[1:3]; "
-    "prompt = sys.stdin.buffer.read().decode('utf-8', 'surrogateescape'); "
-    "sys.argv = [script, *sys.argv[3:], option + '=' + prompt]; "
-    "sys.path[0] = os.path.dirname(os.path.realpath(script)); "
-    "runpy.run_path(script, run_name='__main__')"
-)
+#: sys.path[0] is the script's dir, as when the script runs itself: the cwd (the agent's
+#: project, where a turn may have written a `runpy.py`) leaves sys.path before anything is imported.
+#:
+#: It also makes httpx build one default SSL context per process instead of one per
+#: transport (what httpx's own docs advise: one context shared by the clients). An httpx
+#: client made with the proxy settings of a sandbox with its own network builds a transport
+#: for each of HTTP_PROXY, HTTPS_PROXY and ALL_PROXY, and each transport parsed the whole CA
+#: bundle (15-20 ms on a quiet core, encode/httpx#3627) though the model's loopback endpoint
+#: is in NO_PROXY and never uses them: hermes makes two such clients a turn (its local-server
+#: probe), +120 ms a turn through the egress proxy. Only the default case is shared (verify
+#: True, no client certificate, keyed by the CA variables it reads), and only where httpx
+#: cannot speak HTTP/2 (no `h2`), so no client changes the ALPN list another one sends.
+LAUNCHER = """\
+import sys
+if sys.path and sys.path[0] == "":
+    del sys.path[0]
+import importlib.util, os, runpy
+option, script = sys.argv[1:3]
+sys.path.insert(0, os.path.dirname(os.path.realpath(script)))
+try:
+    import httpx._transports.default as transports
+except Exception:
+    transports = None
+make = getattr(transports, "create_ssl_context", None)
+if callable(make) and importlib.util.find_spec("h2") is None:
+    def shared_ssl_context(verify=True, cert=None, trust_env=True, make=make, made={}):
+        if verify is not True or cert:
+            return make(verify=verify, cert=cert, trust_env=trust_env)
+        key = (trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        if key not in made:
+            made[key] = make(verify=verify, cert=cert, trust_env=trust_env)
+        return made[key]
+    transports.create_ssl_context = shared_ssl_context
+prompt = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+sys.argv = [script, *sys.argv[3:], option + "=" + prompt]
+runpy.run_path(script, run_name="__main__")
+"""
 #: The toolsets of a read-only role: hermes has no read-only file toolset (`file` is
 #: read_file with write_file and patch), so the shell is how it reads, as claude's Bash;
 #: `file`, `code_execution`, `delegation`, `skills`, `memory`, `cronjob` and the rest stay off.
