@@ -81,8 +81,11 @@ def test_a_new_worktree_checks_out_its_scopes_only_and_is_seen_whole(repo: Path)
     tree = ensure_task_worktree(repo, "r1", "t1", reach=["src"], sparse=True)
     view = bases.read_base(tree.path)
     assert view is not None and view.over == ("src",)
-    assert sorted(os.listdir(tree.path)) == [".git", "src"]  # README.md, lib/, docs/ are the base's
-    assert len(git(tree.path, "ls-files").split()) == 16  # the index holds the whole tree
+    # lib/, docs/ are the base's (cone mode checks out the top's files too, the base's same bytes, not bound)
+    assert sorted(os.listdir(tree.path)) == [".git", "README.md", "src"]
+    assert len(git(tree.path, "ls-files").split()) == 16  # the index holds the whole tree (expanded on reading)
+    stored = git(tree.path, *bases.CONE, "ls-files", "--sparse").split()
+    assert stored == ["README.md", "docs/", "lib/", *(f"src/f{i}.txt" for i in range(5))]  # a sparse index
     assert git(tree.path, "status", "--porcelain") == ""
     assert seen(repo, tree.path) == head_files(tree.path)
     # a second task at the same commit shares the base: no second full checkout

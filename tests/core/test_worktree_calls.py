@@ -56,12 +56,15 @@ def repo(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, ...]]]:
-    """Every git the runner starts, by its arguments."""
+    """Every git the runner starts, by its arguments (after `-c KEY=VALUE` pairs: the subcommand first)."""
     seen: list[tuple[str, ...]] = []
     real = gitcmd._run
 
     def counted(argv: list[str], *args: Any, **kwargs: Any) -> Any:
-        seen.append(tuple(argv[3:]))
+        words = argv[3:]
+        while words[:1] == ["-c"]:
+            words = words[2:]
+        seen.append(tuple(words))
         return real(argv, *args, **kwargs)
 
     monkeypatch.setattr(gitcmd, "_run", counted)

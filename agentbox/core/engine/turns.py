@@ -106,7 +106,7 @@ class Turns:
                 mount = await asyncio.to_thread(self.workspaces.view, setup.copy_)
             if mount is not None:
                 agent = dataclasses.replace(agent, worktree=mount.path, views=mount.views, view_hidden=mount.hidden,
-                                            base=mount.base, over=mount.over)
+                                            base=mount.base, over=mount.over, env={**agent.env, **mount.env})
             task = run.tasks.get(key or "")
             if job.kind == "review" and task is not None:
                 agent = dataclasses.replace(agent, writes=())

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentbox.core import workspace as git
@@ -75,6 +75,8 @@ class Mount:
     over: tuple[Path, ...] = ()
     task_base: str | None = None
     """The commit the branch's work is measured from, as the mount found it (None: the view)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment git inside the sandbox needs (`SandboxGitView.env`)."""
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,7 @@ class Workspaces:
             git.make_whole(tree.path)
         view = self._prepare(tree, f"task {key}'s branch", copy_patterns)
         return Mount(key, tree.path, tuple(view.binds), tuple(view.hide), marker, view.base, view.over,
-                     tree.base_commit)
+                     tree.base_commit, view.env)
 
     def view(self, copy_patterns: list[str]) -> Mount:
         """The run's read-only view at its integration head, for a turn that writes nothing:
@@ -147,7 +149,8 @@ class Workspaces:
         shared base, as a new task's worktree is, unless setup files (not in git) are copied into it."""
         tree = git.ensure_view_worktree(self.root, self.ledger.run.id, sparse=not copy_patterns)
         view = self._prepare(tree, f"run {self.ledger.run.id}'s branch", copy_patterns)
-        return Mount(VIEW_KEY, tree.path, tuple(view.binds), tuple(view.hide), base=view.base, over=view.over)
+        return Mount(VIEW_KEY, tree.path, tuple(view.binds), tuple(view.hide), base=view.base, over=view.over,
+                     env=view.env)
 
     def _prepare(self, tree: git.Worktree, whose: str, copy_patterns: list[str]) -> git.SandboxGitView:
         """Make `tree` ready for a sandbox: a place for .agent-box, the setup files copied

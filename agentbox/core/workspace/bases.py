@@ -24,6 +24,16 @@ worktree is made whole (an ordinary full checkout). A worktree only ever grows i
 dirs, while it is clean (between turns); a reach of the whole tree (a setup command, a
 person's shell) makes it whole for good.
 
+The index stays small too: when every over dir has a plain name, the sparse checkout is in
+git's *cone mode* with a *sparse index* (`CONE`: `core.sparseCheckoutCone`, `index.sparse`,
+passed on the command line, never written to a config), so every directory outside the over
+dirs is one tree entry of the index and the worktree's git processes read and write an index
+whose size follows the over dirs, not the repository (cone mode also checks out the files
+directly in the top directory and in each over dir's parents: the same as the base's, and
+not bound). Only the calls that name the worktree's reach pass `CONE`, and only while the
+reach lies inside the over dirs (`cone_flags`); any other git reading the index (a person's,
+an agent's inside the sandbox) expands it in memory and sees the same full index as before.
+
 Crash safety: the marker `agentbox-base` in the worktree's admin dir names the base and the
 over dirs; it is written after git has checked them out, and removed only after a whole
 checkout finished, so it never names a directory whose files are not there. A base is made
@@ -34,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterable, Sequence
@@ -49,7 +60,17 @@ MAX_OVER = 64
 """Most directories bound over a base (each is a mount in every sandbox of the task)."""
 CHECKOUT_TIMEOUT_S = 600.0
 SPARSE = ("-c", "core.sparseCheckout=true")
-"""How git is told to honour the worktree's sparse-checkout file (never written to any config)."""
+"""How git is told to honour the worktree's sparse-checkout file (never written to any config),
+for patterns that are not cone patterns (over dirs with unusual names, `/*`: everything)."""
+CONE = (*SPARSE, "-c", "core.sparseCheckoutCone=true", "-c", "index.sparse=true")
+"""The same for cone patterns, with a sparse index (`_patterns`)."""
+GROW = SPARSE
+"""Cone patterns read as plain patterns (the same paths), the index expanded: how a two-way
+`read-tree -m` moves into a wider cone in git 2.39 (on a sparse index it fails with "unknown
+file mode"; in cone mode it leaves the newly included entries skip-worktree). The next call
+given `CONE` that writes the index makes it sparse again."""
+_PLAIN = re.compile(r"[A-Za-z0-9_.+@=,-]+")
+"""A directory name git's cone-mode patterns hold verbatim (nothing to escape)."""
 _TMP = ".making-"
 
 
@@ -185,15 +206,49 @@ def _make_dir(base: Path, relative: str) -> None:
 
 
 def differing(worktree: Path, commit: str, head: str) -> list[str]:
-    """Paths where `head`'s tree differs from `commit`'s (cost follows the difference)."""
+    """Paths where `head`'s tree differs from `commit`'s (cost follows the difference: git 2.39's
+    `diff-tree` reads the index, and expands a sparse one, so it is given none)."""
     if commit == head:
         return []
-    out = git(worktree, "diff-tree", "-r", "-z", "--no-renames", "--name-only", commit, head).stdout
+    admin = admin_dir(worktree)
+    none = (admin if admin is not None else worktree / ".git") / "agentbox-no-index"
+    out = git(worktree, "diff-tree", "-r", "-z", "--no-renames", "--name-only", commit, head,
+              env={"GIT_INDEX_FILE": str(none)}).stdout
     return [os.fsdecode(entry) for entry in out.split(b"\0") if entry]
 
 
+def cone(over: Sequence[str]) -> bool:
+    """True when the over dirs can be cone-mode patterns (every name plain, `_PLAIN`)."""
+    return bool(over) and all(_PLAIN.fullmatch(part) and part not in (".", "..")
+                              for path in over for part in path.split("/"))
+
+
+def cone_flags(worktree: Path, reach: Sequence[str] | None) -> tuple[str, ...]:
+    """`CONE` for git calls on the paths `reach` of a sparse worktree in cone mode, when every
+    one of them lies inside its over dirs; else nothing (an ordinary call: git reads the index
+    whole, as for a whole worktree, and a path outside the over dirs ends as it always did)."""
+    view = read_base(worktree)
+    if view is None or reach is None or not cone(view.over):
+        return ()
+    inside = all(any(path == d or path.startswith(d + "/") for d in view.over) for path in reach)
+    return CONE if inside else ()
+
+
+def checkout_flags(over: Sequence[str]) -> tuple[str, ...]:
+    """How git is told the patterns `_patterns(over)` writes."""
+    return CONE if cone(over) else SPARSE
+
+
 def _patterns(over: Sequence[str]) -> str:
-    return "".join(f"/{_escape(path)}/\n" for path in over)
+    """The sparse-checkout file for `over`: cone patterns (each over dir whole, the files of its
+    parents and of the top) when `cone`, else one literal pattern per over dir."""
+    if not cone(over):
+        return "".join(f"/{_escape(path)}/\n" for path in over)
+    parents = {"/".join(path.split("/")[:i]) for path in over for i in range(1, path.count("/") + 1)}
+    lines = ["/*\n!/*/\n"]
+    for path in sorted({*parents, *over}):
+        lines.append(f"/{path}/\n" if path in over else f"/{path}/\n!/{path}/*/\n")
+    return "".join(lines)
 
 
 def _escape(path: str) -> str:
@@ -232,11 +287,16 @@ def check_out_sparse(worktree: Path, view: BaseView, target: str, *, reset: bool
     admin = admin_dir(worktree)
     assert admin is not None
     (admin / "info").mkdir(exist_ok=True)
-    write_small(admin / "info" / "sparse-checkout", _patterns(view.over))
-    moved = None if reset else git(worktree, *SPARSE, "read-tree", "-m", "-u", "HEAD", target,
+    patterns = _patterns(view.over)
+    grown = not reset and read_small(admin / "info" / "sparse-checkout") != patterns
+    write_small(admin / "info" / "sparse-checkout", patterns)
+    flags = checkout_flags(view.over)
+    if grown and flags == CONE:  # git 2.39 cannot move a sparse index into a wider cone: expanded first
+        flags = GROW
+    moved = None if reset else git(worktree, *flags, "read-tree", "-m", "-u", "HEAD", target,
                                    timeout=CHECKOUT_TIMEOUT_S, ok=(0, 128) if or_reset else (0,))
     if moved is None or moved.returncode != 0:
-        git(worktree, *SPARSE, "read-tree", "--reset", "-u", target, timeout=CHECKOUT_TIMEOUT_S)
+        git(worktree, *flags, "read-tree", "--reset", "-u", target, timeout=CHECKOUT_TIMEOUT_S)
     if not place_over(worktree, view.over):
         return False
     write_marker(worktree, view)

@@ -31,7 +31,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from agentbox.core.errors import StateError, UsageError
-from agentbox.core.workspace.bases import read_base
+from agentbox.core.workspace.bases import cone, read_base
 from agentbox.core.workspace.gitcmd import git
 from agentbox.core.workspace.layout import admin_dir, common_dir, gitfiles_dir, write_small
 
@@ -62,6 +62,18 @@ class SandboxGitView:
     in the worktree's place, with `over` bound over it (None: the worktree is whole)."""
     over: tuple[Path, ...] = ()
     """The sparse worktree's own dirs (host paths), bound over the base."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment for git inside the sandbox (`sparse_index_env`; empty for a full index)."""
+
+
+def sparse_index_env(mount_at: Path = SANDBOX_GIT_DIR) -> dict[str, str]:
+    """What git inside a sandbox needs to read a sparse index (`agentbox.core.workspace.bases`):
+    a git there that is not told the cone expands the index in memory, and git 2.39 then writes
+    the expanded directories' tree objects (they exist; it fails to freshen them on a read-only
+    mount, and prints "unable to create temporary file"). New objects go to the sandbox's own
+    empty tmpfs over agentbox's dir, the repository's objects stay read-only, as alternates."""
+    return {"GIT_OBJECT_DIRECTORY": str(mount_at / "agentbox"),
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(mount_at / "objects")}
 
 
 def copy_setup_files(root: Path, worktree: Path, patterns: Sequence[str]) -> SetupCopy:
@@ -186,4 +198,5 @@ def sandbox_git_view(root: Path, worktree: Path, *, mount_at: Path = SANDBOX_GIT
     seen = read_base(worktree)
     return SandboxGitView(binds=[(common, mount_at), (gitfile, root / ".git")], hide=[mount_at / "agentbox"],
                           base=seen.base if seen is not None else None,
-                          over=tuple(worktree / d for d in seen.over) if seen is not None else ())
+                          over=tuple(worktree / d for d in seen.over) if seen is not None else (),
+                          env=sparse_index_env(mount_at) if seen is not None and cone(seen.over) else {})

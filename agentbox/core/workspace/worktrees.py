@@ -540,8 +540,8 @@ def uncommitted(path: Path) -> list[str]:
     reach = read_reach(path)
     if reach == [] or known_clean(path):
         return []
-    out = git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all", "--",
-              *pathspecs(reach))
+    out = git(path, *bases.cone_flags(path, reach), "status", "--porcelain=v1", "-z", "--untracked-files=all",
+              "--ignore-submodules=all", "--", *pathspecs(reach))
     entries = out.stdout.split(b"\0")
     found, index = [], 0
     while index < len(entries):
@@ -555,7 +555,7 @@ def uncommitted(path: Path) -> list[str]:
     return found
 
 
-def flatten_nested(worktree: Path, reach: list[str] | None = None) -> list[str]:
+def flatten_nested(worktree: Path, reach: list[str] | None = None, flags: tuple[str, ...] = ()) -> list[str]:
     """Make every repository an agent made below the worktree's top into plain files: remove
     its `.git` (a directory, a file or a link), so git adds its files as ordinary files and
     never walks into it (a gitlink would make every later git enter a repository whose
@@ -565,12 +565,15 @@ def flatten_nested(worktree: Path, reach: list[str] | None = None) -> list[str]:
     holding a `.git` (listed by `ls-files -o` with a trailing slash, never entered) and the
     paths of submodules (gitlinks), where agentbox's checkouts leave an empty directory, so a
     `.git` there is the agent's too. A `.git` inside a tracked directory or an ignored one is
-    never entered by git, and stays. Only `reach` is looked at (None: the whole tree).
+    never entered by git, and stays. Only `reach` is looked at (None: the whole tree). `flags`:
+    `bases.cone_flags` of the reach (its paths then lie inside the sparse index's cone, where
+    `--sparse` lists every entry as a full index does).
     """
     specs = ["--", *pathspecs(reach)]
-    listed = git(worktree, "ls-files", "-z", "--others", "--exclude-standard", *specs).stdout.split(b"\0")
+    listed = git(worktree, *flags, "ls-files", "-z", "--others", "--exclude-standard", *specs).stdout.split(b"\0")
     candidates = [os.fsdecode(entry[:-1]) for entry in listed if entry.endswith(b"/")]
-    staged = git(worktree, "ls-files", "-z", "--stage", *specs).stdout.split(b"\0")
+    staged = git(worktree, *flags, "ls-files", "-z", "--stage", *(("--sparse",) if flags else ()),
+                 *specs).stdout.split(b"\0")
     candidates += [os.fsdecode(entry.split(b"\t", 1)[1]) for entry in staged if entry.startswith(b"160000 ")]
     found = []
     for relative in sorted(set(candidates)):
@@ -596,15 +599,15 @@ def _remove_nested_git(worktree: Path, nested: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def _add_all(worktree: Path, reach: list[str] | None = None) -> list[str]:
+def _add_all(worktree: Path, reach: list[str] | None = None, flags: tuple[str, ...] = ()) -> list[str]:
     """`git add -A` over `reach` (None: the whole tree), leaving out the directories (or files)
     whose name git refuses in a repository (`.GIT`, `git~1`: a `.git` on another file system),
     which would otherwise make the whole turn uncommittable; the paths left out."""
     refused: list[str] = []
-    specs = pathspecs(_known(worktree, reach) if reach is not None else None)
+    specs = pathspecs(_known(worktree, reach, flags) if reach is not None else None)
     for _ in range(_MAX_REFUSED):
         excluded = [f":(exclude,literal){path}" for path in refused]
-        out = git(worktree, "add", "-A", "--", *specs, *excluded, timeout=CHECKOUT_TIMEOUT_S, ok=(0, 128))
+        out = git(worktree, *flags, "add", "-A", "--", *specs, *excluded, timeout=CHECKOUT_TIMEOUT_S, ok=(0, 128))
         if out.returncode == 0:
             return refused
         named = _INVALID_PATH.search(out.error_text)
@@ -619,13 +622,14 @@ def _add_all(worktree: Path, reach: list[str] | None = None) -> list[str]:
     raise GitError(("add", "-A"), 128, f"more than {_MAX_REFUSED} paths git refuses")
 
 
-def _known(worktree: Path, reach: list[str]) -> list[str]:
+def _known(worktree: Path, reach: list[str], flags: tuple[str, ...] = ()) -> list[str]:
     """The paths of `reach` git can add: on disk, or in the index (a directory the turn deleted);
     `git add` refuses a pathspec that matches neither."""
     gone = [path for path in reach if not os.path.lexists(worktree / path)]
     if not gone:
         return reach
-    listed = git(worktree, "ls-files", "-z", "--", *pathspecs(gone)).stdout.split(b"\0")
+    listed = git(worktree, *flags, "ls-files", "-z", *(("--sparse",) if flags else ()), "--",
+                 *pathspecs(gone)).stdout.split(b"\0")
     indexed = {os.fsdecode(entry) for entry in listed if entry}
     return [path for path in reach if path not in gone
             or any(name == path or name.startswith(path + "/") for name in indexed)]
@@ -672,14 +676,12 @@ def commit_work(worktree: Path, *, author_name: str, author_email: str, message:
     head, head_tree = found.text.split("\n")[:2]
     if reach == []:  # handed to no writer since it held its HEAD
         return TurnCommit(head, head if turn_id is not None and _turn_of(worktree, head) == turn_id else None)
-    flattened = flatten_nested(worktree, reach)
-    refused = _add_all(worktree, reach)
-    tree = git(worktree, "write-tree").text
+    flags = bases.cone_flags(worktree, reach)
+    flattened = flatten_nested(worktree, reach, flags)
+    refused = _add_all(worktree, reach, flags)
+    tree = git(worktree, "write-tree").text if not flags else None
     if tree == head_tree:
-        if not refused:
-            settle_reach(worktree)
-            mark_clean(worktree)
-        return TurnCommit(head, head if turn_id is not None and _turn_of(worktree, head) == turn_id else None)
+        return _nothing_new(worktree, head, turn_id, refused)
     text = message.rstrip("\n") + "\n"
     if flattened:
         text += ("\nNested git repositories made in the worktree, committed as plain files (their .git "
@@ -689,13 +691,63 @@ def commit_work(worktree: Path, *, author_name: str, author_email: str, message:
                  + "".join(f"  {path}\n" for path in refused))
     if turn_id is not None:
         text += f"\n{TURN_TRAILER}: {turn_id}\n"
-    commit = commit_tree(worktree, tree, [head], text, ident_env(author_name, author_email))
-    git(worktree, "update-ref", "-m", "agentbox: turn", "HEAD", commit, head)
+    if tree is not None:
+        commit = commit_tree(worktree, tree, [head], text, ident_env(author_name, author_email))
+        git(worktree, "update-ref", "-m", "agentbox: turn", "HEAD", commit, head)
+    else:
+        made = _commit_index(worktree, flags, text, ident_env(author_name, author_email), head)
+        if made is None:
+            return _nothing_new(worktree, head, turn_id, refused)
+        commit = made
     _follow_own_commit(worktree, reach, head, commit)
     if not refused:  # a refused path stays uncommitted in the tree
         settle_reach(worktree)
         mark_clean(worktree)
     return TurnCommit(commit, commit)
+
+
+def _nothing_new(worktree: Path, head: str, turn_id: str | None, refused: list[str]) -> TurnCommit:
+    """What `commit_work` leaves when the index holds exactly the HEAD's tree."""
+    if not refused:
+        settle_reach(worktree)
+        mark_clean(worktree)
+    return TurnCommit(head, head if turn_id is not None and _turn_of(worktree, head) == turn_id else None)
+
+
+_NOTHING_STAGED = (b"nothing to commit", b"nothing added to commit", b"no changes added to commit")
+
+
+def _commit_index(worktree: Path, flags: tuple[str, ...], message: str, env: dict[str, str], head: str) -> str | None:
+    """Commit the index of a worktree on a sparse index (`flags`) on top of `head`: `git commit`
+    does `write-tree`, `commit-tree` and `update-ref` in one process and keeps the index sparse,
+    where git 2.39's `write-tree` expands it to every entry of the repository. The message is
+    taken verbatim, no hook runs (`core.hooksPath` is forced empty, `--no-verify`), nothing is
+    signed; None when the index holds the HEAD's tree (nothing committed)."""
+    out = git(worktree, *flags, "-c", "rerere.enabled=false", "commit", "-q", "--no-verify", "--cleanup=verbatim",
+              "-F", "-", stdin=message.encode("utf-8"), env={**env, "GIT_REFLOG_ACTION": "agentbox: turn"},
+              ok=(0, 1))
+    if out.returncode == 1:
+        if not any(phrase in out.stdout for phrase in _NOTHING_STAGED):
+            raise GitError(("commit",), 1, out.error_text or os.fsdecode(out.stdout))
+        return None
+    made = _branch_head(worktree) or git(worktree, "rev-parse", "HEAD").text
+    if made == head:
+        raise GitError(("commit",), 0, "git commit exited 0 and the branch did not move")
+    return made
+
+
+def _branch_head(worktree: Path) -> str | None:
+    """The commit the worktree's branch names, from its loose ref file (which `git commit` has
+    just written); None when it is not one (the caller asks git)."""
+    admin = admin_dir(worktree)
+    text = (read_small(admin / "HEAD") or "") if admin is not None else ""
+    if admin is None or not re.fullmatch(r"ref: refs/heads/[^\n]+\n", text):
+        return None
+    ref = Path(text[len("ref: "):].strip())
+    if ".." in ref.parts:
+        return None
+    found = (read_small(admin.parent.parent / ref) or "").strip()
+    return found if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", found) else None
 
 
 def _follow_own_commit(worktree: Path, reach: list[str] | None, head: str, commit: str) -> None:
@@ -741,7 +793,8 @@ def sync_task(root: Path, run_id: str, task_id: str) -> SyncResult:
         if left:
             raise StateError(f"task {task_id}'s worktree has uncommitted changes: {', '.join(left[:5])}",
                              "commit the turn before bringing in the integration branch")
-        sparse = bases.SPARSE if bases.read_base(path) is not None else ()  # the next ensure refits it
+        seen = bases.read_base(path)
+        sparse = bases.checkout_flags(seen.over) if seen is not None else ()  # the next ensure refits it
         git(path, *sparse, "read-tree", "-m", "-u", head, commit, timeout=CHECKOUT_TIMEOUT_S)
     base_command = f"update {base_ref} {integration} {old_base}" if old_base else f"create {base_ref} {integration}"
     update_refs(root, [f"update {heads(branch)} {commit} {head}", base_command], message="agentbox: sync task")
