@@ -110,6 +110,20 @@ async def test_paths_filter_skips_a_check_the_changes_do_not_touch(project: Path
     assert {c.name for c in final.tasks["t1"].checks} == {"smoke"}
 
 
+async def test_a_check_running_git_in_a_sparse_worktree_reads_its_index_cleanly(project: Path) -> None:
+    """A task's new worktree is on git's sparse index; git inside a check's sandbox reads it as git in
+    the turn's sandbox does (its own object dir over read-only alternates), with no write error."""
+    probe = ('out=$(git status --porcelain 2>&1; git diff --stat HEAD~1 2>&1); echo "$out"; '
+             'case "$out" in *"unable to"*|*"fatal"*|*"error"*) exit 1;; esac; ' + GOOD)
+    paths = crew(project, checks={"git": {"run": probe, "timeout_s": 60}}, submission=["git"], worker=[
+        work_rule(task_id="t1", write={"src/t1/good.txt": "good\n"})])
+    final = await drive(paths, create(paths), timeout=120)
+    assert final.status == "done", final.status_reason
+    [check] = final.tasks["t1"].checks
+    assert check.passed, check.tail
+    assert "unable to create temporary file" not in check.tail
+
+
 async def test_a_missing_command_is_an_environment_failure_not_counted(project: Path) -> None:
     """`ladder: false`: a check that could not run is backed off like any environment failure
     (on the ladder it is asked at once: test_ladder_runs)."""

@@ -28,7 +28,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -143,11 +143,13 @@ def _limit_memory(limit: int) -> None:
 def run_check(name: str, check: Check, *, root: Path, tree: Path, views: tuple[tuple[Path, Path], ...],
               view_hidden: tuple[Path, ...], log_path: Path,
               on_spawn: Callable[[int], None] | None = None, attempt: int = 1,
-              base: Path | None = None, over: tuple[Path, ...] = ()) -> CheckOutcome:
+              base: Path | None = None, over: tuple[Path, ...] = (),
+              git_env: Mapping[str, str] | None = None) -> CheckOutcome:
     """Run `check` over `tree` (seen at `root`) in its sandbox; blocking, never raises for the check's failure.
 
     `on_spawn` gets the pid of the sandbox's process group leader once it runs (a caller may kill the group).
     `base`, `over`: a sparse worktree's shared base and its own dirs (`agentbox.core.workspace.bases`).
+    `git_env`: what git inside the sandbox needs to read the worktree's index (`SandboxGitView.env`).
     """
     home = Path.home()
     box = root / ".agent-box"
@@ -157,7 +159,7 @@ def run_check(name: str, check: Check, *, root: Path, tree: Path, views: tuple[t
         _scratch_dirs(base, check.scratch)
     env = sandbox.sandbox_env(sandbox.host_env(), home, {
         "AGENTBOX_CHECK": name, "AGENTBOX_CHECK_ATTEMPT": str(attempt), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/tmp/.pycache",
-        "XDG_CACHE_HOME": "/tmp/.cache", "CI": "1",
+        "XDG_CACHE_HOME": "/tmp/.cache", "CI": "1", **(git_env or {}),
     })
     # a check with network goes out through the egress proxy only: the registries and its `allow`
     network = egress_turn.plan_for(egress_turn.crew_rules(check.allow, f"checks.{name}.allow")) \

@@ -71,7 +71,7 @@ def submission_checks(run: Run, task: Task) -> list[str]:
             if name in run.contract.checks and (task.changed_more or applies(run.contract.checks[name], changed))]
 
 
-_Layer = tuple[Path | None, tuple[Path, ...]]
+_Layer = tuple[Path | None, tuple[Path, ...], dict[str, str]]
 """A sparse worktree's shared base and its own dirs over it ((None, ()): a whole tree)."""
 
 
@@ -214,7 +214,7 @@ class GateRunner:
         name = gate.checks[0]
         check = self.run.contract.checks[name]
         try:
-            tree, views, hidden, (base, over) = self._tree(gate)
+            tree, views, hidden, (base, over, git_env) = self._tree(gate)
         except _Stale as exc:
             return Flown(gate.id, name, gate.commit, None, stale=str(exc))
         except AgentboxError as exc:
@@ -224,12 +224,12 @@ class GateRunner:
             self.pids[gate.id] = pid
 
         outcome = run_check(name, check, root=self.root, tree=tree, views=views, view_hidden=hidden,
-                            log_path=self._log(gate, name), on_spawn=spawned, base=base, over=over)
+                            log_path=self._log(gate, name), on_spawn=spawned, base=base, over=over, git_env=git_env)
         if outcome.status != "failed":
             return Flown(gate.id, name, gate.commit, outcome)
         again = run_check(name, check, root=self.root, tree=tree, views=views, view_hidden=hidden,
                           log_path=self._log(gate, name, rerun=True), on_spawn=spawned, attempt=2, base=base,
-                          over=over)
+                          over=over, git_env=git_env)
         if again.status == "passed":
             return Flown(gate.id, name, gate.commit, again if check.flaky == "allow" else outcome, flaky=True)
         return Flown(gate.id, name, gate.commit, outcome)
@@ -237,13 +237,13 @@ class GateRunner:
     def _tree(self, gate: PendingGate) -> tuple[Path, tuple[tuple[Path, Path], ...], tuple[Path, ...], _Layer]:
         """The tree a gate's checks judge and the git view it needs (the task's worktree at the gate's commit)."""
         if not self.workspaces.active or (gate.task is None and gate.stage != "run_end"):
-            return self.root, (), (), (None, ())
+            return self.root, (), (), (None, (), {})
         if gate.stage != "submission" or gate.task is None:  # the run's view at the head the gate judges
             mount = self.workspaces.view(self.run.contract.workspace_setup.copy_)
             head = rev(self.root, f"refs/heads/{git.integration_branch(self.run.id)}")
             if head != gate.commit:
                 raise _Stale(f"the run's branch moved from {str(gate.commit)[:10]} to {str(head)[:10]}")
-            return mount.path, mount.views, mount.hidden, (mount.base, mount.over)
+            return mount.path, mount.views, mount.hidden, (mount.base, mount.over, mount.env)
         path, views, hidden, layer = self._task_tree(gate.task)
         head = git.task_heads(self.root, self.run.id, gate.task).head
         if head != gate.commit:
@@ -260,8 +260,8 @@ class GateRunner:
             view = git.sandbox_git_view(self.root, path, common=self._common)
         except AgentboxError:
             mount = self.workspaces.mount(task_id, self.run.contract.workspace_setup.copy_)
-            return mount.path, mount.views, mount.hidden, (mount.base, mount.over)
-        return path, tuple(view.binds), tuple(view.hide), (view.base, view.over)
+            return mount.path, mount.views, mount.hidden, (mount.base, mount.over, mount.env)
+        return path, tuple(view.binds), tuple(view.hide), (view.base, view.over, view.env)
 
     def _log(self, gate: PendingGate, name: str, *, rerun: bool = False) -> Path:
         who = gate.task or "run"
