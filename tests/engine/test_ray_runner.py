@@ -743,3 +743,44 @@ def test_a_bundle_s_one_commit_is_read_from_its_header_and_anything_else_refused
     for bad in (b"", b"PACK....", made.replace(b"# v2", b"# v9", 1), two):
         with pytest.raises(AgentboxError):
             bundle_parts(bad)
+
+
+def test_a_nodes_commit_taken_into_a_sparse_worktree_keeps_it_sparse(tmp_path: Path) -> None:
+    """The head takes a node's commit into the task's worktree: a sparse one (git's sparse index over
+    its own dirs) stays sparse, with the commit's files in its dirs and nothing checked out outside them."""
+    from agentbox.core.engine.runners.ray_runner import _take_bundle
+    from agentbox.core.workspace import (
+        bases,
+        ensure_integration_branch,
+        ensure_task_worktree,
+        snapshot_base,
+    )
+
+    root = tmp_path / "repo"
+    for d in ("src", "lib", "docs"):
+        (root / d).mkdir(parents=True)
+        for i in range(3):
+            (root / d / f"f{i}.txt").write_text(f"{d} {i}\n")
+    git(tmp_path, "init", "-q", "-b", "main", str(root))
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=P", "-c", "user.email=p@x.invalid", "commit", "-q", "-m", "start")
+    ensure_integration_branch(root, "r1", snapshot_base(root))
+    tree = ensure_task_worktree(root, "r1", "t1", reach=["src"], sparse=True)
+    clone = tmp_path / "node"
+    git(tmp_path, "clone", "-q", str(root), str(clone))
+    git(clone, "checkout", "-q", tree.base_commit)
+    (clone / "src" / "new.txt").write_text("from the node\n")
+    git(clone, "add", "-A")
+    git(clone, "-c", "user.name=N", "-c", "user.email=n@x.invalid", "commit", "-q", "-m", "turn")
+    bundle = subprocess.run(["git", "-C", str(clone), "bundle", "create", "-q", "-", "HEAD", f"^{tree.base_commit}"],
+                            check=True, capture_output=True).stdout
+    _take_bundle(tree.path, bundle)
+    assert (tree.path / "src" / "new.txt").read_text() == "from the node\n"
+    assert not (tree.path / "lib").exists() and not (tree.path / "docs").exists()  # never checked out
+    entries = git(tree.path, *bases.CONE, "ls-files", "--sparse").split()
+    assert "lib/" in entries and "docs/" in entries and "src/new.txt" in entries
+    index = Path(git(tree.path, "rev-parse", "--git-path", "index").strip())
+    assert b"sdir" in (index if index.is_absolute() else tree.path / index).read_bytes()  # still a sparse index on disk
+    commit = git(clone, "rev-parse", "HEAD").strip()
+    assert git(tree.path, *bases.CONE, "diff", "--cached", "--name-only", commit) == ""  # the index is its tree
+    assert git(tree.path, *bases.CONE, "status", "--porcelain") == "A  src/new.txt\n"  # for the turn's commit

@@ -509,11 +509,14 @@ def _take_bundle(worktree: Path, bundle: bytes) -> None:
     The pack goes straight to `index-pack` (checked as fsck would: it is what an agent wrote),
     and its commit's tree is read by id: no temporary file, ref or fetch.
     """
+    from agentbox.core.workspace import bases
     from agentbox.core.workspace.gitcmd import git
 
     commit, pack = bundle_parts(bundle)
     git(worktree, "index-pack", "--stdin", "--fix-thin", "--strict", stdin=pack)
-    git(worktree, "read-tree", "-u", "--reset", f"{commit}^{{commit}}")
+    seen = bases.read_base(worktree)  # a sparse worktree stays sparse: only its own dirs are written
+    sparse = bases.checkout_flags(seen.over) if seen is not None else ()
+    git(worktree, *sparse, "read-tree", "-u", "--reset", f"{commit}^{{commit}}")
 
 
 @dataclasses.dataclass(frozen=True)
