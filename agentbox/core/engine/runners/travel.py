@@ -28,7 +28,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,16 +90,23 @@ class SessionBack:
     """Where the node kept the session (paths under it name the head's store once back)."""
 
 
-def _files(root: Path) -> Iterator[tuple[str, Path]]:
-    """Every regular file under `root` (links and special files skipped), as (relative path, path)."""
+def _files(root: Path, keep: Callable[[str], bool] | None = None) -> Iterator[tuple[str, Path]]:
+    """Every regular file under `root` (links and special files skipped), as (relative path, path);
+    with `keep`, only those whose relative path it keeps (judged before the file is looked at, so a
+    profile's thousand other sessions cost a name test each)."""
     if not root.is_dir() or root.is_symlink():
         return
-    for folder, dirs, names in os.walk(root):
+    top = str(root)
+    for folder, dirs, names in os.walk(top):
         dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(folder, d)))
+        prefix = "" if folder == top else os.path.relpath(folder, top).replace(os.sep, "/") + "/"
         for name in sorted(names):
-            path = Path(folder) / name
+            relative = prefix + name
+            if keep is not None and not keep(relative):
+                continue
+            path = os.path.join(folder, name)
             if stat.S_ISREG(os.lstat(path).st_mode):
-                yield path.relative_to(root).as_posix(), path
+                yield relative, Path(path)
 
 
 def _is_login(relative: str) -> bool:
@@ -133,10 +140,10 @@ def pack(agent: Agent, session_id: str, resume: bool) -> tuple[SessionPack, dict
     total = [0]
     state: dict[str, bytes] = {}
     logins: dict[str, bytes] = {}
-    for relative, path in _files(info.state_dir):
-        inside = relative[len(config):] if config and relative.startswith(config) else None
-        if inside is not None and not _this_session(inside, info.tool, ids):
-            continue
+    def wanted(relative: str) -> bool:  # not another session's entry in the tool's per-session dirs
+        return not (config and relative.startswith(config) and not _this_session(relative[len(config):], info.tool, ids))
+
+    for relative, path in _files(info.state_dir, wanted):
         if _is_login(relative):
             logins[relative] = _read(path, total)
         else:
