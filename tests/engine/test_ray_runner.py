@@ -643,9 +643,9 @@ async def test_a_killed_head_s_turns_end_with_it_and_resume_runs_them_once(
         while not running:
             assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             sessions = [j.session_id for j in store.load(run_id).jobs.values() if j.kind == "work" and j.started]
-            running = session_processes(sessions) if sessions else []
+            running = session_processes(sessions) if sessions and streamed(paths, sessions) else []
             time.sleep(0.2)
-        os.kill(proc.pid, signal.SIGKILL)
+        os.kill(proc.pid, signal.SIGKILL)  # its turns run on the nodes and have streamed to the head
         proc.wait(timeout=10)
     finally:
         stop(proc)
@@ -660,6 +660,19 @@ async def test_a_killed_head_s_turns_end_with_it_and_resume_runs_them_once(
     assert sorted(e["task"] for e in done_work) == ["t1", "t2"]  # each work turn ended once
     assert left_behind() == []  # the killed turns' dirs on the nodes went with the next turns there
     assert_kept_whole(paths, run_id)
+
+
+def streamed(paths: Any, sessions: list[str]) -> bool:
+    """Every session's running turn has streamed its live view to the head (the first look came back)."""
+    from agentbox.core.agents.sessions import SessionStore
+    from agentbox.core.errors import NotFoundError
+
+    store = SessionStore(paths.sessions_dir)
+    try:
+        records = [store.find(session) for session in sessions]
+    except NotFoundError:
+        return False
+    return all(any(store.logs_dir(record).glob("turn-*.live/*")) for record in records)
 
 
 def left_behind() -> list[Path]:
