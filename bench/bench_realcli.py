@@ -152,7 +152,8 @@ class Bench:
         def run() -> None:
             prepared = prepare(agent, prompt, prepare_session(agent, None))
             try:
-                with egress_turn.serving(prepared.egress), sandbox.launch(prepared.argv) as launched:
+                with egress_turn.serving(prepared.egress), \
+                        sandbox.launch(prepared.argv, before_exec=egress_turn.join(prepared.egress)) as launched:
                     argv = [sys.executable, "-c", FLOOR, *launched.argv] if through_python else launched.argv
                     proc = subprocess.run(argv, env=prepared.env, cwd=self.project,
                                           input=prepared.stdin or b"", capture_output=True, check=False,
