@@ -16,8 +16,10 @@ assertions in the test-suite. Exits non-zero when any benchmark does, after runn
     .venv/bin/python bench/run_all.py --quick                 # the slow parts small
 
 The slow parts and their knobs: `worktree_new` (generating and checking out the 200,000-file
-repository: `--files`, `--full-upto`), `flood` (`--files`), `realcli` (`--runs`, `--tools`),
-`worktree_run` (`--tasks`, `--runs`).
+repository: `--files`, `--full-upto`), `flood` (`--files`), `realcli` and `proxy` (`--runs`,
+`--tools`), `runners` (a Ray cluster on this machine: `--runs`, `--turns`, `--claude-runs`),
+`worktree_run` (`--tasks`, `--runs`). On a quiet machine of two cores the defaults take about
+22 minutes.
 """
 
 from __future__ import annotations
