@@ -63,3 +63,23 @@ def queue_cursor_to_top_near_end(queue: Any) -> None:
             queue.scroll_home(animate=False, immediate=True)
     elif queue.cursor_line >= queue.last_line - 1:
         queue.move_cursor(None)
+
+
+def stop_cluster(cluster: Any, work: Path) -> None:
+    """Shut down this process's Ray connection and the bench's `ray.cluster_utils.Cluster`, kill any
+    process still running under its temp dir `work`, and remove `work`."""
+    import contextlib
+    import shutil
+
+    import psutil
+    import ray
+
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+    with contextlib.suppress(Exception):
+        cluster.shutdown()
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if str(work) in " ".join(proc.info["cmdline"] or []):
+                proc.kill()
+    shutil.rmtree(work, ignore_errors=True)

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
-import shutil
 import statistics
 import tempfile
 import time
@@ -38,7 +36,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 
 import psutil  # noqa: E402
-from _support import result, write_scripted_profile  # noqa: E402  (bench/ is sys.path[0] when a script runs)
+from _support import result, stop_cluster, write_scripted_profile  # noqa: E402  (bench/ is sys.path[0] when a script runs)
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -93,7 +91,6 @@ async def timed(runner: object, agent: object, prompt: str, workspace: object = 
 
 
 async def main(args: argparse.Namespace) -> None:
-    import ray
     from ray.cluster_utils import Cluster
 
     from agentbox.core.agents import resolve as services
@@ -203,15 +200,7 @@ async def main(args: argparse.Namespace) -> None:
         result("runners_r3", ratio=peak / before, before_mb=before / 2**20, inflight_mb=peak / 2**20)
     finally:
         server.__exit__(None, None, None)
-        with contextlib.suppress(Exception):
-            ray.shutdown()
-        with contextlib.suppress(Exception):
-            cluster.shutdown()
-        for proc in psutil.process_iter(["cmdline"]):
-            with contextlib.suppress(psutil.Error):
-                if str(work) in " ".join(proc.info["cmdline"] or []):
-                    proc.kill()
-        shutil.rmtree(work, ignore_errors=True)
+        stop_cluster(cluster, work)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -29,8 +27,7 @@ from typing import Any
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
-import psutil  # noqa: E402
-from _support import write_scripted_profile  # noqa: E402
+from _support import stop_cluster, write_scripted_profile  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -294,15 +291,7 @@ async def main(args: argparse.Namespace) -> None:
                 print(f"  at {statistics.median(phases[f'@{name}']) * 1000:7.1f} ms  "
                       f"{statistics.median(phases[name]) * 1000:6.1f} ms x{len(phases[name]) // args.runs}  {name}")
     finally:
-        with contextlib.suppress(Exception):
-            ray.shutdown()
-        with contextlib.suppress(Exception):
-            cluster.shutdown()
-        for proc in psutil.process_iter(["cmdline"]):
-            with contextlib.suppress(psutil.Error):
-                if str(work) in " ".join(proc.info["cmdline"] or []):
-                    proc.kill()
-        shutil.rmtree(work, ignore_errors=True)
+        stop_cluster(cluster, work)
 
 
 if __name__ == "__main__":
