@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,18 +169,23 @@ def _rust_watcher() -> Any | None:
 
 
 def _changes(paths: list[Path], keep_path: Any, recursive: bool, debounce_ms: int, step_ms: int,
-             stop: Any) -> Iterator[set[tuple[int, str]]]:
-    """Batches of (change, path) under `paths` that `keep_path` keeps, until `stop` is set (blocking)."""
+             stop: Any, armed: Callable[[], None] = lambda: None) -> Iterator[set[tuple[int, str]]]:
+    """Batches of (change, path) under `paths` that `keep_path` keeps, until `stop` is set (blocking).
+
+    `armed` is called once the paths are watched (with `watchfiles.watch`: just before it starts).
+    """
     notify = _rust_watcher()
     if notify is None:
         from watchfiles import watch
 
+        armed()
         for batch in watch(*paths, watch_filter=keep_path, debounce=debounce_ms, step=step_ms, stop_event=stop,
                            recursive=recursive, rust_timeout=RUST_TIMEOUT_MS, raise_interrupt=False):
             yield {(int(change), path) for change, path in batch}
         return
     # watch_paths, debug, force_polling, poll_delay_ms, recursive, ignore_permission_denied: watchfiles' defaults
     with notify([str(p) for p in paths], False, False, 300, recursive, False) as watcher:
+        armed()  # RustNotify adds its inotify watches when made
         while True:
             raw = watcher.watch(debounce_ms, step_ms, RUST_TIMEOUT_MS, stop)
             if raw == "timeout":
@@ -193,8 +198,12 @@ def _changes(paths: list[Path], keep_path: Any, recursive: bool, debounce_ms: in
 
 
 async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = None, debounce_ms: int = DEBOUNCE_MS,
-                        step_ms: int = STEP_MS, stop_event: Any = None) -> AsyncIterator[list[BoxChange]]:
+                        step_ms: int = STEP_MS, stop_event: Any = None,
+                        ready: Callable[[], None] | None = None) -> AsyncIterator[list[BoxChange]]:
     """Yield batches of facts about `.agent-box/` (and the profiles dir) until cancelled or stopped.
+
+    The watchers start in threads once the first batch is awaited; `ready` is called on the
+    loop when every one of them watches (a change made before may be missed).
 
     The profiles directory is not watched recursively: agents write their tool state
     inside profile dirs all the time, and none of that is news for the dashboard. Its
@@ -229,9 +238,20 @@ async def watch_project(project: ProjectPaths, *, profiles_dir: Path | None = No
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads any more
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
+    waiting = [len(streams)]
+    arming = threading.Lock()
+
+    def armed() -> None:
+        with arming:
+            waiting[0] -= 1
+            last = waiting[0] == 0
+        if last and ready is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(ready)
+
     def pump(paths: list[Path], keep_path: Any, recursive: bool) -> None:
         try:
-            for changes in _changes(paths, keep_path, recursive, debounce_ms, step_ms, _Stop()):
+            for changes in _changes(paths, keep_path, recursive, debounce_ms, step_ms, _Stop(), armed):
                 facts = classify_all(project, (p for _, p in changes), profiles_dir)
                 if facts and not halt.is_set():
                     put(facts)

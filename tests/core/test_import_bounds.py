@@ -188,9 +188,10 @@ LONG_LIVED_PROBE = textwrap.dedent(
         project.load_crew(paths)  # the dashboard's first read
 
         async def follow() -> None:
-            stream = watch.watch_project(paths)
+            watching = asyncio.Event()
+            stream = watch.watch_project(paths, ready=watching.set)
             task = asyncio.ensure_future(stream.__anext__())
-            await asyncio.sleep(0.3)
+            await asyncio.wait_for(watching.wait(), 30)  # its thread starts when it starts (a loaded machine: s)
             (paths.box / "runs").mkdir(exist_ok=True)
             (paths.box / "runs" / "r1").mkdir()
             (paths.box / "runs" / "r1" / "run.json").write_text("{}")

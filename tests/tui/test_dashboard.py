@@ -7,12 +7,14 @@ result through the real file watcher.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from textual.widgets import DataTable, Input
 
 from agentbox.core.engine.run_store import RunStore
@@ -30,7 +32,7 @@ from agentbox.tui.widgets.checkpoints import CheckpointBar
 from agentbox.tui.widgets.events import EventLog
 from agentbox.tui.widgets.members import MembersTable
 from agentbox.tui.widgets.queue import QueueList
-from tests.tui.builders import RUN_ID
+from tests.tui.builders import RUN_ID, build_run, copy_example
 from tests.tui.conftest import dashboard_loaded, log_text, plain, queue_states, record, wait_for
 
 
@@ -335,3 +337,29 @@ async def test_members_are_the_runs_crew_not_every_role_of_crew_yaml(
         assignees = {task.assignee for task in board.run.tasks.values()}
         assert shown == {"lead", "reviewer"} | assignees, shown
         assert not shown & {"host", "architect", "skeptic", "designer", "checker"}  # other modes' roles
+
+
+async def test_a_run_made_before_the_watcher_watches_is_still_shown(
+        project: ProjectPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first reads and the watcher's start race: what changed between them is read once it watches."""
+    from agentbox.core import watch
+
+    made = copy_example(tmp_path / "other")
+    build_run(made, "done")
+    real, go = watch._changes, threading.Event()
+
+    def late(paths: list[Path], *args: object) -> object:
+        if paths == [project.box]:  # the dashboard's first reads are over: a run appears, unseen by any watch
+            assert go.wait(30)
+            shutil.copytree(made.runs_dir / RUN_ID, project.runs_dir / RUN_ID)
+        yield from real(paths, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(watch, "_changes", late)
+    app = live_app(project)
+    async with app.run_test(size=(140, 44)) as pilot:
+        await dashboard_loaded(pilot)
+        board = app.dashboard
+        assert board is not None and board.run_id is None, "no run yet"
+        go.set()
+        await wait_for(pilot, lambda: board.run_id == RUN_ID and board.run is not None, "the run made meanwhile")
+        assert board.run is not None and board.run.status == "done"

@@ -72,14 +72,16 @@ async def test_watch_project_sees_a_write_from_another_process(tmp_path: Path) -
     (project.runs_dir / "r1").mkdir(parents=True)
     batches: list[list[watch.BoxChange]] = []
 
+    watching = asyncio.Event()
+
     async def follow() -> None:
-        async for facts in watch.watch_project(project):
+        async for facts in watch.watch_project(project, ready=watching.set):
             batches.append(facts)
             if any(isinstance(f, watch.RunChanged) for f in facts):
                 return
 
     follower = asyncio.ensure_future(follow())
-    await asyncio.sleep(0.2)
+    await asyncio.wait_for(watching.wait(), 30)
     code = "from agentbox.core import store; from pathlib import Path; store.atomic_write_json(Path(%r), {'x': 1})"
     subprocess.run([sys.executable, "-c", code % str(project.runs_dir / "r1" / "run.json")], check=True)
     await asyncio.wait_for(follower, 10)
@@ -93,15 +95,16 @@ async def test_watch_project_sees_a_profile_yaml_edit_and_not_the_tool_state(tmp
     profile.mkdir(parents=True)
     (profile / "profile.yaml").write_text("name: claude\n")
     batches: list[list[watch.BoxChange]] = []
+    watching = asyncio.Event()
 
     async def follow() -> None:
-        async for facts in watch.watch_project(project, profiles_dir=profile.parent):
+        async for facts in watch.watch_project(project, profiles_dir=profile.parent, ready=watching.set):
             batches.append(facts)
             if watch.ProfilesChanged() in facts:
                 return
 
     follower = asyncio.ensure_future(follow())
-    await asyncio.sleep(0.2)
+    await asyncio.wait_for(watching.wait(), 30)  # both watchers (the box's and the profiles') watch
     (profile / "dot-claude.json").write_text("{}")  # a turn's tool state: no news
     await asyncio.sleep(0.3)
     assert batches == []

@@ -153,7 +153,8 @@ class DashboardScreen(RunActions, Screen[None]):
     async def _follow_files(self) -> None:
         """The one long-lived worker: file changes → BoxChanged messages (polling if watching fails)."""
         try:
-            async for facts in watch.watch_project(self.project, profiles_dir=paths.profiles_dir()):
+            async for facts in watch.watch_project(self.project, profiles_dir=paths.profiles_dir(),
+                                                   ready=self._caught_up):
                 self.post_message(msg.BoxChanged(facts))
         except Exception as exc:  # no inotify (limits, odd filesystems): poll the shown run instead
             self.post_message(msg.ActionFailed("live updates", f"cannot watch files ({exc}); re-reading every "
@@ -163,6 +164,13 @@ class DashboardScreen(RunActions, Screen[None]):
                 if self.run_id is not None:
                     self.post_message(msg.BoxChanged([watch.RunChanged(self.run_id), watch.EventsAppended(self.run_id),
                                                       watch.ArtifactsChanged(self.run_id)]))
+
+    def _caught_up(self) -> None:
+        """The watchers watch: what changed between the first reads and now is read once more."""
+        self._request("crew", "runs")
+        if self.run_id is not None:
+            self.post_message(msg.BoxChanged([watch.RunChanged(self.run_id), watch.EventsAppended(self.run_id),
+                                              watch.ArtifactsChanged(self.run_id)]))
 
     def _request(self, *keys: str) -> None:
         """Read `keys` now, in one thread (a kind being read already is read once more after)."""
