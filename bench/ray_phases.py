@@ -45,6 +45,23 @@ def _timer(log: list[tuple[str, float, float]], name: str, fn: Callable[..., Any
     return timed
 
 
+def _async_timer(log: list[tuple[str, float, float]], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.time()
+        try:
+            said = await fn(*args, **kwargs)
+            return said
+        finally:
+            what = name
+            if name.endswith("to_thread") and args:
+                what = f"{name}({getattr(args[0], '__name__', '?')})"
+            elif name.endswith("_next_of"):
+                what = f"{name} -> {type(locals().get('said')).__name__}"
+            log.append((what, start, time.time()))
+    return timed
+
+
 def _patch(log: list[tuple[str, float, float]], owner: Any, names: tuple[str, ...], prefix: str) -> None:
     for name in names:
         if hasattr(owner, name):
@@ -140,6 +157,8 @@ async def main(args: argparse.Namespace) -> None:
     from agentbox.core.sandbox import tool_homes
     _patch(head_log, store, ("atomic_write_bytes", "atomic_write_json", "append_jsonl"), "head.store.")
     _patch(head_log, runtimes, ("adapter_for",), "head.")
+    ray_runner._next_of = _async_timer(head_log, "head._next_of", ray_runner._next_of)  # type: ignore[assignment]
+    asyncio.to_thread = _async_timer(head_log, "head.to_thread", asyncio.to_thread)  # type: ignore[assignment]
     _patch(head_log, tool_homes, ("check_bind_source",), "head.")
     _patch(head_log, invoke_mod, ("prepare_session", "prepare", "_open_turn", "_conclude", "_finish"),
            "here.invoke.")

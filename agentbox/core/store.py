@@ -62,27 +62,30 @@ def disk_full_is_typed(path: Path) -> Iterator[None]:
         raise
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True, mode: int | None = None) -> None:
     """Replace `path` with `data` atomically (temp file + fsync + rename).
 
     Atomicity alone survives a killed process; `durable` (fsync) also survives a power
     loss, at about a millisecond per write. History files that can be rebuilt or lost
-    without harm (session records) pass `durable=False`.
+    without harm (session records) pass `durable=False`. The file keeps its mode (a new
+    one: 0600); with `mode`, it has that mode from the moment it appears.
     """
     with disk_full_is_typed(path):
-        _atomic_write(path, data, durable)
+        _atomic_write(path, data, durable, mode)
 
 
-def _atomic_write(path: Path, data: bytes, durable: bool) -> None:
+def _atomic_write(path: Path, data: bytes, durable: bool, mode: int | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # mode 0600
     try:
         with os.fdopen(fd, "wb") as handle:
+            if mode is not None and mode != 0o600:
+                os.fchmod(handle.fileno(), mode)
             handle.write(data)
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())
-        if path.exists():
+        if mode is None and path.exists():
             with contextlib.suppress(OSError):
                 os.chmod(tmp, path.stat().st_mode & 0o777)
         os.replace(tmp, path)

@@ -231,6 +231,25 @@ async def test_a_sandboxed_turn_on_a_node_cannot_reach_the_cluster_s_ports(
     assert all(code != "0" for code in answers.values()), answers  # no port of the cluster answers
 
 
+async def test_a_turn_whose_result_is_too_big_to_come_inline_is_fetched_whole(
+        cluster: RayCluster, agent_box_home: Path, project: Path) -> None:
+    """Over Ray's inline limit (100 KB) the result waits in the node's object store: it comes whole."""
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import new_session_id
+    from agentbox.core.engine.runners.base import Turn
+    from tests.engine.support import write_profile
+
+    write_profile("t-big", [{"id": "big", "when": {"prompt_contains": "big"},
+                             "do": {"run": "head -c 300000 /dev/urandom | base64 -w 0", "reply": "{run_output}"}}])
+    agent = services.profile_agent("t-big", project, None)
+    done = await RayRunner(cluster.address).run(Turn(
+        job_id="big", run_id="r", task_id=None, agent=agent, prompt="big", session_id=new_session_id(),
+        resume=False, timeout_s=60))
+    assert done.result.ok, done.result
+    assert len(done.result.text.strip()) == 400000, len(done.result.text)
+    assert done.result.log_path and done.result.text.strip() in Path(done.result.log_path).read_text()
+
+
 async def test_a_secret_reaches_the_node_in_memory_only(cluster: RayCluster, agent_box_home: Path, project: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from agentbox.core.agents import resolve as services
@@ -313,7 +332,12 @@ async def test_a_claude_session_resumed_on_another_node_sees_its_first_turn(
     assert resumed.result.log_path and Path(resumed.result.log_path).is_relative_to(agent.sessions.root)
     assert Path(resumed.result.log_path).is_file()
     named = re.search(r"agentbox-node-home\.[^/ ]+", mounts[0])
-    assert named and not (Path("/dev/shm") / named.group()).exists()  # the node's turn home is gone
+    assert named
+    for _ in range(100):  # the node's turn home goes once the result is on its way back
+        if not (Path("/dev/shm") / named.group()).exists():
+            break
+        await asyncio.sleep(0.05)
+    assert not (Path("/dev/shm") / named.group()).exists()  # the node's turn home is gone
 
 
 PROBE = """
@@ -797,3 +821,33 @@ def test_a_nodes_commit_taken_into_a_sparse_worktree_keeps_it_sparse(tmp_path: P
     commit = git(clone, "rev-parse", "HEAD").strip()
     assert git(tree.path, *bases.CONE, "diff", "--cached", "--name-only", commit) == ""  # the index is its tree
     assert git(tree.path, *bases.CONE, "status", "--porcelain") == "A  src/new.txt\n"  # for the turn's commit
+
+
+def test_the_head_s_prices_are_read_once_per_version_of_config_yaml(
+        agent_box_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Ray turn carries the head's prices; config.yaml (which names the runner) is parsed when it changed only."""
+    from agentbox.core.config import user_config
+    from agentbox.core.engine.runners.ray_runner import head_prices
+    from agentbox.core.errors import AgentboxError
+
+    reads: list[Path] = []
+    real = user_config.load_user_config
+
+    def counted(path: Path | None = None) -> Any:
+        reads.append(Path(str(path)))
+        return real(path)
+
+    monkeypatch.setattr(user_config, "load_user_config", counted)
+    config = agent_box_home / "config.yaml"
+    assert head_prices() is None and reads == []  # no file
+    config.write_text("runner:\n  kind: ray\n  address: 127.0.0.1:1\nprices:\n  anthropic:\n"
+                      "    claude-x: {input: 3.0, output: 15.0}\n")
+    first = head_prices()
+    assert first == {"anthropic": {"claude-x": {"input": 3.0, "output": 15.0}}}
+    first["anthropic"]["claude-x"]["input"] = 99.0  # what a caller does with its copy stays its own
+    assert head_prices() == {"anthropic": {"claude-x": {"input": 3.0, "output": 15.0}}} and len(reads) == 1
+    config.write_text(config.read_text().replace("3.0", "4.25"))  # in place: another size (the clock may not tick)
+    assert head_prices() == {"anthropic": {"claude-x": {"input": 4.25, "output": 15.0}}} and len(reads) == 2
+    config.write_text("runner: [broken\n")
+    with pytest.raises(AgentboxError, match="config.yaml"):
+        head_prices()

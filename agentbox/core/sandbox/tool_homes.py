@@ -60,12 +60,13 @@ class HomePlan:
 
 def check_bind_source(source: Path, state_dir: Path) -> None:
     """A profile path bound into the sandbox must be what agentbox made, not a link an agent planted."""
-    for path in (source, *source.parents):
-        if path == state_dir or not path.is_relative_to(state_dir):
-            break
-        if path.is_symlink():
+    top = str(state_dir).rstrip(os.sep) + os.sep
+    path = str(source)
+    while path.startswith(top):  # `source` and each of its parents under `state_dir` (not it)
+        if os.path.islink(path):
             raise SandboxError(f"{path} is a symlink; agentbox binds only real files and dirs of a profile "
                                "(an agent may have planted it)", f"inspect and remove {path}")
+        path = os.path.dirname(path)
 
 
 def plan(adapter: Adapter, homes: list[HomeBind], state_dir: Path, turn_dir: Path, *,

@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import json
 import os
 import re
 import shutil
 import socket
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -293,9 +295,9 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
 
     node_id = ray.get_runtime_context().get_node_id()
     host = socket.gethostname()
-    travel.sweep_left_behind()
     scratch = travel.node_dir(travel.NODE_TURN_DIR, travel.scratch_parent(len(turn.bundle or b"")))
     home_root = travel.node_dir(travel.NODE_HOME_DIR, travel.node_home_parent())
+    loop = asyncio.Runner()
     try:
         home = travel.unpack(home_root, turn.agent.profile, turn.session, secrets.logins)
         if turn.prices:  # the head's price overrides, where the node's turn reads its config.yaml
@@ -308,7 +310,7 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
             git(scratch, "clone", "-q", "--no-hardlinks", str(scratch / "in.bundle"), str(work))
             agent = _in_clone(agent, work, turn.folders)
         runner = LocalRunner(reading=_no_limit)
-        with _environment({"AGENT_BOX_HOME": str(home_root), **secrets.env}), asyncio.Runner() as loop:
+        with _environment({"AGENT_BOX_HOME": str(home_root), **secrets.env}):
             started: asyncio.Future[tuple[dict[str, Any], int]] = loop.get_loop().create_future()
 
             def spawned(record: Any, pid: int) -> None:
@@ -337,9 +339,11 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
         if work is not None and turn.bundle is not None and turn.commits and done.result.error_kind != "spawn_failed":
             bundle = _bundle_back(work, bundle_parts(turn.bundle)[0], node_id)
         yield NodeDone(done.result, bundle, node_id, host, done.peak_rss_mb, session, folders)
-    finally:
+    finally:  # after the result is on its way: the worker is not free for another turn before this ends
+        loop.close()
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(home_root, ignore_errors=True)
+        travel.sweep_left_behind()
 
 
 async def _awaited(task: asyncio.Task[TurnDone]) -> TurnDone:
@@ -384,11 +388,16 @@ def _in_clone(agent: Agent, work: Path, folders: dict[str, dict[str, bytes]]) ->
 
 async def _next_of(refs: Any) -> NodeStarted | ray_stream.Said | NodeDone | None:
     """What the node's task says next (None: it ended without a word more), awaited on the event loop."""
+    import ray
+
     try:
         ref = await refs.__anext__()
     except StopAsyncIteration:
         return None
-    said: NodeStarted | ray_stream.Said | NodeDone = await ref
+    try:  # the iterator gives a ref once its object is here: taken at once, not awaited through the loop again
+        said: NodeStarted | ray_stream.Said | NodeDone = ray.get(ref, timeout=0)
+    except ray.exceptions.GetTimeoutError:  # gone from this process's store meanwhile: fetched again
+        said = await ref
     return said
 
 
@@ -398,11 +407,24 @@ def head_prices() -> dict[str, Any] | None:
     from agentbox.core.config.user_config import load_user_config
 
     path = paths.agent_box_home() / "config.yaml"
-    if not path.is_file():
+    try:
+        seen = path.stat()
+    except OSError:
         return None
-    prices = load_user_config(path).prices
-    return {vendor: {name: price.model_dump(exclude_none=True) for name, price in models.items()}
-            for vendor, models in prices.items()} or None
+    if not stat.S_ISREG(seen.st_mode):
+        return None
+    key = (str(path), seen.st_mtime_ns, seen.st_size, seen.st_ino)
+    known = _PRICES[0]
+    if known is None or known[0] != key:  # read once per version of the file, not once per turn
+        prices = load_user_config(path).prices
+        known = (key, {vendor: {name: price.model_dump(exclude_none=True) for name, price in models.items()}
+                       for vendor, models in prices.items()} or None)
+        _PRICES[0] = known
+    return copy.deepcopy(known[1])
+
+
+_PRICES: list[tuple[tuple[str, int, int, int], dict[str, Any] | None] | None] = [None]
+"""The config.yaml `head_prices` read last: its (path, mtime, size, inode) and what it found."""
 
 
 def _show_running(agent: Agent, started: NodeStarted, mirror: ray_stream.LogMirror) -> SessionRecord:

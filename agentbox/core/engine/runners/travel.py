@@ -165,8 +165,9 @@ def _write_tree(root: Path, files: dict[str, bytes]) -> None:
             raise AgentboxError(f"a session file has an unsafe path: {relative[:200]!r}")
         target = root / relative
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        target.write_bytes(data)
-        target.chmod(0o600)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)  # a fresh home
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
 
 
 @dataclass(frozen=True)
@@ -250,8 +251,7 @@ def store_back(agent: Agent, back: SessionBack) -> None:
         target = info.config_dir / relative
         check_bind_source(target, info.state_dir)  # no link an agent planted here is followed
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        store.atomic_write_bytes(target, data, durable=False)
-        target.chmod(0o600)
+        store.atomic_write_bytes(target, data, durable=False, mode=0o600)
     if back.record is None:
         return
     sessions = agent.sessions
@@ -266,8 +266,7 @@ def store_back(agent: Agent, back: SessionBack) -> None:
         if _safe_relative(relative):
             target = logs / relative
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            store.atomic_write_bytes(target, data, durable=False)
-            target.chmod(0o600)
+            store.atomic_write_bytes(target, data, durable=False, mode=0o600)
     for line in back.turn_lines:
         sessions.append_turn(record, local(line))
     sessions.save(record)
