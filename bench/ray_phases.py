@@ -87,7 +87,7 @@ def node_task(out: str) -> Callable[..., Iterator[Any]]:
             _patch(log, workspace, ("commit_turn",), "node.")
             _patch(log, invoke_mod, ("prepare_session", "prepare", "_open_turn", "_conclude", "_finish"),
                    "node.invoke.")
-            _patch(log, ray_runner, ("_in_clone",), "node.")
+            _patch(log, ray_runner, ("_in_clone", "_check_out"), "node.")
             travel._log = log  # type: ignore[attr-defined]
         else:
             log = travel._log  # type: ignore[attr-defined]
@@ -150,7 +150,7 @@ async def main(args: argparse.Namespace) -> None:
     agent = services.profile_agent("noop", project, None)
     head_log: list[tuple[str, float, float]] = []
     _patch(head_log, travel, ("pack", "pack_folders", "store_back", "store_folders_back"), "head.")
-    _patch(head_log, ray_runner, ("head_prices", "_bundle_of", "_take_bundle", "_show_running", "_for_node", "_taken_back",
+    _patch(head_log, ray_runner, ("head_prices", "commit_pack", "_take_bundle", "_show_running", "_for_node", "_taken_back",
                                   "bundle_for_node", "take_turn_bundle"), "head.")
     from agentbox.core import runtimes, store
     from agentbox.core.agents import invoke as invoke_mod

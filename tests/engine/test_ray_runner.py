@@ -851,3 +851,49 @@ def test_the_head_s_prices_are_read_once_per_version_of_config_yaml(
     config.write_text("runner: [broken\n")
     with pytest.raises(AgentboxError, match="config.yaml"):
         head_prices()
+
+
+def history_repo(root: Path, commits: int) -> list[str]:
+    """A repository of `commits` commits on main, each rewriting one of 10 files (2 KB that do not
+    compress); their ids, oldest first."""
+    git(root.parent, "init", "-q", "-b", "main", str(root))
+    made = []
+    for n in range(commits):
+        (root / f"f{n % 10}.txt").write_text(os.urandom(1024).hex())
+        git(root, "add", "-A")
+        git(root, "-c", "user.name=P", "-c", "user.email=p@x.invalid", "commit", "-q", "-m", f"c{n}")
+        made.append(git(root, "rev-parse", "HEAD").strip())
+    return made
+
+
+@pytest.mark.parametrize("since", ["task base", "none", "not an ancestor"])
+def test_a_node_gets_the_commits_since_the_task_s_base_and_their_whole_tree_not_the_history(
+        tmp_path: Path, since: str) -> None:
+    """What a node checks out: HEAD's tree whole, the task's commits since its base, nothing older."""
+    from agentbox.core.engine.runners.ray_runner import _check_out, commit_pack
+
+    root = tmp_path / "repo"
+    ids = history_repo(root, 120)
+    base = {"task base": ids[116], "none": None, "not an ancestor": None}[since]
+    if since == "not an ancestor":  # the task's base moved to a side branch: where HEAD meets it bounds the pack
+        git(root, "checkout", "-q", "-b", "side", ids[110])
+        (root / "side.txt").write_text("side\n")
+        git(root, "add", "-A")
+        git(root, "-c", "user.name=P", "-c", "user.email=p@x.invalid", "commit", "-q", "-m", "side")
+        base = git(root, "rev-parse", "HEAD").strip()
+        git(root, "checkout", "-q", "main")
+    whole = len(subprocess.run(["git", "-C", str(root), "bundle", "create", "-q", "-", "HEAD"], check=True,
+                               capture_output=True).stdout)
+    sent = commit_pack(root, base)
+    work = tmp_path / "node" / "work"
+    work.parent.mkdir()
+    _check_out(work, sent)
+    assert sent.head == ids[-1] and git(work, "rev-parse", "HEAD").strip() == ids[-1]
+    assert git(work, "status", "--porcelain") == ""  # the files are HEAD's tree
+    assert {p.name for p in work.iterdir()} == {".git", *(f"f{n}.txt" for n in range(10))}
+    subjects = git(work, "log", "--format=%s").split()
+    expected = {"task base": ["c119", "c118", "c117", "c116"], "none": ["c119"],
+                "not an ancestor": [f"c{n}" for n in range(119, 109, -1)]}[since]
+    assert subjects == expected
+    assert git(work, "fsck", "--no-progress", "--connectivity-only") == ""  # nothing missing below the boundary
+    assert len(sent.pack) < whole / 4, (len(sent.pack), whole)  # ten files' last versions, not 120 versions

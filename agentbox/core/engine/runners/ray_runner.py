@@ -7,9 +7,11 @@ and one unit of the custom resource `agentbox-tool:<tool>` that a node advertise
 has the tool, so a turn never lands on a node without it. On the node the turn runs
 through the same `invoke` as here (bwrap, seccomp, scopes, egress allowlist).
 
-Git is the hand-off. A work turn's branch goes to the node as a git bundle; the node
-clones it into a worktree of its own (its `.git` read-only to the agent), runs the turn,
-commits what changed and sends the new commit back as a bundle. Here its pack is indexed
+Git is the hand-off. A work turn's branch goes to the node as a pack of the task's commits
+since its base and that base's whole tree (`commit_pack`: no older history, so what a turn
+carries grows with the tree, not with the repository's age); the node makes a shallow
+repository of its own from it (its `.git` read-only to the agent), runs the turn, commits
+what changed and sends the new commit back as a bundle. Here its pack is indexed
 into the project's repository (checked as fsck checks what it fetches) and the task's
 worktree's files are set to the node's tree, then committed by the same
 code as a local turn (same message, same author, same idempotent turn id), so the
@@ -23,7 +25,7 @@ and bwrap dies with its worker), so `run --resume` resumes them as after a local
 
 A turn without a workspace of its own that reads a worktree (a review reads its task's
 branch, a plan or a synthesis the run's approved work) gets that worktree's HEAD the same
-way, as a bundle the node clones into a read-only checkout; nothing comes back but the
+way, checked out on the node read-only; nothing comes back but the
 result. So no turn needs the project's path on the node, only the tool and agentbox.
 
 The session travels with the turn (`travel`): the head sends the profile and this
@@ -175,12 +177,12 @@ def _for_node(turn: Turn) -> tuple[NodeSecrets, NodeTurn]:
     """What the task of `turn` carries to its node (made in one go, off the event loop)."""
     agent = turn.agent
     tree = turn.workspace.path if turn.workspace is not None else agent.worktree
-    bundle = _bundle_of(tree) if tree is not None else None
+    head = commit_pack(tree, turn.workspace.base if turn.workspace is not None else None) if tree is not None else None
     sent, logins = travel.pack(agent, turn.session_id, turn.resume)
     folders = travel.pack_folders(_handoff_folders(agent)) if tree is not None else {}
     return NodeSecrets(_secret_env(agent), logins), NodeTurn(
         agent=agent, prompt=turn.prompt, session_id=turn.session_id, resume=turn.resume, timeout_s=turn.timeout_s,
-        run_id=turn.run_id, task_id=turn.task_id, bundle=bundle, session=sent, commits=turn.workspace is not None,
+        run_id=turn.run_id, task_id=turn.task_id, tree=head, session=sent, commits=turn.workspace is not None,
         prices=head_prices(), folders=folders)
 
 
@@ -225,12 +227,12 @@ class NodeTurn:
     timeout_s: float
     run_id: str
     task_id: str | None
-    bundle: bytes | None
-    """The HEAD of the worktree the turn works in or reads, as a git bundle (None: it has none)."""
+    tree: CommitPack | None
+    """The HEAD of the worktree the turn works in or reads (None: it has none)."""
     session: travel.SessionPack
     """The profile and the session's files (login files travel in `NodeSecrets`)."""
     commits: bool = True
-    """False: the turn only reads the bundle's tree (a review, a plan); nothing of it comes back."""
+    """False: the turn only reads the tree (a review, a plan); nothing of it comes back."""
     prices: dict[str, Any] | None = None
     """The head's config.yaml `prices:` (None: it has none), so the node prices the turn as the head would."""
     folders: dict[str, dict[str, bytes]] = dataclasses.field(default_factory=dict)
@@ -291,11 +293,10 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
 
     from agentbox.core.agents.sessions import SessionStore
     from agentbox.core.engine.runners.local import LocalRunner
-    from agentbox.core.workspace.gitcmd import git
 
     node_id = ray.get_runtime_context().get_node_id()
     host = socket.gethostname()
-    scratch = travel.node_dir(travel.NODE_TURN_DIR, travel.scratch_parent(len(turn.bundle or b"")))
+    scratch = travel.node_dir(travel.NODE_TURN_DIR, travel.scratch_parent(len(turn.tree.pack) if turn.tree else 0))
     home_root = travel.node_dir(travel.NODE_HOME_DIR, travel.node_home_parent())
     loop = asyncio.Runner()
     try:
@@ -304,10 +305,9 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
             (home_root / "config.yaml").write_text(json.dumps({"prices": turn.prices}))
         agent = dataclasses.replace(turn.agent, profile=home.profile, sessions=SessionStore(home.store_root))
         work = None
-        if turn.bundle is not None:
-            (scratch / "in.bundle").write_bytes(turn.bundle)
+        if turn.tree is not None:
             work = scratch / "work"
-            git(scratch, "clone", "-q", "--no-hardlinks", str(scratch / "in.bundle"), str(work))
+            _check_out(work, turn.tree)
             agent = _in_clone(agent, work, turn.folders)
         runner = LocalRunner(reading=_no_limit)
         with _environment({"AGENT_BOX_HOME": str(home_root), **secrets.env}):
@@ -336,8 +336,8 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
             folders[name] = travel.collect_folder(local, files)
             shutil.rmtree(local, ignore_errors=True)  # it goes back as files, never in the turn's commit
         bundle = None
-        if work is not None and turn.bundle is not None and turn.commits and done.result.error_kind != "spawn_failed":
-            bundle = _bundle_back(work, bundle_parts(turn.bundle)[0], node_id)
+        if work is not None and turn.tree is not None and turn.commits and done.result.error_kind != "spawn_failed":
+            bundle = _bundle_back(work, turn.tree.head, node_id)
         yield NodeDone(done.result, bundle, node_id, host, done.peak_rss_mb, session, folders)
     finally:  # after the result is on its way: the worker is not free for another turn before this ends
         loop.close()
@@ -489,11 +489,55 @@ def _no_limit() -> Any:
     return Room(available_mb=float("inf"), total_mb=float("inf"), load=0.0, cpus=os.cpu_count() or 1)
 
 
-def _bundle_of(worktree: Path) -> bytes:
-    """The worktree's HEAD (the task branch) as a git bundle."""
+@dataclasses.dataclass(frozen=True)
+class CommitPack:
+    """A worktree's HEAD for a node without the history before the task: a shallow repository's contents."""
+
+    head: str
+    """The commit the node checks out (detached, as a clone of a bundle has it)."""
+    shallow: tuple[str, ...]
+    """The commits whose parents the node does not get (its `.git/shallow`)."""
+    pack: bytes
+    """Every object from `head` down to `shallow`, each of those commits' whole tree included."""
+
+
+def commit_pack(worktree: Path, base: str | None) -> CommitPack:
+    """The worktree's HEAD for a node: the commits since `base` (the task's; None: HEAD alone) and the
+    whole tree of the commit(s) where they start, not the branch's history before them.
+
+    A bundle of HEAD carried the whole history, every turn: on a real repository, megabytes to
+    hundreds of them through Ray and a full clone on the node for each turn.
+    """
     from agentbox.core.workspace.gitcmd import git
 
-    return git(worktree, "bundle", "create", "-q", "-", "HEAD").stdout
+    names = b""
+    shallow = ["HEAD"]
+    if base is not None:
+        since = git(worktree, "rev-list", "--objects", "--boundary", "--no-object-names", "HEAD", f"^{base}").stdout
+        lines = since.split()  # HEAD first, then the commits and objects since `base`, the edges marked "-"
+        edges = [line[1:].decode() for line in lines if line.startswith(b"-")]
+        if edges:  # `base` (or, were it no ancestor, where HEAD's history meets its) and what came after it
+            shallow = edges
+            names = b"\n".join(line for line in lines if not line.startswith(b"-")) + b"\n"
+    trees = git(worktree, "rev-list", "--objects", "--no-object-names", "--no-walk", *shallow).stdout
+    if shallow == ["HEAD"]:
+        shallow = [trees.split(b"\n", 1)[0].decode()]  # the commit comes first
+    names += trees
+    head = names.split(b"\n", 1)[0].decode()
+    pack = git(worktree, "pack-objects", "--stdout", "-q", stdin=names).stdout
+    return CommitPack(head, tuple(shallow), pack)
+
+
+def _check_out(work: Path, tree: CommitPack) -> None:
+    """On a node: a repository at `work` holding `tree` (shallow), its HEAD detached there, its files checked out."""
+    from agentbox.core.workspace.gitcmd import git
+
+    work.mkdir()
+    git(work, "init", "-q")
+    git(work, "index-pack", "--stdin", stdin=tree.pack)  # from the head, which made it: not checked as --strict
+    (work / ".git" / "shallow").write_text("".join(f"{commit}\n" for commit in tree.shallow))
+    git(work, "update-ref", "--no-deref", "HEAD", tree.head)
+    git(work, "read-tree", "-u", "--reset", tree.head)
 
 
 def bundle_parts(bundle: bytes) -> tuple[str, bytes]:

@@ -54,10 +54,10 @@ LOGIN_FILES = frozenset({".credentials.json", ".claude.json", "auth.json", ".env
 MAX_PACK_BYTES = 256 << 20
 """The most a session's files may weigh, each way."""
 NODE_TURN_DIR = "agentbox-node-turn."
-"""Prefix of a turn's scratch dir on a node (the bundle, its worktree), in memory-backed storage or the temp dir
+"""Prefix of a turn's scratch dir on a node (the repository it works in), in memory-backed storage or the temp dir
 (`scratch_parent`)."""
 MEMORY_CLONE_MAX_BYTES = 32 << 20
-"""The largest bundle a node checks out in memory-backed storage (a larger one goes to the temp dir)."""
+"""The largest pack of a turn's tree a node checks out in memory-backed storage (a larger one goes to the temp dir)."""
 MEMORY_RESERVE_BYTES = 512 << 20
 """What memory-backed storage keeps free beyond a checkout's room (Ray's object store lives there too)."""
 NODE_HOME_DIR = "agentbox-node-home."
@@ -285,15 +285,15 @@ def node_home_parent() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
-def scratch_parent(bundle_bytes: int) -> str | None:
-    """Where a turn's scratch dir (its bundle and the clone it works in) goes on a node: memory-backed
-    storage when the node has it, programs may run from it, the bundle is small and the storage has
+def scratch_parent(pack_bytes: int) -> str | None:
+    """Where a turn's scratch dir (the repository it works in) goes on a node: memory-backed
+    storage when the node has it, programs may run from it, the tree's pack is small and the storage has
     room for its checkout many times over (None: the temp dir). A checkout there writes no disk."""
     shm = node_home_parent()
-    if shm is None or bundle_bytes > MEMORY_CLONE_MAX_BYTES:
+    if shm is None or pack_bytes > MEMORY_CLONE_MAX_BYTES:
         return None
     free = os.statvfs(shm)
-    if free.f_flag & os.ST_NOEXEC or free.f_bavail * free.f_frsize < 16 * bundle_bytes + MEMORY_RESERVE_BYTES:
+    if free.f_flag & os.ST_NOEXEC or free.f_bavail * free.f_frsize < 16 * pack_bytes + MEMORY_RESERVE_BYTES:
         return None
     return shm
 
