@@ -16,7 +16,9 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -425,7 +427,71 @@ def test_doctor_checks_every_node_of_the_cluster(cluster: RayCluster, agent_box_
         assert check.status == "ok" and check.detail.startswith("bubblewrap") and "tools: claude, scripted" in check.detail
     bare = by_node[cluster.bare.node_id[:12]]
     assert bare.status == "warn" and "tools: none" in bare.detail
+    assert "runner tools" not in checks  # two nodes offer tools
     assert doctor.healthy(list(checks.values()))
+
+
+def test_a_turn_waits_for_a_cluster_that_is_not_there_and_says_why(agent_box_home: Path) -> None:
+    """The engine asks the runner for room: a cluster that does not answer holds the turn, said in the queue."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = ("import sys, time\n"
+            "from agentbox.core.config import profiles\n"
+            "from agentbox.core.engine.runners.ray_runner import RayRunner\n"
+            "runner = RayRunner(sys.argv[1])\n"
+            "started = time.monotonic()\n"
+            "first = runner.room('j1', profiles.resolve('scripted'))\n"
+            "again = runner.room('j2', profiles.resolve('scripted'))\n"
+            "print(first); print(again == first); print(time.monotonic() - started)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS")}
+    done = subprocess.run([sys.executable, "-c", code, f"127.0.0.1:{port}"], env=env, capture_output=True,
+                          text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    said, same, took = done.stdout.splitlines()[-3:]
+    assert said == f"waiting for the cluster: the Ray cluster at 127.0.0.1:{port} cannot be reached: Connection refused"
+    assert same == "True" and float(took) < 30  # asked once, then said again without asking
+
+
+def test_doctor_says_at_once_when_the_cluster_is_not_there_and_warns_of_one_that_offers_no_tool(
+        agent_box_home: Path, tmp_path: Path) -> None:
+    """A cluster on loopback only, as one machine's should be: Ray would swap 127.0.0.1 for this machine's
+    network address and retry for minutes; agentbox keeps loopback and asks the port first."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS")}
+    temp = Path(tempfile.mkdtemp(prefix="abhead-"))
+    env["RAY_TMPDIR"] = str(temp)
+    config = agent_box_home / "config.yaml"
+    config.write_text(f"runner:\n  kind: ray\n  address: 127.0.0.1:{port}\n")
+
+    def doctor() -> tuple[subprocess.CompletedProcess[str], float]:
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "agentbox", "doctor"], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=90)
+        return done, time.monotonic() - started
+
+    done, took = doctor()  # nothing listens there
+    assert done.returncode != 0 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert f"the Ray cluster at 127.0.0.1:{port} cannot be reached: Connection refused" in done.stdout, done.stdout
+    assert took < 60, took
+    ray_bin = Path(sys.executable).parent / "ray"
+    head = subprocess.run([str(ray_bin), "start", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1",
+                           "--num-cpus", "0", "--include-dashboard=false", "--temp-dir", str(temp / "ray"),
+                           "--disable-usage-stats"], env={**env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
+                          capture_output=True, text=True, timeout=120)  # this machine's alone: loopback only
+    try:
+        assert head.returncode == 0, head.stdout + head.stderr
+        done, took = doctor()  # a head and no node: reached on loopback, and said that no turn could run
+        assert "node(s) alive" in done.stdout and took < 60, (took, done.stdout + done.stderr)
+        assert "no node of the cluster offers a tool: every turn would wait" in done.stdout, done.stdout
+    finally:
+        for proc in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                if str(temp) in " ".join(proc.info["cmdline"] or []):
+                    proc.kill()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 READ = "cat made.txt; git rev-parse HEAD; ls -a .agent-box; awk '{print $4}' /proc/self/mountinfo"
@@ -651,7 +717,6 @@ async def test_a_node_prices_a_turn_with_the_head_s_config_yaml_prices(
 async def test_a_killed_head_s_turns_end_with_it_and_resume_runs_them_once(
         cluster: RayCluster, agent_box_home: Path, project: Path) -> None:
     import signal
-    import time
 
     from agentbox.core.engine.run_store import RunStore
     from tests.engine.support import session_processes, start_engine, stop, wait_gone

@@ -326,6 +326,10 @@ def check_runner() -> list[Check]:
     except Exception as exc:  # the cluster cannot be reached: say so, never a traceback
         return [Check("runner", "fail", f"the Ray cluster at {config.address} cannot be reached: {exc}"[:400])]
     checks = [Check("runner", "ok", f"Ray cluster at {config.address}: {sum(n.alive for n in nodes)} node(s) alive")]
+    if not any(node.alive and node.tools for node in nodes):
+        checks.append(Check("runner tools", "warn", "no node of the cluster offers a tool: every turn would wait",
+                            hint="join nodes with their tools, e.g. `ray start --address "
+                                 f"{config.address} --resources '{{\"agentbox-tool:claude\": 4}}'`"))
     for node in nodes:
         name = f"node {node.node_id[:12]} ({node.host})"
         if node.problem == "the head: no turn runs there":

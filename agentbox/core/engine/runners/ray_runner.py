@@ -50,6 +50,8 @@ import re
 import shutil
 import socket
 import stat
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +65,8 @@ if TYPE_CHECKING:
     from agentbox.core.agents.sessions import SessionRecord
     from agentbox.core.config.profiles import ProfileInfo
 
+RETRY_UNREACHABLE_S = 10.0
+"""A cluster that could not be reached is asked again after this long (the engine asks for room often)."""
 TOOL_RESOURCE = "agentbox-tool:{tool}"
 """The custom resource a node advertises for each tool it has (`ray start --resources`)."""
 
@@ -83,6 +87,8 @@ class RayRunner:
         self.tls_env = tls_env
         """RAY_USE_TLS and its certificates (config.yaml's `runner.tls`), None: the cluster speaks plain gRPC."""
         self._remote: Any = None
+        self._unreachable: tuple[float, str] | None = None
+        """When the cluster last could not be reached, and what `room` says meanwhile."""
 
     def _connect(self) -> Any:
         ray = connect(self.address, self.tls_env)
@@ -95,8 +101,16 @@ class RayRunner:
         return {}
 
     def room(self, job_id: str, profile: ProfileInfo) -> str | None:
-        """Ray queues a turn until a node has its resources; a tool no node has is said so."""
-        ray = self._connect()
+        """Ray queues a turn until a node has its resources; a tool no node has, or a cluster that cannot
+        be reached (asked again after `RETRY_UNREACHABLE_S`), is said so."""
+        if self._unreachable is not None and time.monotonic() - self._unreachable[0] < RETRY_UNREACHABLE_S:
+            return self._unreachable[1]
+        try:
+            ray = self._connect()
+        except AgentboxError as exc:
+            self._unreachable = (time.monotonic(), f"waiting for the cluster: {exc.message}")
+            return self._unreachable[1]
+        self._unreachable = None
         wanted = tool_resource(profile.tool)
         if not any(node.get("Alive") and node.get("Resources", {}).get(wanted) for node in ray.nodes()):
             return f"waiting for a node: no node of the cluster offers {wanted}"
@@ -123,7 +137,11 @@ class RayRunner:
             return await self._run(turn)
 
     async def _run(self, turn: Turn) -> TurnDone:
-        ray = self._connect()
+        try:
+            ray = self._connect()
+        except AgentboxError as exc:
+            return TurnDone(InvokeResult(status="error", session_id=turn.session_id, error_kind="spawn_failed",
+                                         error=exc.message, role=turn.agent.role))
         agent = turn.agent
         memory_mb = agent.profile.profile.resources.memory_mb
         options: dict[str, Any] = {"num_cpus": self.cpus_per_turn, "resources": {tool_resource(agent.profile.tool): 1}}
@@ -612,21 +630,57 @@ def connect(address: str, tls_env: dict[str, str] | None) -> Any:
         from agentbox.core.sandbox import bwrap as sandbox
 
         sandbox.host_layout.cache_clear()  # the key is masked in every sandbox this process makes from now on
+    host, port = _host_port(address)
+    if "ray" not in sys.modules and _is_loopback(host):
+        # Ray swaps a loopback address for this machine's network one before it connects, where a
+        # cluster that listens on loopback only (the safe way on one machine) is not: it then retries for
+        # minutes. Told that the cluster is this machine's alone, it keeps 127.0.0.1.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     if not ray.is_initialized():
+        try:  # ray.init waits minutes for a cluster that is not there: asked first, in seconds
+            socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+        except OSError as exc:
+            raise AgentboxError(f"the Ray cluster at {address} cannot be reached: {exc.strerror or exc}",
+                                "start it (`ray start --head --port PORT`), or fix `runner.address` in "
+                                "config.yaml") from None
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False,
                  namespace="agentbox")
     return ray
+
+
+CONNECT_TIMEOUT_S = 3.0
+"""How long the cluster's address is given to answer before agentbox says it cannot be reached."""
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    """`HOST:PORT` (an IPv6 host in brackets) as a host and a port; an AgentboxError when it is not one."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise AgentboxError(f"runner.address {address!r} is not HOST:PORT", "name the head's GCS address, e.g. "
+                            "10.0.0.5:6379")
+    return host.strip("[]"), int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def probe_cluster(address: str, probe_bwrap: Callable[[], tuple[str | None, str | None]], *,
                   timeout_s: float = 60.0, tls_env: dict[str, str] | None = None) -> list[NodeProbe]:
     """Every node of the cluster at `address`: alive, the tools it offers, and what `probe_bwrap`
     (run on the node) says: bwrap's version once it made a sandbox there, else why it could not."""
+    ray = connect(address, tls_env)  # first: it decides how Ray is imported
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    ray = connect(address, tls_env)
     probe = ray.remote(num_cpus=0, max_retries=0)(probe_bwrap)
     nodes = ray.nodes()
     prefix = TOOL_RESOURCE.format(tool="")
