@@ -10,6 +10,7 @@ Only the standard library is imported here: every turn prices itself.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -114,7 +115,7 @@ def _price(data: dict[str, Any]) -> Price:
 
 
 _bundled: PriceTable | None = None
-_with_user: tuple[tuple[str, int, int], PriceTable] | None = None
+_with_user: tuple[tuple[str, int, int], PriceTable, dict[str, Any] | None] | None = None
 
 
 def bundled_prices() -> PriceTable:
@@ -149,11 +150,25 @@ def price_table(config_file: Path | None = None) -> PriceTable:
         return _with_user[1]
     from agentbox.core.config.user_config import load_user_config
 
-    override = {vendor: {name: Price(**p.model_dump()) for name, p in models.items()}
-                for vendor, models in load_user_config(path).prices.items()}
+    prices = load_user_config(path).prices
+    override = {vendor: {name: Price(**p.model_dump()) for name, p in models.items()} for vendor, models in prices.items()}
     table = bundled_prices().merged(override) if override else bundled_prices()
-    _with_user = (key, table)
+    raw = {vendor: {name: p.model_dump(exclude_none=True) for name, p in models.items()}
+           for vendor, models in prices.items()} or None
+    _with_user = (key, table, raw)
     return table
+
+
+def user_prices(config_file: Path | None = None) -> dict[str, Any] | None:
+    """The user's config.yaml `prices:` as JSON (None: no file, or no prices in it), read with `price_table`
+    (again only when the file changed)."""
+    from agentbox.core import paths
+
+    path = config_file or paths.agent_box_home() / "config.yaml"
+    if not path.is_file():
+        return None
+    price_table(path)
+    return copy.deepcopy(_with_user[2]) if _with_user is not None else None
 
 
 def priced(usage: Usage, *, tool: str, model: str | None, table: PriceTable, billing: str | None) -> Usage:

@@ -161,13 +161,15 @@ class DashboardScreen(RunActions, Screen[None]):
                                                f"{POLL_S:g} s instead"))
             while True:
                 await asyncio.sleep(POLL_S)
-                if self.run_id is not None:
-                    self.post_message(msg.BoxChanged([watch.RunChanged(self.run_id), watch.EventsAppended(self.run_id),
-                                                      watch.ArtifactsChanged(self.run_id)]))
+                self._reread_shown_run()
 
     def _caught_up(self) -> None:
         """The watchers watch: what changed between the first reads and now is read once more."""
         self._request("crew", "runs")
+        self._reread_shown_run()
+
+    def _reread_shown_run(self) -> None:
+        """The shown run, its log and its artifacts read again, as if all three had changed."""
         if self.run_id is not None:
             self.post_message(msg.BoxChanged([watch.RunChanged(self.run_id), watch.EventsAppended(self.run_id),
                                               watch.ArtifactsChanged(self.run_id)]))

@@ -42,14 +42,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import dataclasses
 import json
 import os
 import re
 import shutil
 import socket
-import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -420,29 +418,10 @@ async def _next_of(refs: Any) -> NodeStarted | ray_stream.Said | NodeDone | None
 
 
 def head_prices() -> dict[str, Any] | None:
-    """The head's config.yaml `prices:` as JSON (None: no file, or no prices in it)."""
-    from agentbox.core import paths
-    from agentbox.core.config.user_config import load_user_config
+    """The head's config.yaml `prices:` as JSON (None: no file, or no prices in it), read once per version of it."""
+    from agentbox.core.agents.pricing import user_prices
 
-    path = paths.agent_box_home() / "config.yaml"
-    try:
-        seen = path.stat()
-    except OSError:
-        return None
-    if not stat.S_ISREG(seen.st_mode):
-        return None
-    key = (str(path), seen.st_mtime_ns, seen.st_size, seen.st_ino)
-    known = _PRICES[0]
-    if known is None or known[0] != key:  # read once per version of the file, not once per turn
-        prices = load_user_config(path).prices
-        known = (key, {vendor: {name: price.model_dump(exclude_none=True) for name, price in models.items()}
-                       for vendor, models in prices.items()} or None)
-        _PRICES[0] = known
-    return copy.deepcopy(known[1])
-
-
-_PRICES: list[tuple[tuple[str, int, int, int], dict[str, Any] | None] | None] = [None]
-"""The config.yaml `head_prices` read last: its (path, mtime, size, inode) and what it found."""
+    return user_prices()
 
 
 def _show_running(agent: Agent, started: NodeStarted, mirror: ray_stream.LogMirror) -> SessionRecord:
@@ -630,8 +609,10 @@ def connect(address: str, tls_env: dict[str, str] | None) -> Any:
         from agentbox.core.sandbox import bwrap as sandbox
 
         sandbox.host_layout.cache_clear()  # the key is masked in every sandbox this process makes from now on
-    host, port = _host_port(address)
-    if "ray" not in sys.modules and _is_loopback(host):
+    from agentbox.core.sandbox.egress import is_loopback
+
+    host, _, port = address.rpartition(":")  # config.yaml's `runner.address` is HOST:PORT
+    if "ray" not in sys.modules and is_loopback(host):
         # Ray swaps a loopback address for this machine's network one before it connects, where a
         # cluster that listens on loopback only (the safe way on one machine) is not: it then retries for
         # minutes. Told that the cluster is this machine's alone, it keeps 127.0.0.1.
@@ -640,7 +621,7 @@ def connect(address: str, tls_env: dict[str, str] | None) -> Any:
 
     if not ray.is_initialized():
         try:  # ray.init waits minutes for a cluster that is not there: asked first, in seconds
-            socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+            socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
         except OSError as exc:
             raise AgentboxError(f"the Ray cluster at {address} cannot be reached: {exc.strerror or exc}",
                                 "start it (`ray start --head --port PORT`), or fix `runner.address` in "
@@ -652,26 +633,6 @@ def connect(address: str, tls_env: dict[str, str] | None) -> Any:
 
 CONNECT_TIMEOUT_S = 3.0
 """How long the cluster's address is given to answer before agentbox says it cannot be reached."""
-
-
-def _host_port(address: str) -> tuple[str, int]:
-    """`HOST:PORT` (an IPv6 host in brackets) as a host and a port; an AgentboxError when it is not one."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise AgentboxError(f"runner.address {address!r} is not HOST:PORT", "name the head's GCS address, e.g. "
-                            "10.0.0.5:6379")
-    return host.strip("[]"), int(port)
-
-
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def probe_cluster(address: str, probe_bwrap: Callable[[], tuple[str | None, str | None]], *,

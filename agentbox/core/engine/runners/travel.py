@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentbox.core import safe_io
 from agentbox.core.errors import AgentboxError
 from agentbox.core.process import pid_alive
 
@@ -165,9 +166,7 @@ def _write_tree(root: Path, files: dict[str, bytes]) -> None:
             raise AgentboxError(f"a session file has an unsafe path: {relative[:200]!r}")
         target = root / relative
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)  # a fresh home
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
+        safe_io.write_new(target, data, 0o600)  # a fresh home: nothing is there yet
 
 
 @dataclass(frozen=True)
