@@ -474,7 +474,9 @@ def test_doctor_says_at_once_when_the_cluster_is_not_there_and_warns_of_one_that
 
     done, took = doctor()  # nothing listens there
     assert done.returncode != 0 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
-    assert f"the Ray cluster at 127.0.0.1:{port} cannot be reached: Connection refused" in done.stdout, done.stdout
+    assert done.stdout.count(f"the Ray cluster at 127.0.0.1:{port} cannot be reached: Connection refused") == 1, \
+        done.stdout
+    assert "hint: start it (`ray start --head --port PORT`)" in done.stdout, done.stdout
     assert took < 60, took
     ray_bin = Path(sys.executable).parent / "ray"
     head = subprocess.run([str(ray_bin), "start", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1",

@@ -323,7 +323,9 @@ def check_runner() -> list[Check]:
     except ImportError:
         return [Check("runner", "fail", "config.yaml names a Ray cluster, but ray is not installed",
                       hint="pip install 'agentbox[ray]'")]
-    except Exception as exc:  # the cluster cannot be reached: say so, never a traceback
+    except AgentboxError as exc:  # the cluster cannot be reached, said so by the runner
+        return [Check("runner", "fail", exc.message, hint=exc.hint)]
+    except Exception as exc:  # anything else Ray raises: said too, never a traceback
         return [Check("runner", "fail", f"the Ray cluster at {config.address} cannot be reached: {exc}"[:400])]
     checks = [Check("runner", "ok", f"Ray cluster at {config.address}: {sum(n.alive for n in nodes)} node(s) alive")]
     if not any(node.alive and node.tools for node in nodes):
