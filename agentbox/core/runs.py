@@ -545,7 +545,7 @@ FollowPart = Literal["run", "events", "manifest"]
 """What one look at a followed run reads: its state, its decision log, its artifact manifest."""
 EventsFrom = Literal["new", "all", "tail", "none"]
 """Where a follower starts reading the decision log: where it ends now, its start, its last records, not at all."""
-_FIELDS: dict[str, tuple[str, ...]] = {"run": ("stamp", "digest"), "events": ("events",), "manifest": ("manifest",)}
+_FIELDS: dict[str, tuple[str, ...]] = {"run": ("stamp", "digest"), "events": ("events", "seq"), "manifest": ("manifest",)}
 _serials = itertools.count(1)
 
 
@@ -561,6 +561,9 @@ class FollowPosition:
     """The state files' stat when the state was last read (unchanged: the state is not read again)."""
     digest: bytes | None = None
     """What the state last read hashed to, its save time left out (None: not read yet)."""
+    seq: int = 0
+    """The newest event handed on from a run's saved outbox before its log had it: a log record at
+    or below it was handed on already."""
 
 
 @dataclass(frozen=True)
@@ -696,12 +699,19 @@ class RunFollower:
         at, run, failure = since, None, None
         events: tuple[EventRecord, ...] = ()
         entries: tuple[ManifestEntry, ...] = ()
+        if "run" in parts and "events" in parts:  # the state first: its outbox holds what the log may not have yet
+            parts = ("run", *(part for part in parts if part != "run"))
         try:
             for part in parts:
                 if part == "events":
+                    opening = at.events is None
                     found, offset = self._read_events(at.events)
-                    events = tuple(found)
-                    at = dataclasses.replace(at, events=offset)
+                    events = tuple(e for e in found if e.get("seq", 0) > at.seq)
+                    unlogged: tuple[EventRecord, ...] = ()
+                    if run is not None and not (opening and self._events == "new"):
+                        unlogged = self._unlogged(run, max([at.seq, *(e.get("seq", 0) for e in events)]))
+                    events += unlogged
+                    at = dataclasses.replace(at, events=offset, seq=max([at.seq, *(e["seq"] for e in unlogged)]))
                 elif part == "manifest":
                     found_entries, offset = read_manifest(self.project, self.run_id, at.manifest or 0)
                     entries = tuple(found_entries)
@@ -715,6 +725,17 @@ class RunFollower:
                                      self._events != "none" else at.events,
                                      manifest=0 if at.manifest is None and "manifest" in parts else at.manifest)
         return RunLook(self.run_id, parts, since, at, run, events, entries, failure, self._serial)
+
+    def _unlogged(self, run: Run, after: int) -> tuple[EventRecord, ...]:
+        """The events of `run`'s saved state past `after` that its log did not hold when read.
+
+        The engine saves its state, events in its outbox, and then appends them to the log: a
+        look in between sees the new state (a checkpoint open, the run done) and an old log.
+        """
+        if self._events == "none":
+            return ()
+        fresh = [e for e in run.outbox if e.get("seq", 0) > after and (self._task is None or e.get("task") == self._task)]
+        return tuple(as_events(sorted(fresh, key=lambda e: e.get("seq", 0))))
 
     def _read_events(self, offset: int | None) -> tuple[list[EventRecord], int | None]:
         if self._events == "none":

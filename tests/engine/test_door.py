@@ -147,6 +147,25 @@ def test_following_ends_when_the_run_needs_a_person(paths: ProjectPaths) -> None
     assert any(e["type"] == "checkpoint" for e in updates[0].events)
 
 
+def test_a_look_between_a_save_and_its_log_append_still_hands_on_the_saves_events(paths: ProjectPaths) -> None:
+    """The engine saves its state (events in its outbox), then appends them to the log: a follower
+    that sees the state in between has its events from the outbox, and the log's copy is not handed on twice."""
+    engine = Engine(paths, runs.create_run(paths, "ask me"))
+    engine.ledger.event("note", "logged")
+    engine.save()
+    follower = runs.RunFollower(paths, engine.run.id, events="all")
+    assert [e["what"] for e in follower.poll().events][-1] == "logged"
+    engine.ledger.checkpoint("question", "Which colour?")
+    store = engine.store
+    store._state.save(store.dir(engine.run.id), engine.run, engine.ledger.changes)  # saved, not appended yet
+    between = follower.poll()
+    assert between.settled and [e["type"] for e in between.events] == ["checkpoint"]
+    store.flush_outbox(engine.run)
+    engine.ledger.event("note", "later")
+    engine.save()
+    assert [e["what"] for e in follower.poll().events] == ["later"]  # the checkpoint's log line is not handed on again
+
+
 def test_following_from_a_thread_stops_when_told(paths: ProjectPaths) -> None:
     run = runs.create_run(paths, "watch me")
     looks = iter([True, True, False])
