@@ -231,7 +231,7 @@ async def main(args: argparse.Namespace) -> None:
         from agentbox.core.engine.runners.ray_runner import NodeSecrets, NodeTurn
         sent, _logins = travel.pack(agent, new_session_id(), False)
         node_turn = NodeTurn(agent=agent, prompt="noop", session_id="x", resume=False, timeout_s=1, run_id="r",
-                             task_id=None, bundle=None, session=sent)
+                             task_id=None, tree=None, session=sent)
         bare_s = []
         for _ in range(args.runs + 2):
             t = time.perf_counter()
@@ -248,7 +248,7 @@ async def main(args: argparse.Namespace) -> None:
         from agentbox.core.engine.runners.ray_runner import NodeTurn
         sent, _logins = travel.pack(agent, new_session_id(), False)
         node_turn = NodeTurn(agent=agent, prompt="noop", session_id="x", resume=False, timeout_s=1, run_id="r",
-                             task_id=None, bundle=None, session=sent)
+                             task_id=None, tree=None, session=sent)
         t = time.perf_counter()
         for _ in range(100):
             data = cloudpickle.dumps(node_turn)

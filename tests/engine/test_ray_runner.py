@@ -285,6 +285,37 @@ async def test_a_secret_reaches_the_node_in_memory_only(cluster: RayCluster, age
             assert proc.environ().get("AB_NODE_SECRET") is None and proc.environ().get("AB_TOKEN") != secret
 
 
+async def test_a_node_keeps_no_peak_of_its_own_the_turn_s_peak_comes_back_in_its_result(
+        cluster: RayCluster, agent_box_home: Path, project: Path) -> None:
+    """A node's disk is written by nothing but the turn's own dirs: the local runner there keeps no
+    peaks file in the node's agentbox home (it wrote one each turn, under a lock)."""
+    from agentbox.core.agents import resolve as services
+    from agentbox.core.agents.invoke import new_session_id
+    from agentbox.core.engine.runners.admission import PEAKS_FILE
+    from agentbox.core.engine.runners.base import Turn
+    from tests.engine.support import write_profile
+
+    homes = set()
+    for proc in cluster.processes():  # the agentbox home each Ray process of the cluster would name
+        with contextlib.suppress(psutil.Error):
+            env = proc.environ()
+            homes.add(Path(env.get("AGENT_BOX_HOME") or Path(env.get("HOME", "/nonexistent")) / ".agent-box"))
+    assert homes
+    def peaks() -> dict[Path, int | None]:
+        return {home: (home / PEAKS_FILE).stat().st_mtime_ns if (home / PEAKS_FILE).exists() else None
+                for home in homes}
+
+    before = peaks()
+    write_profile("t-peak", [{"id": "hold", "when": {"prompt_contains": "hold"}, "do": {"delay_s": 0.3, "reply": "ok"}}])
+    agent = services.profile_agent("t-peak", project, None)
+    done = await RayRunner(cluster.address).run(Turn(
+        job_id="peak", run_id="r", task_id=None, agent=agent, prompt="hold", session_id=new_session_id(),
+        resume=False, timeout_s=60))
+    assert done.result.ok and done.node_id in cluster.node_ids(cluster.workers), done.result
+    assert done.peak_rss_mb is not None and done.peak_rss_mb > 0  # measured on the node, back with the result
+    assert peaks() == before
+
+
 @pytest.mark.realcli
 async def test_a_claude_session_resumed_on_another_node_sees_its_first_turn(
         cluster: RayCluster, make_profile: Any, fake: FakeView, tmp_path: Path,  # noqa: F811

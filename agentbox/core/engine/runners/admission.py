@@ -89,9 +89,12 @@ def decide(need: float, room: Room, reserved_mb: float, limits: AdmissionLimits)
 
 
 class PeakStore:
-    """The recent peak memory of each tool's turns, in AGENT_BOX_HOME (written atomically)."""
+    """The recent peak memory of each tool's turns, in AGENT_BOX_HOME (written atomically).
 
-    def __init__(self, path: Path) -> None:
+    `path` None keeps nothing: a Ray node's runner, whose turn's peak goes back to the head in its
+    result (the node's disk is written by nothing but the turn's own dirs)."""
+
+    def __init__(self, path: Path | None) -> None:
         self.path = path
 
     @classmethod
@@ -105,6 +108,8 @@ class PeakStore:
         from agentbox.core.store import read_json
 
         data: object = None
+        if self.path is None:
+            return {}
         with contextlib.suppress(StateError, OSError):
             data = read_json(self.path, {})
         if not isinstance(data, Mapping):
@@ -124,6 +129,8 @@ class PeakStore:
         """Keep one more turn's peak for `tool` (only the last PEAKS_KEPT are kept)."""
         from agentbox.core.store import atomic_write_json, locked
 
+        if self.path is None:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with locked(self.path, timeout=5):
             peaks = self._read()

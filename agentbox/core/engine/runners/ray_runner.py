@@ -308,6 +308,7 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
     import ray
 
     from agentbox.core.agents.sessions import SessionStore
+    from agentbox.core.engine.runners.admission import PeakStore
     from agentbox.core.engine.runners.local import LocalRunner
 
     node_id = ray.get_runtime_context().get_node_id()
@@ -325,7 +326,7 @@ def run_on_node(secrets: NodeSecrets, turn: NodeTurn) -> Iterator[NodeStarted | 
             work = scratch / "work"
             _check_out(work, turn.tree)
             agent = _in_clone(agent, work, turn.folders)
-        runner = LocalRunner(reading=_no_limit)
+        runner = LocalRunner(reading=_no_limit, peaks=PeakStore(None))  # the peak goes back in NodeDone
         with _environment({"AGENT_BOX_HOME": str(home_root), **secrets.env}):
             started: asyncio.Future[tuple[dict[str, Any], int]] = loop.get_loop().create_future()
 
