@@ -624,6 +624,12 @@ class RunUpdate:
         return self.run.status in TERMINAL_RUN_STATES or bool(self.run.open_checkpoints())
 
 
+def _seq_of(record: Mapping[str, Any]) -> int:
+    """A log record's seq (0 when it has none that is a number: a damaged or hand-made line)."""
+    seq = record.get("seq")
+    return seq if type(seq) is int else 0
+
+
 class RunFollower:
     """Where a face is in following one run: how far its log and manifest were read, which state was seen.
 
@@ -706,10 +712,10 @@ class RunFollower:
                 if part == "events":
                     opening = at.events is None
                     found, offset = self._read_events(at.events)
-                    events = tuple(e for e in found if e.get("seq", 0) > at.seq)
+                    events = tuple(e for e in found if not at.seq or _seq_of(e) > at.seq)
                     unlogged: tuple[EventRecord, ...] = ()
                     if run is not None and not (opening and self._events == "new"):
-                        unlogged = self._unlogged(run, max([at.seq, *(e.get("seq", 0) for e in events)]))
+                        unlogged = self._unlogged(run, max([at.seq, *(_seq_of(e) for e in events)]))
                     events += unlogged
                     at = dataclasses.replace(at, events=offset, seq=max([at.seq, *(e["seq"] for e in unlogged)]))
                 elif part == "manifest":
@@ -734,8 +740,8 @@ class RunFollower:
         """
         if self._events == "none":
             return ()
-        fresh = [e for e in run.outbox if e.get("seq", 0) > after and (self._task is None or e.get("task") == self._task)]
-        return tuple(as_events(sorted(fresh, key=lambda e: e.get("seq", 0))))
+        fresh = [e for e in run.outbox if _seq_of(e) > after and (self._task is None or e.get("task") == self._task)]
+        return tuple(as_events(sorted(fresh, key=_seq_of)))
 
     def _read_events(self, offset: int | None) -> tuple[list[EventRecord], int | None]:
         if self._events == "none":

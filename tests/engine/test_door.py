@@ -164,6 +164,10 @@ def test_a_look_between_a_save_and_its_log_append_still_hands_on_the_saves_event
     engine.ledger.event("note", "later")
     engine.save()
     assert [e["what"] for e in follower.poll().events] == ["later"]  # the checkpoint's log line is not handed on again
+    with store.events_path(engine.run.id).open("a") as log:  # a hand-made line: its seq no number
+        log.write(json.dumps({"seq": "x", "type": "note", "what": "by hand"}) + "\n")
+    assert [e["what"] for e in runs.RunFollower(paths, engine.run.id, events="all").poll().events][-1] == "by hand"
+    assert follower.poll().events == ()  # after a hand-on from the outbox: not a crash, the line left out
 
 
 def test_following_from_a_thread_stops_when_told(paths: ProjectPaths) -> None:
