@@ -717,7 +717,7 @@ class RunFollower:
                     if run is not None and not (opening and self._events == "new"):
                         unlogged = self._unlogged(run, max([at.seq, *(_seq_of(e) for e in events)]))
                     events += unlogged
-                    at = dataclasses.replace(at, events=offset, seq=max([at.seq, *(e["seq"] for e in unlogged)]))
+                    at = dataclasses.replace(at, events=offset, seq=max([at.seq, *map(_seq_of, unlogged)]))
                 elif part == "manifest":
                     found_entries, offset = read_manifest(self.project, self.run_id, at.manifest or 0)
                     entries = tuple(found_entries)
@@ -740,8 +740,8 @@ class RunFollower:
         """
         if self._events == "none":
             return ()
-        fresh = [e for e in run.outbox if _seq_of(e) > after and (self._task is None or e.get("task") == self._task)]
-        return tuple(as_events(sorted(fresh, key=_seq_of)))
+        return tuple(as_events([e for e in run.outbox  # in seq order: the engine appends to it
+                                if _seq_of(e) > after and (self._task is None or e.get("task") == self._task)]))
 
     def _read_events(self, offset: int | None) -> tuple[list[EventRecord], int | None]:
         if self._events == "none":
